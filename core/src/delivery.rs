@@ -1,0 +1,286 @@
+//! Delivery: serving one shard in DeliveryStages.
+//!
+//! ```text
+//! deliver(shard):
+//!   pick up the lease ──refused──► monitor.on_pick_up_refused, return
+//!   loop: read a due page ──empty──► break
+//!         Conveyor through every station
+//!         commit intents + states + events + fan-out, renewing the lease (fenced by epoch)
+//!         monitor.should_continue? ──no──► break
+//!   release; re-check for rows that arrived meanwhile (and go again if any)
+//! ```
+//!
+//! A worker whose lease was taken commits nothing ([`StorageError::LeaseLost`]); the new owner
+//! reads the same rows and delivers them.
+
+use crate::clock::Clock;
+use crate::config::DeliveryConfig;
+use crate::conveyor::Conveyor;
+use crate::error::DeliveryError;
+use crate::ids::{ShardIndex, WorkerId};
+use crate::monitor::{DeliveryMonitor, StageInfo, StageReport};
+use crate::observer::ShardObserver;
+use crate::registry::EntityRegistry;
+use crate::station::Station;
+use crate::storage::{Lease, Storage};
+use chrono::{DateTime, Utc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+use tracing::Instrument;
+
+/// What stations and workers can reach: the registry, storage, configuration, monitor, clock
+/// and the shard observers.
+pub struct DeliveryEnv {
+    /// Registered kinds and routing.
+    pub registry: Arc<EntityRegistry>,
+    /// The backend.
+    pub storage: Arc<dyn Storage>,
+    /// Validated configuration.
+    pub config: DeliveryConfig,
+    /// Hooks.
+    pub monitor: Arc<dyn DeliveryMonitor>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    observers: RwLock<Vec<Arc<dyn ShardObserver>>>,
+    stopping: AtomicBool,
+}
+
+impl DeliveryEnv {
+    /// An environment; the configuration must already be validated.
+    pub fn new(
+        registry: Arc<EntityRegistry>,
+        storage: Arc<dyn Storage>,
+        config: DeliveryConfig,
+        monitor: Arc<dyn DeliveryMonitor>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        DeliveryEnv {
+            registry,
+            storage,
+            config,
+            monitor,
+            clock,
+            observers: RwLock::new(Vec::new()),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// Adds an observer of writes.
+    pub fn observe(&self, observer: Arc<dyn ShardObserver>) {
+        self.observers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(observer);
+    }
+
+    /// Tells every observer of writes to `shards`.
+    pub fn notify(&self, shards: &[ShardIndex]) {
+        if shards.is_empty() {
+            return;
+        }
+        for o in self.observers.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            o.on_write(shards);
+        }
+    }
+
+    /// Asks running deliveries to stop after their current stage.
+    pub fn request_stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// `now + lease_duration`.
+    pub fn lease_until(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        now + chrono::Duration::from_std(self.config.lease_duration)
+            .unwrap_or(chrono::Duration::seconds(30))
+    }
+}
+
+/// What one `deliver` call did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryReport {
+    /// The shard.
+    pub shard: Option<ShardIndex>,
+    /// Whether the lease was picked up at least once.
+    pub picked_up: bool,
+    /// Whether the lease was lost (a stage was not committed).
+    pub lease_lost: bool,
+    /// Stages committed.
+    pub stages: usize,
+    /// Sum of the stages' counters.
+    pub totals: StageReport,
+}
+
+enum DrainEnd {
+    Drained,
+    Stopped,
+}
+
+/// Serves shards: the delivery loop over a pipeline of stations.
+pub struct Delivery {
+    env: Arc<DeliveryEnv>,
+    pipeline: Vec<Arc<dyn Station>>,
+}
+
+impl Delivery {
+    /// A delivery running `pipeline` in order.
+    pub fn new(env: Arc<DeliveryEnv>, pipeline: Vec<Arc<dyn Station>>) -> Self {
+        Delivery { env, pipeline }
+    }
+
+    /// The environment.
+    pub fn env(&self) -> &Arc<DeliveryEnv> {
+        &self.env
+    }
+
+    /// The names of the stations, in order.
+    pub fn station_names(&self) -> Vec<String> {
+        self.pipeline.iter().map(|s| s.name().to_owned()).collect()
+    }
+
+    /// Serves `shard` as `worker` of this node until it has no due message (or the monitor
+    /// says stop), then releases it.
+    pub async fn deliver(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+    ) -> Result<DeliveryReport, DeliveryError> {
+        let env = &self.env;
+        let mut report = DeliveryReport {
+            shard: Some(shard),
+            ..DeliveryReport::default()
+        };
+        loop {
+            let now = env.clock.now();
+            let picked = env
+                .storage
+                .pick_up(
+                    shard,
+                    &env.config.node_id,
+                    worker,
+                    now,
+                    env.lease_until(now),
+                )
+                .await?;
+            let Some(mut lease) = picked else {
+                env.monitor.on_pick_up_refused(shard);
+                tracing::trace!(%shard, "shard held by another worker");
+                return Ok(report);
+            };
+            report.picked_up = true;
+            let epoch = lease.epoch;
+            let end = match self.drain(&mut lease, &mut report).await {
+                Ok(end) => end,
+                Err(e) if e.is_lease_lost() => {
+                    env.monitor.on_lease_lost(shard, epoch);
+                    tracing::warn!(%shard, %epoch, node = %env.config.node_id, "lease lost; stage not committed, the new owner redelivers");
+                    report.lease_lost = true;
+                    return Ok(report);
+                }
+                Err(e) => {
+                    if let Err(release) = env.storage.release(&lease).await {
+                        tracing::warn!(%shard, error = %release, "release after failed stage failed; the lease will expire");
+                    }
+                    return Err(e);
+                }
+            };
+            env.storage.release(&lease).await?;
+            if matches!(end, DrainEnd::Stopped) {
+                return Ok(report);
+            }
+            // Rows written between the last empty read and the release found the shard held;
+            // their notification may have been refused, so look once more.
+            let now = env.clock.now();
+            let late = env.storage.read_page(shard, now, 1).await?;
+            if late.messages.is_empty() {
+                return Ok(report);
+            }
+        }
+    }
+
+    async fn drain(
+        &self,
+        lease: &mut Lease,
+        report: &mut DeliveryReport,
+    ) -> Result<DrainEnd, DeliveryError> {
+        let env = &self.env;
+        loop {
+            if env.is_stopping() {
+                return Ok(DrainEnd::Stopped);
+            }
+            let started = Instant::now();
+            let now = env.clock.now();
+            let page = env
+                .storage
+                .read_page(lease.shard, now, env.config.page_size)
+                .await?;
+            if page.messages.is_empty() {
+                return Ok(DrainEnd::Drained);
+            }
+            let info = StageInfo {
+                shard: lease.shard,
+                epoch: lease.epoch,
+                node_id: env.config.node_id.clone(),
+                page_len: page.messages.len(),
+            };
+            let span = tracing::info_span!(
+                "stage",
+                node = %info.node_id,
+                shard = %info.shard,
+                epoch = %info.epoch,
+                page = info.page_len,
+                delivered = tracing::field::Empty,
+                duplicates = tracing::field::Empty,
+                retried = tracing::field::Empty,
+            );
+            let stage = self.run_stage(lease.clone(), now, page, &info);
+            let (mut stage_report, renewed) = stage.instrument(span.clone()).await?;
+            stage_report.elapsed = started.elapsed();
+            *lease = renewed;
+            span.record("delivered", stage_report.delivered);
+            span.record("duplicates", stage_report.duplicates);
+            span.record("retried", stage_report.retried);
+            report.stages += 1;
+            report.totals.add(&stage_report);
+            env.monitor.on_stage_finished(&info, &stage_report);
+            if !env.monitor.should_continue(&info, &stage_report) {
+                return Ok(DrainEnd::Stopped);
+            }
+        }
+    }
+
+    async fn run_stage(
+        &self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        page: crate::storage::Page,
+        info: &StageInfo,
+    ) -> Result<(StageReport, Lease), DeliveryError> {
+        let env = &self.env;
+        env.monitor.on_stage_started(info);
+        let mut conveyor = Conveyor::new(env.clone(), lease, now, page);
+        for station in &self.pipeline {
+            station.process(&mut conveyor).await?;
+        }
+        let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
+        let committed = env.storage.commit_stage(commit).await?;
+        report.purged = committed.purged;
+        env.notify(&committed.written.shards);
+        tracing::debug!(
+            delivered = report.delivered,
+            duplicates = report.duplicates,
+            retried = report.retried,
+            held = report.held,
+            dead_lettered = report.dead_lettered,
+            purged = report.purged,
+            fanned_out = report.fanned_out,
+            "stage committed"
+        );
+        Ok((report, committed.lease))
+    }
+}

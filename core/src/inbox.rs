@@ -1,0 +1,205 @@
+//! The Inbox's sending face: `send` a command to one target, `post` an event to every
+//! subscriber. Each call is one atomic write (an event with all its fan-out rows), then the
+//! shard observers are told so that workers wake at once.
+
+use crate::delivery::DeliveryEnv;
+use crate::entity::{Aggregate, Message};
+use crate::error::DeliveryError;
+use crate::event::{EventSource, NewEvent};
+use crate::ids::SignalId;
+use crate::message::{MessageKind, Metadata, NewMessage};
+use crate::storage::{WriteBatch, WriteReport};
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of one send or post.
+#[derive(Debug, Clone, Default)]
+pub struct SendOptions {
+    /// Tenant of the target (empty for single-tenant applications).
+    pub tenant: String,
+    /// The signal id; a fresh one when unset. Sending the same id twice to a target within
+    /// the deduplication window delivers it once.
+    pub signal_id: Option<SignalId>,
+    /// Metadata carried with the message.
+    pub metadata: Metadata,
+    /// Not delivered before this delay has passed.
+    pub delay: Option<Duration>,
+    /// Not delivered before this time (the later of this and `delay` wins).
+    pub due_at: Option<DateTime<Utc>>,
+    /// Expires (is not delivered) after this long.
+    pub ttl: Option<Duration>,
+}
+
+impl SendOptions {
+    /// Sets the signal id (for idempotent sends).
+    pub fn signal_id(mut self, id: impl Into<SignalId>) -> Self {
+        self.signal_id = Some(id.into());
+        self
+    }
+
+    /// Sets the tenant.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = tenant.into();
+        self
+    }
+
+    /// Delays delivery.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Sets a time to live.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Adds a metadata entry.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    fn deliver_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let delayed = self.delay.map(|d| now + to_chrono(d));
+        match (delayed, self.due_at) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn expires_at(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.ttl.map(|d| now + to_chrono(d))
+    }
+}
+
+fn to_chrono(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX / 2)
+}
+
+/// What a send or post did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// The signal id used.
+    pub signal_id: SignalId,
+    /// The storage write.
+    pub report: WriteReport,
+}
+
+/// Sends commands and posts events into the sharded Inbox.
+#[derive(Clone)]
+pub struct Inbox {
+    env: Arc<DeliveryEnv>,
+}
+
+fn serialize<T: Message>(value: &T) -> Result<Vec<u8>, DeliveryError> {
+    serde_json::to_vec(value).map_err(|e| DeliveryError::Serialize {
+        payload_type: T::TYPE.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+impl Inbox {
+    /// The Inbox of a delivery environment.
+    pub fn new(env: Arc<DeliveryEnv>) -> Self {
+        Inbox { env }
+    }
+
+    /// Sends `command` to aggregate `A` instance `id`.
+    pub async fn send<A: Aggregate>(
+        &self,
+        id: &str,
+        command: &A::Command,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let now = self.env.clock.now();
+        let message = NewMessage {
+            signal_id: options.signal_id.clone().unwrap_or_else(SignalId::generate),
+            kind: MessageKind::Command,
+            target_kind: A::KIND.to_owned(),
+            target_id: id.to_owned(),
+            tenant: options.tenant.clone(),
+            payload: serialize(command)?,
+            payload_type: <A::Command as Message>::TYPE.to_owned(),
+            metadata: options.metadata.clone(),
+            received_at: now,
+            deliver_after: options.deliver_after(now),
+            expires_at: options.expires_at(now),
+        };
+        self.send_message(message).await
+    }
+
+    /// Sends an already serialized command. The target kind must be registered.
+    pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
+        if self.env.registry.handler(&message.target_kind).is_none() {
+            return Err(DeliveryError::UnknownKind {
+                kind: message.target_kind,
+            });
+        }
+        let signal_id = message.signal_id.clone();
+        let batch = WriteBatch {
+            events: Vec::new(),
+            messages: vec![self.env.registry.address(message)],
+        };
+        self.write(signal_id, batch).await
+    }
+
+    /// Posts `event`, produced by `source`, to every subscribed kind.
+    pub async fn post<E: Message>(
+        &self,
+        source: EventSource,
+        event: &E,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let now = self.env.clock.now();
+        let event = NewEvent {
+            id: options.signal_id.clone().unwrap_or_else(SignalId::generate),
+            event_type: E::TYPE.to_owned(),
+            source,
+            tenant: options.tenant.clone(),
+            occurred_at: now,
+            payload: serialize(event)?,
+            metadata: options.metadata.clone(),
+        };
+        self.post_event(event, options).await
+    }
+
+    /// Posts an already serialized event: appends it to the event store and writes one row
+    /// per subscriber, atomically.
+    pub async fn post_event(
+        &self,
+        event: NewEvent,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let now = self.env.clock.now();
+        let mut messages = Vec::new();
+        self.env.registry.fan_out(
+            &event,
+            now,
+            options.deliver_after(now),
+            options.expires_at(now),
+            &mut messages,
+        )?;
+        let signal_id = event.id.clone();
+        let batch = WriteBatch {
+            events: vec![event],
+            messages,
+        };
+        self.write(signal_id, batch).await
+    }
+
+    async fn write(
+        &self,
+        signal_id: SignalId,
+        batch: WriteBatch,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let report = self.env.storage.write(batch).await?;
+        if report.duplicates > 0 {
+            tracing::debug!(%signal_id, duplicates = report.duplicates, "duplicate write ignored");
+        }
+        self.env.notify(&report.shards);
+        Ok(SendReceipt { signal_id, report })
+    }
+}

@@ -1,0 +1,521 @@
+//! The in-memory backend: every storage trait over one mutex-guarded state.
+//!
+//! Thread-safe and complete (dedup at write, fenced commits, leases, catch-up jobs), it serves
+//! tests and users who want fire-and-forget delivery with no persistence. Everything is lost
+//! when the process ends. Reads are indexed per shard so a stage costs O(page), as on the
+//! durable backends.
+
+use crate::error::StorageError;
+use crate::event::StoredEvent;
+use crate::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+use crate::message::{DedupKey, InboxMessage, InboxWrite, MessageStatus};
+use crate::storage::{
+    CatchUpJob, CatchUpStatus, CatchUpStore, CommitReport, DeadLetter, EntityKey, EntityState,
+    EntityStore, EventStore, InboxCounts, InboxStore, Lease, NewCatchUp, Page, RowChange,
+    ShardSession, StageCommit, Storage, WorkRegistry, WriteBatch, WriteReport,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+#[derive(Default)]
+struct State {
+    rows: HashMap<i64, InboxMessage>,
+    next_seq: i64,
+    keys: HashMap<DedupKey, i64>,
+    /// Undelivered rows per shard, in seq order.
+    pending: HashMap<ShardIndex, BTreeSet<i64>>,
+    /// Undelivered rows with failed attempts per shard.
+    retrying: HashMap<ShardIndex, BTreeSet<i64>>,
+    /// Delivered rows per shard by (keep_until, seq).
+    delivered: HashMap<ShardIndex, BTreeSet<(DateTime<Utc>, i64)>>,
+    events: Vec<StoredEvent>,
+    event_ids: HashSet<SignalId>,
+    states: HashMap<EntityKey, EntityState>,
+    sessions: BTreeMap<ShardIndex, ShardSession>,
+    jobs: BTreeMap<i64, CatchUpJob>,
+    dead_letters: Vec<DeadLetter>,
+}
+
+impl State {
+    fn insert(&mut self, w: InboxWrite, report: &mut WriteReport) {
+        let key = w.message.dedup_key();
+        if self.keys.contains_key(&key) {
+            report.duplicates += 1;
+            return;
+        }
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let status = if w.message.kind == crate::message::MessageKind::CatchUp {
+            MessageStatus::ToCatchUp
+        } else {
+            MessageStatus::ToDeliver
+        };
+        self.keys.insert(key, seq);
+        self.pending.entry(w.shard).or_default().insert(seq);
+        report.written += 1;
+        report.shards.push(w.shard);
+        self.rows.insert(
+            seq,
+            InboxMessage {
+                seq,
+                shard: w.shard,
+                status,
+                attempts: 0,
+                last_error: None,
+                keep_until: None,
+                message: w.message,
+            },
+        );
+    }
+
+    fn write(&mut self, batch: WriteBatch) -> WriteReport {
+        let mut report = WriteReport::default();
+        for event in batch.events {
+            if self.event_ids.insert(event.id.clone()) {
+                let seq = self.events.len() as i64 + 1;
+                self.events.push(StoredEvent { seq, event });
+                report.events += 1;
+            }
+        }
+        for m in batch.messages {
+            self.insert(m, &mut report);
+        }
+        report.shards.sort_unstable();
+        report.shards.dedup();
+        report
+    }
+
+    fn remove(&mut self, seq: i64) -> Option<InboxMessage> {
+        let row = self.rows.remove(&seq)?;
+        self.keys.remove(&row.dedup_key());
+        if let Some(p) = self.pending.get_mut(&row.shard) {
+            p.remove(&seq);
+        }
+        if let Some(r) = self.retrying.get_mut(&row.shard) {
+            r.remove(&seq);
+        }
+        if let (Some(d), Some(k)) = (self.delivered.get_mut(&row.shard), row.keep_until) {
+            d.remove(&(k, seq));
+        }
+        Some(row)
+    }
+
+    fn epoch_of(&self, shard: ShardIndex) -> Option<LeaseEpoch> {
+        self.sessions.get(&shard).map(|s| s.epoch)
+    }
+
+    fn holds(&self, lease: &Lease) -> bool {
+        self.sessions.get(&lease.shard).is_some_and(|s| {
+            s.epoch == lease.epoch && s.node_id.as_ref() == Some(&lease.node_id)
+        })
+    }
+
+    fn lease_lost(&self, lease: &Lease) -> StorageError {
+        StorageError::LeaseLost {
+            shard: lease.shard,
+            held: lease.epoch,
+            current: self.epoch_of(lease.shard),
+        }
+    }
+}
+
+/// Storage in process memory.
+#[derive(Default)]
+pub struct MemoryStorage {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for MemoryStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryStorage")
+    }
+}
+
+impl MemoryStorage {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave half a write: every method checks
+        // before it mutates. Recover the state rather than poisoning every later call.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The dead letters, oldest first.
+    pub fn dead_letters(&self) -> Vec<DeadLetter> {
+        self.lock().dead_letters.clone()
+    }
+
+    /// Every row of the Inbox, in seq order (for tests and inspection).
+    pub fn rows(&self) -> Vec<InboxMessage> {
+        let state = self.lock();
+        let mut rows: Vec<_> = state.rows.values().cloned().collect();
+        rows.sort_by_key(|r| r.seq);
+        rows
+    }
+}
+
+#[async_trait]
+impl InboxStore for MemoryStorage {
+    async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError> {
+        Ok(self.lock().write(batch))
+    }
+
+    async fn read_page(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Page, StorageError> {
+        let state = self.lock();
+        let mut page = Page::default();
+        if let Some(pending) = state.pending.get(&shard) {
+            for seq in pending {
+                if page.messages.len() >= limit {
+                    break;
+                }
+                let row = &state.rows[seq];
+                if row.is_due(now) {
+                    page.messages.push(row.clone());
+                }
+            }
+        }
+        if let Some(retrying) = state.retrying.get(&shard) {
+            for seq in retrying {
+                let row = &state.rows[seq];
+                if let Some(at) = row.message.deliver_after.filter(|at| *at > now) {
+                    let m = &row.message;
+                    page.waiting.push((
+                        EntityKey {
+                            kind: m.target_kind.clone(),
+                            tenant: m.tenant.clone(),
+                            id: m.target_id.clone(),
+                        },
+                        at,
+                    ));
+                }
+            }
+        }
+        Ok(page)
+    }
+
+    async fn commit_stage(&self, commit: StageCommit) -> Result<CommitReport, StorageError> {
+        let mut state = self.lock();
+        if !state.holds(&commit.lease) {
+            return Err(state.lease_lost(&commit.lease));
+        }
+        let shard = commit.lease.shard;
+        for u in &commit.updates {
+            match state.rows.get(&u.seq) {
+                Some(row) if row.shard == shard => {}
+                _ => {
+                    return Err(StorageError::Corrupt(format!(
+                        "stage of shard {shard} updates row {} which is not in that shard",
+                        u.seq
+                    )))
+                }
+            }
+        }
+        for u in commit.updates {
+            match u.change {
+                RowChange::Remove => {
+                    state.remove(u.seq);
+                }
+                RowChange::Delivered { keep_until } => {
+                    let Some(row) = state.rows.get_mut(&u.seq) else { continue };
+                    row.status = MessageStatus::Delivered;
+                    row.keep_until = Some(keep_until);
+                    state.pending.entry(shard).or_default().remove(&u.seq);
+                    state.retrying.entry(shard).or_default().remove(&u.seq);
+                    state
+                        .delivered
+                        .entry(shard)
+                        .or_default()
+                        .insert((keep_until, u.seq));
+                }
+                RowChange::RetryAt {
+                    at,
+                    attempts,
+                    error,
+                } => {
+                    let Some(row) = state.rows.get_mut(&u.seq) else { continue };
+                    row.message.deliver_after = Some(at);
+                    row.attempts = attempts;
+                    row.last_error = Some(error);
+                    state.retrying.entry(shard).or_default().insert(u.seq);
+                }
+                RowChange::Hold { until } => {
+                    if let Some(row) = state.rows.get_mut(&u.seq) {
+                        row.message.deliver_after = Some(until);
+                    }
+                }
+            }
+        }
+        let now = commit.now;
+        for s in commit.states {
+            match s.state {
+                Some(bytes) => {
+                    let version = state.states.get(&s.key).map_or(0, |e| e.version) + 1;
+                    state.states.insert(
+                        s.key.clone(),
+                        EntityState {
+                            key: s.key,
+                            version,
+                            state: bytes,
+                            updated_at: now,
+                        },
+                    );
+                }
+                None => {
+                    state.states.remove(&s.key);
+                }
+            }
+        }
+        state.dead_letters.extend(commit.dead_letters);
+        let written = state.write(commit.writes);
+        let mut purged = 0;
+        if commit.purge_delivered > 0 {
+            let expired: Vec<i64> = state
+                .delivered
+                .get(&shard)
+                .map(|d| {
+                    d.iter()
+                        .take_while(|(k, _)| *k <= now)
+                        .take(commit.purge_delivered)
+                        .map(|(_, seq)| *seq)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for seq in expired {
+                state.remove(seq);
+                purged += 1;
+            }
+        }
+        let session = state
+            .sessions
+            .get_mut(&shard)
+            .ok_or_else(|| StorageError::Corrupt(format!("no session for shard {shard}")))?;
+        session.lease_until = Some(commit.lease_until);
+        let mut lease = commit.lease;
+        lease.lease_until = commit.lease_until;
+        Ok(CommitReport {
+            lease,
+            written,
+            purged,
+        })
+    }
+
+    async fn next_due(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StorageError> {
+        let state = self.lock();
+        Ok(state.pending.get(&shard).and_then(|p| {
+            p.iter()
+                .filter_map(|seq| state.rows[seq].message.deliver_after)
+                .filter(|at| *at > now)
+                .min()
+        }))
+    }
+
+    async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError> {
+        let state = self.lock();
+        let mut c = InboxCounts::default();
+        for row in state.rows.values() {
+            if shard.is_some_and(|s| s != row.shard) {
+                continue;
+            }
+            match row.status {
+                MessageStatus::ToDeliver => c.to_deliver += 1,
+                MessageStatus::Delivered => c.delivered += 1,
+                MessageStatus::ToCatchUp => c.to_catch_up += 1,
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[async_trait]
+impl WorkRegistry for MemoryStorage {
+    async fn pick_up(
+        &self,
+        shard: ShardIndex,
+        node_id: &NodeId,
+        worker_id: WorkerId,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<Lease>, StorageError> {
+        let mut state = self.lock();
+        let session = state.sessions.entry(shard).or_insert(ShardSession {
+            shard,
+            node_id: None,
+            worker_id: None,
+            epoch: LeaseEpoch(0),
+            picked_at: None,
+            lease_until: None,
+        });
+        if session.lease_until.is_some_and(|until| until > now) {
+            return Ok(None);
+        }
+        session.epoch = LeaseEpoch(session.epoch.0 + 1);
+        session.node_id = Some(node_id.clone());
+        session.worker_id = Some(worker_id);
+        session.picked_at = Some(now);
+        session.lease_until = Some(lease_until);
+        Ok(Some(Lease {
+            shard,
+            node_id: node_id.clone(),
+            worker_id,
+            epoch: session.epoch,
+            picked_at: now,
+            lease_until,
+        }))
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Lease, StorageError> {
+        let mut state = self.lock();
+        if !state.holds(lease) {
+            return Err(state.lease_lost(lease));
+        }
+        if let Some(s) = state.sessions.get_mut(&lease.shard) {
+            s.lease_until = Some(lease_until);
+        }
+        let mut renewed = lease.clone();
+        renewed.lease_until = lease_until;
+        Ok(renewed)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        if state.holds(lease) {
+            if let Some(s) = state.sessions.get_mut(&lease.shard) {
+                s.lease_until = None;
+            }
+        }
+        Ok(())
+    }
+
+    async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError> {
+        Ok(self.lock().sessions.values().cloned().collect())
+    }
+}
+
+#[async_trait]
+impl EventStore for MemoryStorage {
+    async fn read_events(
+        &self,
+        after_seq: i64,
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let state = self.lock();
+        let start = usize::try_from(after_seq.max(0)).unwrap_or(usize::MAX);
+        Ok(state
+            .events
+            .iter()
+            .skip(start)
+            .filter(|e| event_types.is_empty() || event_types.contains(&e.event.event_type))
+            .filter(|e| since.is_none_or(|t| e.event.occurred_at >= t))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn last_event_seq(&self) -> Result<i64, StorageError> {
+        Ok(self.lock().events.len() as i64)
+    }
+}
+
+#[async_trait]
+impl EntityStore for MemoryStorage {
+    async fn load_states(&self, keys: &[EntityKey]) -> Result<Vec<EntityState>, StorageError> {
+        let state = self.lock();
+        Ok(keys
+            .iter()
+            .filter_map(|k| state.states.get(k).cloned())
+            .collect())
+    }
+}
+
+#[async_trait]
+impl CatchUpStore for MemoryStorage {
+    async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError> {
+        let mut state = self.lock();
+        if let Some(running) = state.jobs.values().find(|j| {
+            j.status.is_running()
+                && j.spec.projection_kind == job.projection_kind
+                && j.spec.tenant == job.tenant
+                && j.spec.targets.overlaps(&job.targets)
+        }) {
+            return Err(StorageError::CatchUpOverlap {
+                projection_kind: job.projection_kind,
+                running_job: running.id,
+            });
+        }
+        let id = state.jobs.keys().next_back().copied().unwrap_or(0) + 1;
+        let created = CatchUpJob {
+            id,
+            updated_at: job.created_at,
+            spec: job,
+            status: CatchUpStatus::Started,
+            cursor: 0,
+            replayed: 0,
+            finished_at: None,
+        };
+        state.jobs.insert(id, created.clone());
+        Ok(created)
+    }
+
+    async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError> {
+        Ok(self.lock().jobs.get(&id).cloned())
+    }
+
+    async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {
+        Ok(self
+            .lock()
+            .jobs
+            .values()
+            .filter(|j| j.status.is_running())
+            .cloned()
+            .collect())
+    }
+
+    async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        match state.jobs.get_mut(&job.id) {
+            Some(stored) => {
+                *stored = job.clone();
+                Ok(())
+            }
+            None => Err(StorageError::Corrupt(format!(
+                "catch-up job {} does not exist",
+                job.id
+            ))),
+        }
+    }
+
+    async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError> {
+        let mut state = self.lock();
+        let before_len = state.jobs.len();
+        state
+            .jobs
+            .retain(|_, j| j.status.is_running() || j.finished_at.is_none_or(|t| t >= before));
+        Ok(before_len - state.jobs.len())
+    }
+}
+
+impl Storage for MemoryStorage {
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}

@@ -1,0 +1,24 @@
+//! The event store, read in `seq` order.
+
+use crate::error::StorageError;
+use crate::event::StoredEvent;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// The `events` table (appends go through [`super::InboxStore::write`] and stage commits so
+/// that an event and its fan-out are written together).
+#[async_trait]
+pub trait EventStore: Send + Sync + 'static {
+    /// Up to `limit` events with `seq > after_seq`, of one of `event_types` (all if empty),
+    /// that occurred at or after `since` (if given), in `seq` order.
+    async fn read_events(
+        &self,
+        after_seq: i64,
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError>;
+
+    /// The highest `seq` in the store (0 when empty).
+    async fn last_event_seq(&self) -> Result<i64, StorageError>;
+}

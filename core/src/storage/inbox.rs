@@ -1,0 +1,114 @@
+//! The Inbox's storage: rows per (message, target), sharded, read in `seq` order.
+
+use super::commit::{CommitReport, StageCommit};
+use super::entities::EntityKey;
+use crate::error::StorageError;
+use crate::event::NewEvent;
+use crate::ids::ShardIndex;
+use crate::message::{InboxMessage, InboxWrite};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// Events to append and messages to write, atomically.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriteBatch {
+    /// Events for the event store (a duplicate event id is ignored).
+    pub events: Vec<NewEvent>,
+    /// Inbox rows (a duplicate (tenant, target, signal) is ignored).
+    pub messages: Vec<InboxWrite>,
+}
+
+impl WriteBatch {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.messages.is_empty()
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteReport {
+    /// Events appended.
+    pub events: usize,
+    /// Inbox rows written.
+    pub written: usize,
+    /// Inbox rows ignored as duplicates (or duplicate events ignored).
+    pub duplicates: usize,
+    /// The shards that received at least one row, sorted, each once.
+    pub shards: Vec<ShardIndex>,
+}
+
+impl WriteReport {
+    /// Adds another report's numbers to this one.
+    pub fn merge(&mut self, other: WriteReport) {
+        self.events += other.events;
+        self.written += other.written;
+        self.duplicates += other.duplicates;
+        self.shards.extend(other.shards);
+        self.shards.sort_unstable();
+        self.shards.dedup();
+    }
+}
+
+/// A page of due rows and the targets of the shard that must wait.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// Due rows (`to_deliver` or `to_catch_up`), in `seq` order.
+    pub messages: Vec<InboxMessage>,
+    /// Targets of the shard with an earlier failed message waiting for its retry (a row with
+    /// `attempts > 0` not yet due): their later messages must wait until the given time, so
+    /// that per-target order holds across retries.
+    pub waiting: Vec<(EntityKey, DateTime<Utc>)>,
+}
+
+/// Rows of the Inbox by status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InboxCounts {
+    /// Waiting for delivery (due or not).
+    pub to_deliver: u64,
+    /// Delivered and kept for deduplication.
+    pub delivered: u64,
+    /// Replayed history waiting for a catch-up.
+    pub to_catch_up: u64,
+}
+
+impl InboxCounts {
+    /// Rows not yet delivered.
+    pub fn pending(&self) -> u64 {
+        self.to_deliver + self.to_catch_up
+    }
+}
+
+/// The Inbox table.
+#[async_trait]
+pub trait InboxStore: Send + Sync + 'static {
+    /// Appends `batch.events` and writes `batch.messages` in one transaction. Duplicates are
+    /// ignored and counted, never an error.
+    async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError>;
+
+    /// Up to `limit` rows of `shard` that are due at `now` (`deliver_after` unset or passed)
+    /// and not delivered, in `seq` order, with the shard's waiting targets (see [`Page`]).
+    /// Costs O(limit + waiting) whatever the size of the Inbox.
+    async fn read_page(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Page, StorageError>;
+
+    /// Writes everything a stage decided in one transaction, only if `commit.lease` still
+    /// holds its epoch; otherwise writes nothing and returns [`StorageError::LeaseLost`].
+    /// Renews the lease to `commit.lease_until`.
+    async fn commit_stage(&self, commit: StageCommit) -> Result<CommitReport, StorageError>;
+
+    /// The earliest `deliver_after` of a not-yet-due row of `shard` after `now`, if any: when
+    /// the shard next has work without new writes.
+    async fn next_due(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StorageError>;
+
+    /// Row counts by status, for one shard or all.
+    async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError>;
+}

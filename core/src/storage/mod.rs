@@ -1,0 +1,33 @@
+//! The storage traits: small, separate capabilities that every backend implements.
+//!
+//! ```text
+//!  InboxStore    write rows (dedup), read a due page, commit a stage (fenced)
+//!  WorkRegistry  the lock table: pick up, renew, release shard leases
+//!  EventStore    read the event store in seq pages
+//!  EntityStore   load framework-kept entity states
+//!  CatchUpStore  catch-up jobs
+//! ```
+//!
+//! Writes that must be atomic across tables (a stage commit, an event with its fan-out) go
+//! through one method each, so that a backend can run them in one transaction. [`Storage`] is
+//! the sum of all traits, implemented for every type that has them.
+
+mod catch_up;
+mod commit;
+mod entities;
+mod events;
+mod inbox;
+mod registry;
+
+pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
+pub use commit::{CommitReport, DeadLetter, RowChange, RowUpdate, StageCommit};
+pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
+pub use events::EventStore;
+pub use inbox::{InboxCounts, InboxStore, Page, WriteBatch, WriteReport};
+pub use registry::{Lease, ShardSession, WorkRegistry};
+
+/// Every storage capability together: what a delivery needs from a backend.
+pub trait Storage: InboxStore + WorkRegistry + EventStore + EntityStore + CatchUpStore {
+    /// A short description of the backend and database for logs (no secrets).
+    fn describe(&self) -> String;
+}

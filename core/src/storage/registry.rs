@@ -1,0 +1,68 @@
+//! The lock table (ShardedWorkRegistry): who serves which shard, until when, under which epoch.
+
+use crate::error::StorageError;
+use crate::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// A worker's right to serve a shard until `lease_until`, fenced by `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The shard.
+    pub shard: ShardIndex,
+    /// The node holding it.
+    pub node_id: NodeId,
+    /// The worker holding it.
+    pub worker_id: WorkerId,
+    /// Fencing token, +1 at every pick-up.
+    pub epoch: LeaseEpoch,
+    /// When it was picked up.
+    pub picked_at: DateTime<Utc>,
+    /// When it expires unless renewed.
+    pub lease_until: DateTime<Utc>,
+}
+
+/// One row of the lock table, as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSession {
+    /// The shard.
+    pub shard: ShardIndex,
+    /// The last or current owner, if any.
+    pub node_id: Option<NodeId>,
+    /// The last or current owner's worker.
+    pub worker_id: Option<WorkerId>,
+    /// The last epoch handed out.
+    pub epoch: LeaseEpoch,
+    /// When it was last picked up.
+    pub picked_at: Option<DateTime<Utc>>,
+    /// Held until then; free after (or when unset).
+    pub lease_until: Option<DateTime<Utc>>,
+}
+
+/// The lock table.
+#[async_trait]
+pub trait WorkRegistry: Send + Sync + 'static {
+    /// Takes the lease of `shard` if it is free or expired at `now`, in one atomic
+    /// compare-and-set, with a new epoch. `None` if someone else holds it.
+    async fn pick_up(
+        &self,
+        shard: ShardIndex,
+        node_id: &NodeId,
+        worker_id: WorkerId,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<Lease>, StorageError>;
+
+    /// Extends a held lease to `lease_until`; [`StorageError::LeaseLost`] if the epoch moved.
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Lease, StorageError>;
+
+    /// Frees the shard if `lease` still holds it (a no-op otherwise).
+    async fn release(&self, lease: &Lease) -> Result<(), StorageError>;
+
+    /// All rows of the lock table.
+    async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError>;
+}
