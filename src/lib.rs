@@ -1,1 +1,74 @@
-//! placeholder
+//! # Shardbox
+//!
+//! Delivers commands and events to the entities of an event-driven (CQRS) application through a
+//! sharded Inbox: one node at a time serves a shard (a lease in a lock table), and each shard
+//! is processed in stages whose page of messages a Conveyor carries through pluggable
+//! stations, committing every change of the page in one transaction.
+//!
+//! ```no_run
+//! use serde::{Deserialize, Serialize};
+//! use shardbox::prelude::*;
+//!
+//! #[derive(Default, Serialize, Deserialize)]
+//! struct Counter { value: i64 }
+//!
+//! #[derive(Serialize, Deserialize)]
+//! enum CounterCommand { Add(i64) }
+//! impl Message for CounterCommand { const TYPE: &'static str = "counter.command"; }
+//!
+//! #[derive(Serialize, Deserialize)]
+//! enum CounterEvent { Added(i64) }
+//! impl Message for CounterEvent { const TYPE: &'static str = "counter.event"; }
+//!
+//! impl Aggregate for Counter {
+//!     const KIND: &'static str = "counter";
+//!     type Command = CounterCommand;
+//!     type Event = CounterEvent;
+//!     fn handle(&self, c: &CounterCommand, _: &Context<'_>) -> Result<Vec<CounterEvent>, HandlerError> {
+//!         let CounterCommand::Add(n) = c;
+//!         Ok(vec![CounterEvent::Added(*n)])
+//!     }
+//!     fn apply(&mut self, e: &CounterEvent) {
+//!         let CounterEvent::Added(n) = e;
+//!         self.value += n;
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let shardbox = Shardbox::builder().memory().aggregate::<Counter>().build().await?;
+//! let node = shardbox.start();
+//! shardbox.send::<Counter>("c-1", &CounterCommand::Add(5)).await?;
+//! node.drain(std::time::Duration::from_secs(5)).await?;
+//! node.shutdown().await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod builder;
+mod pipeline;
+mod shardbox;
+
+pub use builder::ShardboxBuilder;
+pub use pipeline::Pipeline;
+pub use shardbox::{Node, Shardbox};
+
+pub use shardbox_core as core;
+pub use shardbox_stations as stations;
+pub use shardbox_storage as storage;
+
+pub use shardbox_core::{
+    Aggregate, Backoff, Clock, Context, DeliveryConfig, DeliveryError, DeliveryMonitor,
+    DeliveryReport, EventSource, ExhaustedOutcome, FailureAction, FailurePolicy, HandlerError,
+    ManualClock, Message, NodeId, Outgoing, Projection, Reactor, SendOptions, SendReceipt,
+    ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError,
+    SystemClock,
+};
+
+/// The names most applications need.
+pub mod prelude {
+    pub use crate::{
+        Aggregate, Context, EventSource, HandlerError, Message, Outgoing, Projection, Reactor,
+        SendOptions, Shardbox,
+    };
+}

@@ -1,0 +1,180 @@
+//! Building a [`Shardbox`]: storage, configuration, entity kinds, pipeline.
+
+use crate::pipeline::Pipeline;
+use crate::shardbox::Shardbox;
+use shardbox_core::config::DeliveryConfigBuilder;
+use shardbox_core::delivery::DeliveryEnv;
+use shardbox_core::handler::{AggregateHandler, EntityHandler, ProjectionHandler, ReactorHandler};
+use shardbox_core::memory::MemoryStorage;
+use shardbox_core::monitor::NoopMonitor;
+use shardbox_core::{
+    Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityRegistry,
+    FailurePolicy, Inbox, NodeId, Projection, Reactor, ShardStrategy, StableHashStrategy,
+    Storage, SystemClock,
+};
+use shardbox_stations::{Cleanup, LiveDelivery, RecentDeliveries};
+use std::sync::Arc;
+use std::time::Duration;
+
+type PipelineEdit = Box<dyn FnOnce(&mut Pipeline) + Send>;
+
+/// Configures and builds a [`Shardbox`]. Every setting has a safe default except the storage.
+pub struct ShardboxBuilder {
+    storage: Option<Arc<dyn Storage>>,
+    config: DeliveryConfigBuilder,
+    strategy: Arc<dyn ShardStrategy>,
+    monitor: Arc<dyn DeliveryMonitor>,
+    clock: Arc<dyn Clock>,
+    handlers: Vec<Arc<dyn EntityHandler>>,
+    pipeline_edits: Vec<PipelineEdit>,
+}
+
+impl Default for ShardboxBuilder {
+    fn default() -> Self {
+        ShardboxBuilder {
+            storage: None,
+            config: DeliveryConfigBuilder::default(),
+            strategy: Arc::new(StableHashStrategy::new()),
+            monitor: Arc::new(NoopMonitor),
+            clock: Arc::new(SystemClock),
+            handlers: Vec::new(),
+            pipeline_edits: Vec::new(),
+        }
+    }
+}
+
+macro_rules! config_setter {
+    ($(#[$doc:meta])* $name:ident => $field:ident: $ty:ty) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.config = self.config.$field(value);
+            self
+        }
+    };
+}
+
+impl ShardboxBuilder {
+    /// Uses `storage` (a `SqliteStorage`, `PostgresStorage`, `MemoryStorage` or your own).
+    pub fn storage(mut self, storage: impl Storage) -> Self {
+        self.storage = Some(Arc::new(storage));
+        self
+    }
+
+    /// Uses storage shared with other parts of the program.
+    pub fn shared_storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = Some(storage);
+        self
+    }
+
+    /// Keeps everything in memory: nothing survives the process (tests, fire-and-forget).
+    pub fn memory(self) -> Self {
+        self.storage(MemoryStorage::new())
+    }
+
+    config_setter!(/// Number of shards (default 16).
+        shards => shard_count: u32);
+    config_setter!(/// Rows per stage (default 256).
+        page_size => page_size: usize);
+    config_setter!(/// Events per catch-up page (default 1,000).
+        catch_up_page_size => catch_up_page_size: usize);
+    config_setter!(/// How long duplicates are recognised after a delivery (default 60 s).
+        dedup_window => dedup_window: Duration);
+    config_setter!(/// Entries of the recent-delivery cache (default 100,000; 0 disables it).
+        cache_capacity => cache_capacity: u64);
+    config_setter!(/// Shard lease duration (default 30 s).
+        lease_duration => lease_duration: Duration);
+    config_setter!(/// Poll interval of idle workers (default 1 s).
+        poll_interval => poll_interval: Duration);
+    config_setter!(/// Concurrent workers of this node (default 4).
+        workers => workers: usize);
+    config_setter!(/// This node's id (default generated).
+        node_id => node_id: NodeId);
+    config_setter!(/// Failure policy of kinds without their own.
+        failure_policy => failure_policy: FailurePolicy);
+
+    /// Gives entity kind `kind` its own failure policy.
+    pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
+        self.config = self.config.kind_policy(kind, policy);
+        self
+    }
+
+    /// Uses a custom shard strategy (default: [`StableHashStrategy`]).
+    pub fn strategy(mut self, strategy: impl ShardStrategy) -> Self {
+        self.strategy = Arc::new(strategy);
+        self
+    }
+
+    /// Installs a delivery monitor.
+    pub fn monitor(mut self, monitor: impl DeliveryMonitor) -> Self {
+        self.monitor = Arc::new(monitor);
+        self
+    }
+
+    /// Uses another clock (tests drive a `ManualClock`).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Registers aggregate `A`.
+    pub fn aggregate<A: Aggregate>(mut self) -> Self {
+        self.handlers
+            .push(Arc::new(AggregateHandler::<A>::default()));
+        self
+    }
+
+    /// Registers projection `P`.
+    pub fn projection<P: Projection>(mut self) -> Self {
+        self.handlers
+            .push(Arc::new(ProjectionHandler::<P>::default()));
+        self
+    }
+
+    /// Registers a reactor.
+    pub fn reactor<R: Reactor>(mut self, reactor: R) -> Self {
+        self.handlers.push(Arc::new(ReactorHandler(reactor)));
+        self
+    }
+
+    /// Edits the station pipeline (default: `live-delivery`, `cleanup`).
+    pub fn stations(mut self, edit: impl FnOnce(&mut Pipeline) + Send + 'static) -> Self {
+        self.pipeline_edits.push(Box::new(edit));
+        self
+    }
+
+    /// Validates the configuration and builds the Shardbox.
+    pub async fn build(self) -> Result<Shardbox, DeliveryError> {
+        let config = self.config.build()?;
+        let storage = self.storage.ok_or(ConfigError::Missing {
+            field: "storage",
+            reason: "call .storage(SqliteStorage::open(path).await?), .storage(PostgresStorage::connect(url).await?) or .memory()",
+        })?;
+        let mut registry = EntityRegistry::new(self.strategy, config.shard_count);
+        for handler in self.handlers {
+            registry.register(handler)?;
+        }
+        let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
+        let mut pipeline = Pipeline::new();
+        pipeline.push(LiveDelivery::new(recent)).push(Cleanup::new());
+        for edit in self.pipeline_edits {
+            edit(&mut pipeline);
+        }
+        tracing::info!(
+            node = %config.node_id,
+            storage = %storage.describe(),
+            shards = config.shard_count,
+            kinds = ?registry.kinds(),
+            stations = ?pipeline.names(),
+            "shardbox built"
+        );
+        let env = Arc::new(DeliveryEnv::new(
+            Arc::new(registry),
+            storage,
+            config,
+            self.monitor,
+            self.clock,
+        ));
+        let delivery = Arc::new(Delivery::new(env.clone(), pipeline.into_stations()));
+        Ok(Shardbox::new(env.clone(), Inbox::new(env), delivery))
+    }
+}

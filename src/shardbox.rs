@@ -1,0 +1,163 @@
+//! The [`Shardbox`] handle: send, post, start nodes, read entity state.
+
+use crate::builder::ShardboxBuilder;
+use serde::de::DeserializeOwned;
+use shardbox_core::delivery::DeliveryEnv;
+use shardbox_core::storage::EntityKey;
+use shardbox_core::{
+    Aggregate, Delivery, DeliveryConfig, DeliveryError, DeliveryReport, EventSource, Inbox,
+    LocalRunner, Message, Projection, SendOptions, SendReceipt, ShardIndex, Storage,
+    StorageError, WorkerId,
+};
+use std::sync::Arc;
+
+/// A running node: the local workers serving the shards. Returned by [`Shardbox::start`].
+pub use shardbox_core::RunnerHandle as Node;
+
+/// A configured delivery: the Inbox to send into and the workers to start.
+#[derive(Clone)]
+pub struct Shardbox {
+    env: Arc<DeliveryEnv>,
+    inbox: Inbox,
+    delivery: Arc<Delivery>,
+}
+
+impl std::fmt::Debug for Shardbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shardbox")
+            .field("node", &self.env.config.node_id)
+            .field("storage", &self.env.storage.describe())
+            .field("registry", &self.env.registry)
+            .finish()
+    }
+}
+
+impl Shardbox {
+    /// A builder with safe defaults.
+    pub fn builder() -> ShardboxBuilder {
+        ShardboxBuilder::default()
+    }
+
+    pub(crate) fn new(env: Arc<DeliveryEnv>, inbox: Inbox, delivery: Arc<Delivery>) -> Self {
+        Shardbox {
+            env,
+            inbox,
+            delivery,
+        }
+    }
+
+    /// Sends `command` to aggregate `A` instance `id`.
+    pub async fn send<A: Aggregate>(
+        &self,
+        id: &str,
+        command: &A::Command,
+    ) -> Result<SendReceipt, DeliveryError> {
+        self.inbox.send::<A>(id, command, SendOptions::default()).await
+    }
+
+    /// Sends with options (signal id, tenant, delay, TTL, metadata).
+    pub async fn send_with<A: Aggregate>(
+        &self,
+        id: &str,
+        command: &A::Command,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        self.inbox.send::<A>(id, command, options).await
+    }
+
+    /// Posts `event` produced by `source` to every subscribed kind.
+    pub async fn post<E: Message>(
+        &self,
+        source: EventSource,
+        event: &E,
+    ) -> Result<SendReceipt, DeliveryError> {
+        self.inbox.post(source, event, SendOptions::default()).await
+    }
+
+    /// Posts with options.
+    pub async fn post_with<E: Message>(
+        &self,
+        source: EventSource,
+        event: &E,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        self.inbox.post(source, event, options).await
+    }
+
+    /// Starts this node's workers on the current tokio runtime. The same call on every node.
+    pub fn start(&self) -> Node {
+        LocalRunner::start(self.delivery.clone())
+    }
+
+    /// Serves one shard now, on the calling task (tests, manual driving).
+    pub async fn deliver(&self, shard: ShardIndex) -> Result<DeliveryReport, DeliveryError> {
+        self.delivery.deliver(shard, WorkerId(0)).await
+    }
+
+    /// Serves every shard once, on the calling task; returns the summed report.
+    pub async fn deliver_all(&self) -> Result<DeliveryReport, DeliveryError> {
+        let mut total = DeliveryReport::default();
+        for s in 0..self.env.config.shard_count {
+            let r = self.deliver(ShardIndex(s)).await?;
+            total.picked_up |= r.picked_up;
+            total.lease_lost |= r.lease_lost;
+            total.stages += r.stages;
+            total.totals.add(&r.totals);
+        }
+        Ok(total)
+    }
+
+    /// The framework-kept state of aggregate `A` instance `id` (`None` if it has none yet).
+    pub async fn aggregate_state<A: Aggregate>(&self, id: &str) -> Result<Option<A>, DeliveryError> {
+        self.state_of(A::KIND, "", id).await
+    }
+
+    /// The framework-kept state of projection `P` instance `id`.
+    pub async fn projection_state<P: Projection>(
+        &self,
+        id: &str,
+    ) -> Result<Option<P>, DeliveryError> {
+        self.state_of(P::KIND, "", id).await
+    }
+
+    /// The state of any kind, tenant and id, deserialized as `T`.
+    pub async fn state_of<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<T>, DeliveryError> {
+        let key = EntityKey {
+            kind: kind.to_owned(),
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+        };
+        let Some(state) = self.env.storage.load_states(&[key]).await?.pop() else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&state.state).map(Some).map_err(|e| {
+            StorageError::Corrupt(format!("state of {kind}/{id} does not deserialize: {e}"))
+                .into()
+        })
+    }
+
+    /// The storage backend.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.env.storage
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &DeliveryConfig {
+        &self.env.config
+    }
+
+    /// The Inbox (for raw sends of already serialized messages).
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
+    }
+
+    /// The delivery environment (registry, storage, monitor, clock).
+    pub fn env(&self) -> &Arc<DeliveryEnv> {
+        &self.env
+    }
+}

@@ -1,0 +1,231 @@
+//! The live-delivery station.
+//!
+//! ```text
+//!  open to_deliver rows ─► expired? ─► duplicate? (page, recent-delivery cache)
+//!        ─► target waiting behind a retry? (hold) ─► kind registered? (else failure)
+//!        ─► group by target, seq order ─► load states once ─► handler(batch) once per target
+//!        ─► Delivered / RetryAt / DeadLetter / Drop, later rows of a failed target held
+//! ```
+//!
+//! Duplicates already kept as delivered rows never reach a page: the Inbox's unique key
+//! (tenant, target, signal) refuses them at write. This station catches the rest: duplicates
+//! within one page and rows whose key the cache remembers from another row.
+
+use crate::dedup::RecentDeliveries;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use shardbox_core::handler::EntityHandler;
+use shardbox_core::storage::{EntityKey, EntityStateWrite};
+use shardbox_core::{
+    Conveyor, DeliveryError, FailureAction, FailureDecision, FailureInfo, HandlerError,
+    InboxMessage, Intent, MessageOutcome, MessageStatus, Station,
+};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// Delivers the page's live messages to their handlers.
+#[derive(Debug, Clone)]
+pub struct LiveDelivery {
+    recent: RecentDeliveries,
+}
+
+impl LiveDelivery {
+    /// A station remembering recent deliveries in `recent`.
+    pub fn new(recent: RecentDeliveries) -> Self {
+        LiveDelivery { recent }
+    }
+}
+
+fn target_of(m: &InboxMessage) -> EntityKey {
+    EntityKey {
+        kind: m.message.target_kind.clone(),
+        tenant: m.message.tenant.clone(),
+        id: m.message.target_id.clone(),
+    }
+}
+
+/// Decides a failed message's fate: the monitor first, then the kind's policy.
+fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent {
+    let env = conveyor.env();
+    let now = conveyor.now();
+    let attempts = m.attempts.saturating_add(1);
+    let action = env.monitor.on_handler_failure(&FailureInfo {
+        message: m,
+        error,
+        attempts,
+        now,
+    });
+    let decision = match action {
+        FailureAction::FollowPolicy => env
+            .config
+            .policy_of(&m.message.target_kind)
+            .decide(attempts, error.retry_after, now),
+        FailureAction::RetryAt(at) => FailureDecision::RetryAt(at.max(now)),
+        FailureAction::DeadLetter => FailureDecision::DeadLetter,
+        FailureAction::Drop => FailureDecision::Drop,
+        FailureAction::MarkDelivered => {
+            return Intent::Delivered {
+                keep_until: keep_until(conveyor),
+            }
+        }
+    };
+    match decision {
+        FailureDecision::RetryAt(at) => Intent::RetryAt {
+            at,
+            error: error.reason.clone(),
+        },
+        FailureDecision::DeadLetter => Intent::DeadLetter {
+            reason: error.reason.clone(),
+        },
+        FailureDecision::Drop => Intent::Drop {
+            reason: error.reason.clone(),
+        },
+    }
+}
+
+fn keep_until(conveyor: &Conveyor) -> Option<DateTime<Utc>> {
+    let window = conveyor.env().config.dedup_window;
+    (!window.is_zero()).then(|| {
+        conveyor.now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::zero())
+    })
+}
+
+/// When the rows behind a failed row of the same target are due again.
+fn hold_behind(intent: &Intent, now: DateTime<Utc>) -> DateTime<Utc> {
+    match intent {
+        Intent::RetryAt { at, .. } => *at,
+        Intent::Hold { until } => *until,
+        // The failed row left the way (dead letter, drop, delivered): the rest go on at once.
+        _ => now,
+    }
+}
+
+#[async_trait]
+impl Station for LiveDelivery {
+    fn name(&self) -> &str {
+        "live-delivery"
+    }
+
+    async fn process(&self, conveyor: &mut Conveyor) -> Result<(), DeliveryError> {
+        let now = conveyor.now();
+        let env = conveyor.env().clone();
+        let waiting: HashMap<EntityKey, DateTime<Utc>> =
+            conveyor.waiting().iter().cloned().collect();
+
+        // Pass 1: decide what needs no handler, group the rest by target in seq order.
+        let mut decided: Vec<(usize, Intent)> = Vec::new();
+        let mut batches: BTreeMap<EntityKey, Vec<usize>> = BTreeMap::new();
+        let mut seen = HashSet::new();
+        for (i, m) in conveyor.open_with_status(MessageStatus::ToDeliver) {
+            if m.is_expired(now) {
+                decided.push((i, Intent::Expired));
+                continue;
+            }
+            let key = m.dedup_key();
+            if !seen.insert(key.clone()) || self.recent.is_duplicate(&key, m.seq) {
+                decided.push((i, Intent::Duplicate));
+                continue;
+            }
+            let target = target_of(m);
+            if let Some(until) = waiting.get(&target) {
+                decided.push((i, Intent::Hold { until: *until }));
+                continue;
+            }
+            batches.entry(target).or_default().push(i);
+        }
+        for (i, intent) in decided {
+            conveyor.record(i, intent);
+        }
+
+        // Load the states of every stateful target with one storage call.
+        let stateful: Vec<EntityKey> = batches
+            .keys()
+            .filter(|k| {
+                env.registry
+                    .handler(&k.kind)
+                    .is_some_and(|h| h.is_stateful())
+            })
+            .cloned()
+            .collect();
+        let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();
+        if !stateful.is_empty() {
+            for s in env.storage.load_states(&stateful).await? {
+                states.insert(s.key, s.state);
+            }
+        }
+
+        // Pass 2: one handler call per target.
+        for (target, rows) in batches {
+            let handler: Option<Arc<dyn EntityHandler>> = env.registry.handler(&target.kind).cloned();
+            let page = conveyor.page();
+            let outcomes: Vec<MessageOutcome> = match &handler {
+                Some(handler) => {
+                    let batch: Vec<&InboxMessage> = rows.iter().map(|&i| &page[i]).collect();
+                    let result =
+                        handler.handle_batch(states.get(&target).map(Vec::as_slice), &batch, now);
+                    if let Some(state) = result.state {
+                        conveyor.set_state(EntityStateWrite {
+                            key: target.clone(),
+                            state: Some(state),
+                        });
+                    }
+                    if !result.events.is_empty() {
+                        let mut fan_out = Vec::new();
+                        for event in &result.events {
+                            if let Err(e) =
+                                env.registry.fan_out(event, now, None, None, &mut fan_out)
+                            {
+                                tracing::error!(event = %event.id, error = %e, "emitted event could not be routed to a subscriber; it is stored in the event store but not delivered to that kind");
+                            }
+                        }
+                        conveyor.emit_events(result.events, fan_out);
+                    }
+                    if !result.commands.is_empty() {
+                        let addressed = result
+                            .commands
+                            .into_iter()
+                            .map(|c| env.registry.address(c))
+                            .collect();
+                        conveyor.emit_messages(addressed);
+                    }
+                    result.outcomes
+                }
+                None => {
+                    let error = HandlerError::new(format!(
+                        "no handler for entity kind `{}` is registered on node {}",
+                        target.kind, env.config.node_id
+                    ));
+                    let mut v = vec![MessageOutcome::Failed(error)];
+                    v.resize(rows.len(), MessageOutcome::NotAttempted);
+                    v
+                }
+            };
+
+            let mut behind: Option<DateTime<Utc>> = None;
+            for (n, &i) in rows.iter().enumerate() {
+                let outcome = outcomes.get(n).cloned().unwrap_or(MessageOutcome::NotAttempted);
+                let intent = match outcome {
+                    MessageOutcome::Handled => Intent::Delivered {
+                        keep_until: keep_until(conveyor),
+                    },
+                    MessageOutcome::Failed(error) => {
+                        let m = &conveyor.page()[i];
+                        tracing::warn!(seq = m.seq, kind = %target.kind, target = %target.id, attempts = m.attempts + 1, %error, "handler failed");
+                        let intent = decide(conveyor, m, &error);
+                        behind = Some(hold_behind(&intent, now));
+                        intent
+                    }
+                    MessageOutcome::NotAttempted => Intent::Hold {
+                        until: behind.unwrap_or(now),
+                    },
+                };
+                if matches!(intent, Intent::Delivered { .. }) {
+                    let m = &conveyor.page()[i];
+                    self.recent.remember(m.dedup_key(), m.seq);
+                }
+                conveyor.record(i, intent);
+            }
+        }
+        Ok(())
+    }
+}

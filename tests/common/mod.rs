@@ -1,0 +1,82 @@
+//! Shared pieces of the integration tests: a test aggregate and backend factories.
+#![allow(dead_code)]
+
+use serde::{Deserialize, Serialize};
+use shardbox::core::memory::MemoryStorage;
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use std::sync::Arc;
+
+/// An aggregate that records, per target, the numbers it was sent, in handling order.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Tally {
+    pub applied: Vec<u64>,
+    pub sum: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum TallyCommand {
+    /// Record number `n` (ordered per target by the sender).
+    Record(u64),
+    /// Add to the sum.
+    Add(i64),
+}
+
+impl Message for TallyCommand {
+    const TYPE: &'static str = "tally.command";
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum TallyEvent {
+    Recorded(u64),
+    Added(i64),
+}
+
+impl Message for TallyEvent {
+    const TYPE: &'static str = "tally.event";
+}
+
+impl Aggregate for Tally {
+    const KIND: &'static str = "tally";
+    type Command = TallyCommand;
+    type Event = TallyEvent;
+
+    fn handle(&self, c: &TallyCommand, _: &Context<'_>) -> Result<Vec<TallyEvent>, HandlerError> {
+        Ok(vec![match c {
+            TallyCommand::Record(n) => TallyEvent::Recorded(*n),
+            TallyCommand::Add(x) => TallyEvent::Added(*x),
+        }])
+    }
+
+    fn apply(&mut self, e: &TallyEvent) {
+        match e {
+            TallyEvent::Recorded(n) => self.applied.push(*n),
+            TallyEvent::Added(x) => self.sum += x,
+        }
+    }
+}
+
+/// A projection of Tally events: counts events per tally.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TallyView {
+    pub events: u64,
+    pub sum: i64,
+}
+
+impl Projection for TallyView {
+    const KIND: &'static str = "tally-view";
+    type Event = TallyEvent;
+
+    fn apply(&mut self, e: &TallyEvent, _: &Context<'_>) -> Result<(), HandlerError> {
+        self.events += 1;
+        if let TallyEvent::Added(x) = e {
+            self.sum += x;
+        }
+        Ok(())
+    }
+}
+
+/// A fresh in-memory backend.
+pub fn memory() -> Arc<dyn Storage> {
+    Arc::new(MemoryStorage::new())
+}
