@@ -9,8 +9,8 @@ use shardbox_core::memory::MemoryStorage;
 use shardbox_core::monitor::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityRegistry,
-    FailurePolicy, Inbox, NodeId, Projection, Reactor, ShardStrategy, StableHashStrategy,
-    Storage, SystemClock,
+    FailurePolicy, Inbox, NodeId, Projection, Reactor, ShardStrategy, StableHashStrategy, Storage,
+    SystemClock,
 };
 use shardbox_stations::{Cleanup, LiveDelivery, RecentDeliveries};
 use std::sync::Arc;
@@ -155,7 +155,9 @@ impl ShardboxBuilder {
         }
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
-        pipeline.push(LiveDelivery::new(recent)).push(Cleanup::new());
+        pipeline
+            .push(LiveDelivery::new(recent))
+            .push(Cleanup::new());
         for edit in self.pipeline_edits {
             edit(&mut pipeline);
         }

@@ -61,8 +61,7 @@ pub use shardbox_core::{
     Aggregate, Backoff, Clock, Context, DeliveryConfig, DeliveryError, DeliveryMonitor,
     DeliveryReport, EventSource, ExhaustedOutcome, FailureAction, FailurePolicy, HandlerError,
     ManualClock, Message, NodeId, Outgoing, Projection, Reactor, SendOptions, SendReceipt,
-    ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError,
-    SystemClock,
+    ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError, SystemClock,
 };
 
 /// The names most applications need.

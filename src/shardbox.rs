@@ -6,8 +6,8 @@ use shardbox_core::delivery::DeliveryEnv;
 use shardbox_core::storage::EntityKey;
 use shardbox_core::{
     Aggregate, Delivery, DeliveryConfig, DeliveryError, DeliveryReport, EventSource, Inbox,
-    LocalRunner, Message, Projection, SendOptions, SendReceipt, ShardIndex, Storage,
-    StorageError, WorkerId,
+    LocalRunner, Message, Projection, SendOptions, SendReceipt, ShardIndex, Storage, StorageError,
+    WorkerId,
 };
 use std::sync::Arc;
 
@@ -52,7 +52,9 @@ impl Shardbox {
         id: &str,
         command: &A::Command,
     ) -> Result<SendReceipt, DeliveryError> {
-        self.inbox.send::<A>(id, command, SendOptions::default()).await
+        self.inbox
+            .send::<A>(id, command, SendOptions::default())
+            .await
     }
 
     /// Sends with options (signal id, tenant, delay, TTL, metadata).
@@ -108,7 +110,10 @@ impl Shardbox {
     }
 
     /// The framework-kept state of aggregate `A` instance `id` (`None` if it has none yet).
-    pub async fn aggregate_state<A: Aggregate>(&self, id: &str) -> Result<Option<A>, DeliveryError> {
+    pub async fn aggregate_state<A: Aggregate>(
+        &self,
+        id: &str,
+    ) -> Result<Option<A>, DeliveryError> {
         self.state_of(A::KIND, "", id).await
     }
 
@@ -136,8 +141,7 @@ impl Shardbox {
             return Ok(None);
         };
         serde_json::from_slice(&state.state).map(Some).map_err(|e| {
-            StorageError::Corrupt(format!("state of {kind}/{id} does not deserialize: {e}"))
-                .into()
+            StorageError::Corrupt(format!("state of {kind}/{id} does not deserialize: {e}")).into()
         })
     }
 

@@ -99,7 +99,10 @@ async fn hostile_client(storage: Arc<dyn Storage>) {
             .expect("state")
             .unwrap_or_default();
         let want: Vec<u64> = (0..count).collect();
-        assert_eq!(state.applied, want, "target {id}: every message once, in order");
+        assert_eq!(
+            state.applied, want,
+            "target {id}: every message once, in order"
+        );
         handled += count;
         let view = shardbox
             .projection_state::<TallyView>(&id)

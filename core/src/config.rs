@@ -69,15 +69,17 @@ impl DeliveryConfig {
 
     /// The failure policy of `kind`.
     pub fn policy_of(&self, kind: &str) -> &FailurePolicy {
-        self.kind_policies
-            .get(kind)
-            .unwrap_or(&self.failure_policy)
+        self.kind_policies.get(kind).unwrap_or(&self.failure_policy)
     }
 
     /// Checks every field; the error names the first field at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=65_536).contains(&self.shard_count) {
-            return Err(invalid("shard_count", self.shard_count, "must be 1..=65536"));
+            return Err(invalid(
+                "shard_count",
+                self.shard_count,
+                "must be 1..=65536",
+            ));
         }
         if !(1..=10_000).contains(&self.page_size) {
             return Err(invalid("page_size", self.page_size, "must be 1..=10000"));
@@ -105,7 +107,8 @@ impl DeliveryConfig {
                 "must be 100ms..=1h",
             ));
         }
-        if self.poll_interval < Duration::from_millis(10) || self.poll_interval >= self.lease_duration
+        if self.poll_interval < Duration::from_millis(10)
+            || self.poll_interval >= self.lease_duration
         {
             return Err(invalid(
                 "poll_interval",
@@ -210,8 +213,14 @@ mod tests {
             (b().page_size(0), "page_size"),
             (b().page_size(10_001), "page_size"),
             (b().catch_up_page_size(0), "catch_up_page_size"),
-            (b().dedup_window(Duration::from_secs(8 * 24 * 3600)), "dedup_window"),
-            (b().lease_duration(Duration::from_millis(5)), "lease_duration"),
+            (
+                b().dedup_window(Duration::from_secs(8 * 24 * 3600)),
+                "dedup_window",
+            ),
+            (
+                b().lease_duration(Duration::from_millis(5)),
+                "lease_duration",
+            ),
             (b().poll_interval(Duration::from_millis(1)), "poll_interval"),
             (
                 b().lease_duration(Duration::from_secs(1))

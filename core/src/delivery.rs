@@ -79,7 +79,12 @@ impl DeliveryEnv {
         if shards.is_empty() {
             return;
         }
-        for o in self.observers.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        for o in self
+            .observers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             o.on_write(shards);
         }
     }

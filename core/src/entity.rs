@@ -93,8 +93,11 @@ pub trait Aggregate: Default + Serialize + DeserializeOwned + Send + Sync + 'sta
     type Event: Message;
 
     /// Decides what a command does: the events to emit, or an error.
-    fn handle(&self, command: &Self::Command, cx: &Context<'_>)
-        -> Result<Vec<Self::Event>, HandlerError>;
+    fn handle(
+        &self,
+        command: &Self::Command,
+        cx: &Context<'_>,
+    ) -> Result<Vec<Self::Event>, HandlerError>;
 
     /// Applies one of its own events to the state.
     fn apply(&mut self, event: &Self::Event);

@@ -57,7 +57,9 @@ pub enum StorageError {
         reason: String,
     },
     /// The database refuses writes (read-only file, full disk, permissions).
-    #[error("database {database} refuses writes: {reason}. Check free disk space and file permissions")]
+    #[error(
+        "database {database} refuses writes: {reason}. Check free disk space and file permissions"
+    )]
     ReadOnly {
         /// The database.
         database: String,

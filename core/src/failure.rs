@@ -199,7 +199,10 @@ mod tests {
             ..FailurePolicy::default()
         };
         let err = p.validate("failure_policy").unwrap_err().to_string();
-        assert!(err.contains("failure_policy") && err.contains("max_attempts"), "{err}");
+        assert!(
+            err.contains("failure_policy") && err.contains("max_attempts"),
+            "{err}"
+        );
         let p = FailurePolicy {
             backoff: Backoff::Exponential {
                 base: Duration::from_secs(5),

@@ -53,7 +53,9 @@ pub use handler::{BatchResult, EntityHandler, MessageOutcome};
 pub use ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
 pub use inbox::{Inbox, SendOptions, SendReceipt};
 pub use message::{DedupKey, InboxMessage, MessageKind, MessageStatus, Metadata, NewMessage};
-pub use monitor::{DeliveryMonitor, FailureAction, FailureInfo, NoopMonitor, StageInfo, StageReport};
+pub use monitor::{
+    DeliveryMonitor, FailureAction, FailureInfo, NoopMonitor, StageInfo, StageReport,
+};
 pub use observer::ShardObserver;
 pub use registry::EntityRegistry;
 pub use runner::{LocalRunner, RunnerHandle};

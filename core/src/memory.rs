@@ -107,9 +107,9 @@ impl State {
     }
 
     fn holds(&self, lease: &Lease) -> bool {
-        self.sessions.get(&lease.shard).is_some_and(|s| {
-            s.epoch == lease.epoch && s.node_id.as_ref() == Some(&lease.node_id)
-        })
+        self.sessions
+            .get(&lease.shard)
+            .is_some_and(|s| s.epoch == lease.epoch && s.node_id.as_ref() == Some(&lease.node_id))
     }
 
     fn lease_lost(&self, lease: &Lease) -> StorageError {
@@ -226,7 +226,9 @@ impl InboxStore for MemoryStorage {
                     state.remove(u.seq);
                 }
                 RowChange::Delivered { keep_until } => {
-                    let Some(row) = state.rows.get_mut(&u.seq) else { continue };
+                    let Some(row) = state.rows.get_mut(&u.seq) else {
+                        continue;
+                    };
                     row.status = MessageStatus::Delivered;
                     row.keep_until = Some(keep_until);
                     state.pending.entry(shard).or_default().remove(&u.seq);
@@ -242,7 +244,9 @@ impl InboxStore for MemoryStorage {
                     attempts,
                     error,
                 } => {
-                    let Some(row) = state.rows.get_mut(&u.seq) else { continue };
+                    let Some(row) = state.rows.get_mut(&u.seq) else {
+                        continue;
+                    };
                     row.message.deliver_after = Some(at);
                     row.attempts = attempts;
                     row.last_error = Some(error);

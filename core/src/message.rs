@@ -191,7 +191,11 @@ mod tests {
 
     #[test]
     fn kinds_and_statuses_round_trip_their_stored_names() {
-        for k in [MessageKind::Command, MessageKind::Event, MessageKind::CatchUp] {
+        for k in [
+            MessageKind::Command,
+            MessageKind::Event,
+            MessageKind::CatchUp,
+        ] {
             assert_eq!(MessageKind::parse(k.as_str()), Some(k));
         }
         for s in [

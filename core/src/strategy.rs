@@ -115,7 +115,10 @@ mod tests {
         for id in ["o-1", "o-2", "o-3", "o-77"] {
             assert_eq!(s.shard_of("order", id, 64), s.shard_of("payment", id, 64));
             assert_eq!(s.shard_of("order", id, 64), plain.shard_of("order", id, 64));
-            assert_eq!(s.shard_of("account", id, 64), plain.shard_of("account", id, 64));
+            assert_eq!(
+                s.shard_of("account", id, 64),
+                plain.shard_of("account", id, 64)
+            );
         }
     }
 
@@ -128,6 +131,10 @@ mod tests {
             seen[shard] = true;
         }
         assert!(seen.iter().all(|x| *x));
-        assert_eq!(s.shard_of("k", "x", 0).0, 0, "zero shards is treated as one");
+        assert_eq!(
+            s.shard_of("k", "x", 0).0,
+            0,
+            "zero shards is treated as one"
+        );
     }
 }

@@ -72,7 +72,10 @@ mod tests {
         assert!(!c.is_duplicate(&key("a"), 1));
         c.remember(key("a"), 1);
         assert!(c.is_duplicate(&key("a"), 2));
-        assert!(!c.is_duplicate(&key("a"), 1), "the same row is a redelivery");
+        assert!(
+            !c.is_duplicate(&key("a"), 1),
+            "the same row is a redelivery"
+        );
         assert!(!c.is_duplicate(&key("b"), 2));
     }
 

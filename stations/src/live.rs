@@ -56,10 +56,11 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
         now,
     });
     let decision = match action {
-        FailureAction::FollowPolicy => env
-            .config
-            .policy_of(&m.message.target_kind)
-            .decide(attempts, error.retry_after, now),
+        FailureAction::FollowPolicy => {
+            env.config
+                .policy_of(&m.message.target_kind)
+                .decide(attempts, error.retry_after, now)
+        }
         FailureAction::RetryAt(at) => FailureDecision::RetryAt(at.max(now)),
         FailureAction::DeadLetter => FailureDecision::DeadLetter,
         FailureAction::Drop => FailureDecision::Drop,
@@ -156,7 +157,8 @@ impl Station for LiveDelivery {
 
         // Pass 2: one handler call per target.
         for (target, rows) in batches {
-            let handler: Option<Arc<dyn EntityHandler>> = env.registry.handler(&target.kind).cloned();
+            let handler: Option<Arc<dyn EntityHandler>> =
+                env.registry.handler(&target.kind).cloned();
             let page = conveyor.page();
             let outcomes: Vec<MessageOutcome> = match &handler {
                 Some(handler) => {
@@ -203,7 +205,10 @@ impl Station for LiveDelivery {
 
             let mut behind: Option<DateTime<Utc>> = None;
             for (n, &i) in rows.iter().enumerate() {
-                let outcome = outcomes.get(n).cloned().unwrap_or(MessageOutcome::NotAttempted);
+                let outcome = outcomes
+                    .get(n)
+                    .cloned()
+                    .unwrap_or(MessageOutcome::NotAttempted);
                 let intent = match outcome {
                     MessageOutcome::Handled => Intent::Delivered {
                         keep_until: keep_until(conveyor),

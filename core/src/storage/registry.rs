@@ -54,11 +54,8 @@ pub trait WorkRegistry: Send + Sync + 'static {
     ) -> Result<Option<Lease>, StorageError>;
 
     /// Extends a held lease to `lease_until`; [`StorageError::LeaseLost`] if the epoch moved.
-    async fn renew(
-        &self,
-        lease: &Lease,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Lease, StorageError>;
+    async fn renew(&self, lease: &Lease, lease_until: DateTime<Utc>)
+        -> Result<Lease, StorageError>;
 
     /// Frees the shard if `lease` still holds it (a no-op otherwise).
     async fn release(&self, lease: &Lease) -> Result<(), StorageError>;

@@ -1,0 +1,370 @@
+//! The delivery loop end to end on the in-memory backend, driven by hand with a ManualClock:
+//! fencing, monitor control, delays, reactors, unknown kinds, configuration errors.
+
+mod common;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use common::{Tally, TallyCommand, TallyEvent, TallyView};
+use shardbox::core::memory::MemoryStorage;
+use shardbox::core::message::{MessageKind, NewMessage};
+use shardbox::core::monitor::{StageInfo, StageReport};
+use shardbox::core::storage::WriteBatch;
+use shardbox::core::{Conveyor, DeliveryMonitor, NodeId, Storage, WorkerId};
+use shardbox::prelude::*;
+use shardbox::{
+    Backoff, Clock, DeliveryError, ExhaustedOutcome, FailurePolicy, ManualClock, ShardIndex,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+async fn build(
+    storage: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+    edit: impl FnOnce(shardbox::ShardboxBuilder) -> shardbox::ShardboxBuilder,
+) -> Shardbox {
+    edit(
+        Shardbox::builder()
+            .shared_storage(storage)
+            .clock(clock)
+            .shards(4)
+            .lease_duration(Duration::from_secs(10))
+            .aggregate::<Tally>(),
+    )
+    .build()
+    .await
+    .expect("build")
+}
+
+/// A station that, the first time it runs, stalls past the lease while another node takes
+/// the shard over.
+struct Stall {
+    clock: Arc<ManualClock>,
+    storage: Arc<dyn Storage>,
+    fired: AtomicUsize,
+}
+
+#[async_trait]
+impl shardbox::Station for Stall {
+    fn name(&self) -> &str {
+        "stall"
+    }
+    async fn process(&self, conveyor: &mut Conveyor) -> Result<(), DeliveryError> {
+        if self.fired.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.clock.advance(chrono::Duration::seconds(11));
+            let now = self.clock.now();
+            let other = self
+                .storage
+                .pick_up(
+                    conveyor.lease().shard,
+                    &NodeId("other-node".into()),
+                    WorkerId(9),
+                    now,
+                    now + chrono::Duration::seconds(10),
+                )
+                .await?;
+            assert!(other.is_some(), "the expired lease is taken over");
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_worker_that_lost_its_lease_commits_nothing_and_the_next_owner_delivers_once() {
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let stall = Stall {
+        clock: clock.clone(),
+        storage: storage.clone(),
+        fired: AtomicUsize::new(0),
+    };
+    let sb = build(storage.clone(), clock.clone(), |b| {
+        b.stations(move |p| {
+            p.push(stall);
+        })
+    })
+    .await;
+    sb.send::<Tally>("t-1", &TallyCommand::Add(7))
+        .await
+        .unwrap();
+    let shard = sb.env().registry.shard_of("tally", "t-1");
+
+    let stalled = sb.deliver(shard).await.unwrap();
+    assert!(stalled.picked_up && stalled.lease_lost, "{stalled:?}");
+    assert_eq!(stalled.stages, 0);
+    assert_eq!(sb.aggregate_state::<Tally>("t-1").await.unwrap(), None);
+    assert_eq!(storage.counts(Some(shard)).await.unwrap().to_deliver, 1);
+
+    // The other node's lease expires; this node picks up again and delivers once.
+    clock.advance(chrono::Duration::seconds(11));
+    let report = sb.deliver(shard).await.unwrap();
+    assert_eq!(report.totals.delivered, 1, "{report:?}");
+    assert_eq!(
+        sb.aggregate_state::<Tally>("t-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .sum,
+        7
+    );
+    let sessions = storage.sessions().await.unwrap();
+    let session = sessions.iter().find(|s| s.shard == shard).unwrap();
+    assert_eq!(session.epoch.0, 3, "picked up three times");
+}
+
+#[tokio::test]
+async fn pick_up_is_refused_while_another_worker_holds_the_shard() {
+    struct Refusals(Arc<AtomicUsize>);
+    impl DeliveryMonitor for Refusals {
+        fn on_pick_up_refused(&self, _: ShardIndex) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let r = refused.clone();
+    let sb = build(storage.clone(), clock.clone(), move |b| {
+        b.monitor(Refusals(r))
+    })
+    .await;
+    sb.send::<Tally>("t-1", &TallyCommand::Add(1))
+        .await
+        .unwrap();
+    let shard = sb.env().registry.shard_of("tally", "t-1");
+    let now = clock.now();
+    storage
+        .pick_up(
+            shard,
+            &NodeId("x".into()),
+            WorkerId(0),
+            now,
+            now + chrono::Duration::seconds(10),
+        )
+        .await
+        .unwrap()
+        .expect("free shard");
+    let report = sb.deliver(shard).await.unwrap();
+    assert!(!report.picked_up);
+    assert_eq!(refused.load(Ordering::SeqCst), 1);
+    assert_eq!(storage.counts(Some(shard)).await.unwrap().to_deliver, 1);
+}
+
+#[tokio::test]
+async fn the_monitor_can_stop_a_worker_after_a_stage() {
+    struct OneStage;
+    impl DeliveryMonitor for OneStage {
+        fn should_continue(&self, _: &StageInfo, _: &StageReport) -> bool {
+            false
+        }
+    }
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock, |b| b.page_size(2).monitor(OneStage)).await;
+    for i in 0..5 {
+        sb.send::<Tally>("t-1", &TallyCommand::Record(i))
+            .await
+            .unwrap();
+    }
+    let shard = sb.env().registry.shard_of("tally", "t-1");
+    let report = sb.deliver(shard).await.unwrap();
+    assert_eq!((report.stages, report.totals.delivered), (1, 2));
+    assert_eq!(
+        sb.aggregate_state::<Tally>("t-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .applied,
+        [0, 1]
+    );
+    let report = sb.deliver(shard).await.unwrap();
+    assert_eq!(report.totals.delivered, 2);
+    assert_eq!(
+        sb.aggregate_state::<Tally>("t-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .applied,
+        [0, 1, 2, 3]
+    );
+}
+
+#[tokio::test]
+async fn a_delayed_message_is_not_delivered_before_it_is_due() {
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock.clone(), |b| b).await;
+    let later = SendOptions::default().delay(Duration::from_secs(30));
+    sb.send_with::<Tally>("t-1", &TallyCommand::Record(1), later)
+        .await
+        .unwrap();
+    sb.send::<Tally>("t-1", &TallyCommand::Record(2))
+        .await
+        .unwrap();
+    assert_eq!(sb.deliver_all().await.unwrap().totals.delivered, 1);
+    clock.advance(chrono::Duration::seconds(29));
+    assert_eq!(sb.deliver_all().await.unwrap().totals.delivered, 0);
+    clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(sb.deliver_all().await.unwrap().totals.delivered, 1);
+    let state = sb.aggregate_state::<Tally>("t-1").await.unwrap().unwrap();
+    assert_eq!(
+        state.applied,
+        [2, 1],
+        "a scheduled command is delivered when due"
+    );
+}
+
+#[tokio::test]
+async fn events_fan_out_to_projections_and_reactors_turn_them_into_commands() {
+    /// Every `Added(x)` to a tally makes the `mirror-<id>` tally add `x` too.
+    struct Mirror;
+    impl Reactor for Mirror {
+        const KIND: &'static str = "mirror";
+        type Event = TallyEvent;
+        fn react(
+            &self,
+            event: &TallyEvent,
+            cx: &Context<'_>,
+        ) -> Result<Vec<Outgoing>, HandlerError> {
+            match event {
+                TallyEvent::Added(x) if !cx.target_id.starts_with("mirror-") => {
+                    Ok(vec![Outgoing::command::<Tally>(
+                        format!("mirror-{}", cx.target_id),
+                        &TallyCommand::Add(*x),
+                    )?])
+                }
+                _ => Ok(vec![]),
+            }
+        }
+    }
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock, |b| {
+        b.reactor(Mirror).projection::<TallyView>()
+    })
+    .await;
+    sb.send::<Tally>("a", &TallyCommand::Add(3)).await.unwrap();
+    sb.send::<Tally>("a", &TallyCommand::Add(4)).await.unwrap();
+    for _ in 0..4 {
+        sb.deliver_all().await.unwrap();
+    }
+    assert_eq!(
+        sb.aggregate_state::<Tally>("a").await.unwrap().unwrap().sum,
+        7
+    );
+    assert_eq!(
+        sb.aggregate_state::<Tally>("mirror-a")
+            .await
+            .unwrap()
+            .unwrap()
+            .sum,
+        7
+    );
+    let view = sb
+        .projection_state::<TallyView>("a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((view.events, view.sum), (2, 7));
+    let mirror_view = sb
+        .projection_state::<TallyView>("mirror-a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((mirror_view.events, mirror_view.sum), (2, 7));
+    assert_eq!(
+        storage.last_event_seq().await.unwrap(),
+        4,
+        "2 events of a, 2 of mirror-a"
+    );
+}
+
+#[tokio::test]
+async fn rows_for_an_unregistered_kind_follow_the_failure_policy_and_never_stall_the_shard() {
+    let memory = Arc::new(MemoryStorage::new());
+    let storage: Arc<dyn Storage> = memory.clone();
+    let clock = Arc::new(ManualClock::new(t0()));
+    let policy = FailurePolicy {
+        max_attempts: 2,
+        backoff: Backoff::Fixed(Duration::from_secs(5)),
+        on_exhausted: ExhaustedOutcome::DeadLetter,
+    };
+    let sb = build(storage.clone(), clock.clone(), move |b| {
+        b.shards(1).failure_policy(policy)
+    })
+    .await;
+    // Another application version wrote a row for a kind this node does not know.
+    let ghost = NewMessage {
+        signal_id: "ghost-1".into(),
+        kind: MessageKind::Command,
+        target_kind: "ghost".into(),
+        target_id: "g".into(),
+        tenant: String::new(),
+        payload: b"{}".to_vec(),
+        payload_type: "ghost.command".into(),
+        metadata: Default::default(),
+        received_at: clock.now(),
+        deliver_after: None,
+        expires_at: None,
+    };
+    storage
+        .write(WriteBatch {
+            events: vec![],
+            messages: vec![sb.env().registry.address(ghost)],
+        })
+        .await
+        .unwrap();
+    sb.send::<Tally>("t-1", &TallyCommand::Add(1))
+        .await
+        .unwrap();
+    let r = sb.deliver_all().await.unwrap();
+    assert_eq!((r.totals.delivered, r.totals.retried), (1, 1), "{r:?}");
+    clock.advance(chrono::Duration::seconds(5));
+    let r = sb.deliver_all().await.unwrap();
+    assert_eq!(r.totals.dead_lettered, 1, "{r:?}");
+    let dead = memory.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].reason.contains("ghost"), "{}", dead[0].reason);
+    assert_eq!(dead[0].attempts, 2);
+    assert_eq!(storage.counts(None).await.unwrap().pending(), 0);
+}
+
+#[tokio::test]
+async fn bad_configuration_and_input_give_typed_errors() {
+    let err = Shardbox::builder()
+        .aggregate::<Tally>()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("storage"), "{err}");
+    let err = Shardbox::builder()
+        .memory()
+        .aggregate::<Tally>()
+        .aggregate::<Tally>()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("registered twice"), "{err}");
+    let err = Shardbox::builder()
+        .memory()
+        .shards(0)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("shard_count"), "{err}");
+
+    let sb = Shardbox::builder().memory().build().await.unwrap();
+    let err = sb
+        .send::<Tally>("t", &TallyCommand::Add(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DeliveryError::UnknownKind { ref kind } if kind == "tally"),
+        "{err}"
+    );
+}
