@@ -145,6 +145,11 @@ impl Shardbox {
         })
     }
 
+    /// A snapshot of this node's delivery counters (also exported via the `metrics` crate).
+    pub fn metrics(&self) -> shardbox_core::MetricsSnapshot {
+        self.env.metrics.snapshot()
+    }
+
     /// The storage backend.
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.env.storage

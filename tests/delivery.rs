@@ -115,6 +115,12 @@ async fn a_worker_that_lost_its_lease_commits_nothing_and_the_next_owner_deliver
     let sessions = storage.sessions().await.unwrap();
     let session = sessions.iter().find(|s| s.shard == shard).unwrap();
     assert_eq!(session.epoch.0, 3, "picked up three times");
+    let m = sb.metrics();
+    assert_eq!(
+        (m.lease_pick_ups, m.lease_losses, m.delivered),
+        (2, 1, 1),
+        "{m:?}"
+    );
 }
 
 #[tokio::test]
@@ -152,6 +158,7 @@ async fn pick_up_is_refused_while_another_worker_holds_the_shard() {
     let report = sb.deliver(shard).await.unwrap();
     assert!(!report.picked_up);
     assert_eq!(refused.load(Ordering::SeqCst), 1);
+    assert_eq!(sb.metrics().lease_refusals, 1);
     assert_eq!(storage.counts(Some(shard)).await.unwrap().to_deliver, 1);
 }
 
@@ -331,6 +338,12 @@ async fn rows_for_an_unregistered_kind_follow_the_failure_policy_and_never_stall
     assert_eq!(dead.len(), 1);
     assert!(dead[0].reason.contains("ghost"), "{}", dead[0].reason);
     assert_eq!(dead[0].attempts, 2);
+    let m = sb.metrics();
+    assert_eq!(
+        (m.retries, m.dead_lettered, m.delivered),
+        (1, 1, 1),
+        "{m:?}"
+    );
     assert_eq!(storage.counts(None).await.unwrap().pending(), 0);
 }
 

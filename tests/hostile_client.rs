@@ -113,6 +113,20 @@ async fn hostile_client(storage: Arc<dyn Storage>) {
     }
     assert_eq!(handled, (TASKS * PER_TASK) as u64);
 
+    let m = shardbox.metrics();
+    assert_eq!(
+        m.delivered,
+        2 * handled,
+        "commands and projection copies: {m:?}"
+    );
+    assert_eq!(m.write_duplicates, duplicates as u64, "{m:?}");
+    assert_eq!(m.written, 2 * handled, "{m:?}");
+    assert_eq!(
+        (m.retries, m.dead_lettered, m.lease_losses),
+        (0, 0, 0),
+        "{m:?}"
+    );
+
     let counts = storage.counts(None).await.expect("counts");
     assert_eq!(counts.pending(), 0, "nothing left to deliver: {counts:?}");
     // Commands and their events' projection copies are kept as delivered rows for the window.

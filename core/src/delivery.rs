@@ -18,6 +18,7 @@ use crate::config::DeliveryConfig;
 use crate::conveyor::Conveyor;
 use crate::error::DeliveryError;
 use crate::ids::{ShardIndex, WorkerId};
+use crate::metrics::DeliveryMetrics;
 use crate::monitor::{DeliveryMonitor, StageInfo, StageReport};
 use crate::observer::ShardObserver;
 use crate::registry::EntityRegistry;
@@ -42,6 +43,8 @@ pub struct DeliveryEnv {
     pub monitor: Arc<dyn DeliveryMonitor>,
     /// Time.
     pub clock: Arc<dyn Clock>,
+    /// Counters of this delivery.
+    pub metrics: DeliveryMetrics,
     observers: RwLock<Vec<Arc<dyn ShardObserver>>>,
     stopping: AtomicBool,
 }
@@ -56,6 +59,7 @@ impl DeliveryEnv {
         clock: Arc<dyn Clock>,
     ) -> Self {
         DeliveryEnv {
+            metrics: DeliveryMetrics::new(&config.node_id),
             registry,
             storage,
             config,
@@ -173,15 +177,18 @@ impl Delivery {
                 )
                 .await?;
             let Some(mut lease) = picked else {
+                env.metrics.record_refusal();
                 env.monitor.on_pick_up_refused(shard);
                 tracing::trace!(%shard, "shard held by another worker");
                 return Ok(report);
             };
+            env.metrics.record_pick_up();
             report.picked_up = true;
             let epoch = lease.epoch;
             let end = match self.drain(&mut lease, &mut report).await {
                 Ok(end) => end,
                 Err(e) if e.is_lease_lost() => {
+                    env.metrics.record_lease_lost();
                     env.monitor.on_lease_lost(shard, epoch);
                     tracing::warn!(%shard, %epoch, node = %env.config.node_id, "lease lost; stage not committed, the new owner redelivers");
                     report.lease_lost = true;
@@ -252,6 +259,7 @@ impl Delivery {
             span.record("retried", stage_report.retried);
             report.stages += 1;
             report.totals.add(&stage_report);
+            env.metrics.record_stage(&stage_report);
             env.monitor.on_stage_finished(&info, &stage_report);
             if !env.monitor.should_continue(&info, &stage_report) {
                 return Ok(DrainEnd::Stopped);
@@ -275,6 +283,7 @@ impl Delivery {
         let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
         let committed = env.storage.commit_stage(commit).await?;
         report.purged = committed.purged;
+        env.metrics.record_write(&committed.written);
         env.notify(&committed.written.shards);
         tracing::debug!(
             delivered = report.delivered,

@@ -196,6 +196,7 @@ impl Inbox {
         batch: WriteBatch,
     ) -> Result<SendReceipt, DeliveryError> {
         let report = self.env.storage.write(batch).await?;
+        self.env.metrics.record_write(&report);
         if report.duplicates > 0 {
             tracing::debug!(%signal_id, duplicates = report.duplicates, "duplicate write ignored");
         }

@@ -32,6 +32,7 @@ pub mod ids;
 pub mod inbox;
 pub mod memory;
 pub mod message;
+pub mod metrics;
 pub mod monitor;
 pub mod observer;
 pub mod registry;
@@ -53,6 +54,7 @@ pub use handler::{BatchResult, EntityHandler, MessageOutcome};
 pub use ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
 pub use inbox::{Inbox, SendOptions, SendReceipt};
 pub use message::{DedupKey, InboxMessage, MessageKind, MessageStatus, Metadata, NewMessage};
+pub use metrics::{DeliveryMetrics, LatencySummary, MetricsSnapshot};
 pub use monitor::{
     DeliveryMonitor, FailureAction, FailureInfo, NoopMonitor, StageInfo, StageReport,
 };
