@@ -16,7 +16,8 @@
 use crate::clock::Clock;
 use crate::config::DeliveryConfig;
 use crate::conveyor::Conveyor;
-use crate::error::DeliveryError;
+use crate::error::{DeliveryError, StorageError};
+use crate::heartbeat::Heartbeat;
 use crate::ids::{ShardIndex, WorkerId};
 use crate::metrics::DeliveryMetrics;
 use crate::monitor::{DeliveryMonitor, StageInfo, StageReport};
@@ -276,9 +277,18 @@ impl Delivery {
     ) -> Result<(StageReport, Lease), DeliveryError> {
         let env = &self.env;
         env.monitor.on_stage_started(info);
-        let mut conveyor = Conveyor::new(env.clone(), lease, now, page);
+        let heartbeat = Heartbeat::start(env.clone(), lease.clone());
+        let mut conveyor = Conveyor::new(env.clone(), lease.clone(), now, page);
         for station in &self.pipeline {
             station.process(&mut conveyor).await?;
+        }
+        if heartbeat.stop() {
+            return Err(StorageError::LeaseLost {
+                shard: lease.shard,
+                held: lease.epoch,
+                current: None,
+            }
+            .into());
         }
         let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
         let committed = env.storage.commit_stage(commit).await?;

@@ -28,6 +28,7 @@ pub mod error;
 pub mod event;
 pub mod failure;
 pub mod handler;
+mod heartbeat;
 pub mod ids;
 pub mod inbox;
 pub mod memory;
