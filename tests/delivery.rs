@@ -381,3 +381,71 @@ async fn bad_configuration_and_input_give_typed_errors() {
         "{err}"
     );
 }
+
+/// A station that awaits slow I/O for longer than the lease.
+struct SlowIo(Duration);
+
+#[async_trait]
+impl shardbox::Station for SlowIo {
+    fn name(&self) -> &str {
+        "slow-io"
+    }
+    async fn process(&self, _: &mut Conveyor) -> Result<(), DeliveryError> {
+        tokio::time::sleep(self.0).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_slow_but_healthy_stage_keeps_its_lease_through_the_heartbeat() {
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let sb = Shardbox::builder()
+        .shared_storage(storage.clone())
+        .shards(1)
+        .lease_duration(Duration::from_millis(300))
+        .poll_interval(Duration::from_millis(50))
+        .aggregate::<Tally>()
+        .stations(|p| {
+            p.push(SlowIo(Duration::from_millis(900)));
+        })
+        .build()
+        .await
+        .unwrap();
+    sb.send::<Tally>("t-1", &TallyCommand::Add(2))
+        .await
+        .unwrap();
+    let stage = tokio::spawn({
+        let sb = sb.clone();
+        async move { sb.deliver(ShardIndex(0)).await }
+    });
+    // Three lease durations into the stage, another node still cannot take the shard.
+    let mut refused = 0;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let now = Utc::now();
+        let other = storage
+            .pick_up(
+                ShardIndex(0),
+                &NodeId("intruder".into()),
+                WorkerId(1),
+                now,
+                now + chrono::Duration::milliseconds(300),
+            )
+            .await
+            .unwrap();
+        assert!(other.is_none(), "the heartbeat keeps the lease");
+        refused += 1;
+    }
+    let report = stage.await.unwrap().unwrap();
+    assert_eq!(refused, 6);
+    assert!(!report.lease_lost, "{report:?}");
+    assert_eq!(report.totals.delivered, 1);
+    assert_eq!(
+        sb.aggregate_state::<Tally>("t-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .sum,
+        2
+    );
+}
