@@ -1,1 +1,52 @@
-//! placeholder
+//! # shardbox-storage
+//!
+//! Durable storage for Shardbox through diesel: every storage trait of `shardbox-core`
+//! (`InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`, `Storage`) for
+//!
+//! - [`SqliteStorage`]: one SQLite file, bundled SQLite, the embedded default (local mode);
+//! - [`PostgresStorage`]: a PostgreSQL database shared by many nodes (clustered mode);
+//!
+//! and one [`conformance`] suite that every backend — core's in-memory one included — must
+//! pass.
+//!
+//! ```text
+//!  SqliteStorage ─┐                      ┌─ sql::*      the queries, written once (macros
+//!                 ├─ sql::storage_impls ─┤               over the concrete connection type)
+//!  PostgresStorage┘   (async traits)     ├─ rows::*     row structs ⇄ core types
+//!                                        ├─ pool::Db    spawn_blocking + r2d2 checkout
+//!                                        ├─ migrate     embedded migrations, version checks
+//!                                        └─ error       driver errors → typed StorageError
+//! ```
+//!
+//! Every unit of work (checkout, transaction, queries) runs in one `spawn_blocking` closure;
+//! no runtime thread waits on the database. The schema is created by embedded migrations when
+//! a database is opened (see `docs/storage.md`).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), shardbox_core::StorageError> {
+//! use shardbox_core::{InboxStore, ShardIndex};
+//! use shardbox_storage::SqliteStorage;
+//! let storage = SqliteStorage::open("shardbox.db").await?;
+//! let counts = storage.counts(Some(ShardIndex(0))).await?;
+//! println!("{} pending", counts.pending());
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod conformance;
+mod error;
+mod inspect;
+mod migrate;
+mod pool;
+mod postgres;
+mod rows;
+mod schema;
+mod sql;
+mod sqlite;
+
+pub use error::redact;
+pub use inspect::Inspect;
+pub use migrate::MigrationMode;
+pub use postgres::{PostgresOptions, PostgresStorage, POSTGRES_MIGRATIONS};
+pub use sqlite::{SqliteOptions, SqliteStorage, SQLITE_MIGRATIONS};

@@ -1,0 +1,255 @@
+//! Stage-commit cases: retries and waiting targets, the purge of delivered rows, atomicity.
+
+use super::fixtures::*;
+use crate::Inspect;
+use shardbox_core::storage::{DeadLetter, RowChange, RowUpdate, WriteBatch};
+use shardbox_core::{MessageKind, ShardIndex, Storage, StorageError};
+
+/// A failed message is retried at its time with its attempt count and error, and its target
+/// is reported as waiting until then; a held message is not a waiting target.
+pub async fn retry_reports_waiting_target<S: Storage + Inspect>(store: S) {
+    let shard = ShardIndex(0);
+    store
+        .write(messages(vec![
+            command(0, "a", "a1"),
+            command(0, "a", "a2"),
+            command(0, "b", "b1"),
+        ]))
+        .await
+        .expect("write");
+    let lease = pick(&store, 0, "node-a", t0()).await;
+    let page = store.read_page(shard, t0(), 10).await.expect("read");
+    assert_eq!(signals(&page.messages), ["a1", "a2", "b1"]);
+    let (a1, a2, b1) = (
+        page.messages[0].seq,
+        page.messages[1].seq,
+        page.messages[2].seq,
+    );
+    let updates = vec![
+        RowUpdate {
+            seq: a1,
+            change: RowChange::RetryAt {
+                at: secs(30),
+                attempts: 1,
+                error: "boom".into(),
+            },
+        },
+        RowUpdate {
+            seq: a2,
+            change: RowChange::Hold { until: secs(30) },
+        },
+        delivered(b1, secs(60)),
+    ];
+    store
+        .commit_stage(stage(&lease, t0(), updates))
+        .await
+        .expect("commit");
+
+    let page = store.read_page(shard, secs(10), 10).await.expect("read");
+    assert!(page.messages.is_empty(), "{:?}", signals(&page.messages));
+    assert_eq!(page.waiting, vec![(key("a"), secs(30))]);
+    assert_eq!(
+        store.next_due(shard, secs(10)).await.expect("next"),
+        Some(secs(30))
+    );
+
+    let page = store.read_page(shard, secs(30), 10).await.expect("read");
+    assert_eq!(signals(&page.messages), ["a1", "a2"]);
+    let retried = &page.messages[0];
+    assert_eq!(retried.attempts, 1);
+    assert_eq!(retried.last_error.as_deref(), Some("boom"));
+    assert_eq!(retried.message.deliver_after, Some(secs(30)));
+    assert_eq!(page.messages[1].attempts, 0);
+    assert!(page.waiting.is_empty());
+}
+
+/// Delivered rows stay until `keep_until`; a purge removes at most the asked number, oldest
+/// window first, of the committing shard only.
+pub async fn delivered_rows_kept_until_window_then_purged<S: Storage + Inspect>(store: S) {
+    store
+        .write(messages(vec![
+            command(0, "a", "d1"),
+            command(0, "b", "d2"),
+            command(0, "c", "d3"),
+            command(1, "x", "x1"),
+        ]))
+        .await
+        .expect("write");
+    let zero = pick(&store, 0, "node-a", t0()).await;
+    let one = pick(&store, 1, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    let keep = [secs(10), secs(20), secs(20)];
+    let updates = page
+        .messages
+        .iter()
+        .zip(keep)
+        .map(|(r, k)| delivered(r.seq, k))
+        .collect();
+    store
+        .commit_stage(stage(&zero, t0(), updates))
+        .await
+        .expect("commit");
+    let page = store
+        .read_page(ShardIndex(1), t0(), 10)
+        .await
+        .expect("read");
+    store
+        .commit_stage(stage(
+            &one,
+            t0(),
+            vec![delivered(page.messages[0].seq, secs(10))],
+        ))
+        .await
+        .expect("commit");
+
+    let purge = |now, limit| {
+        let mut commit = stage(&zero, now, vec![]);
+        commit.purge_delivered = limit;
+        commit
+    };
+    let report = store
+        .commit_stage(purge(secs(5), 10))
+        .await
+        .expect("commit");
+    assert_eq!(report.purged, 0);
+    let report = store
+        .commit_stage(purge(secs(20), 2))
+        .await
+        .expect("commit");
+    assert_eq!(report.purged, 2, "at most purge_delivered rows");
+    let left: Vec<String> = store
+        .rows()
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.message.signal_id.0.clone())
+        .collect();
+    assert_eq!(
+        left,
+        ["d3", "x1"],
+        "oldest window (then seq) first, other shards untouched"
+    );
+    let report = store
+        .commit_stage(purge(secs(20), 10))
+        .await
+        .expect("commit");
+    assert_eq!(report.purged, 1);
+    assert_eq!(
+        store
+            .counts(Some(ShardIndex(0)))
+            .await
+            .expect("c")
+            .delivered,
+        0
+    );
+    assert_eq!(
+        store
+            .counts(Some(ShardIndex(1)))
+            .await
+            .expect("c")
+            .delivered,
+        1
+    );
+}
+
+/// A commit whose last update is bogus writes nothing at all; the same commit without it
+/// writes everything (states, events, fan-out rows, dead letters, row changes).
+pub async fn commit_is_all_or_nothing<S: Storage + Inspect>(store: S) {
+    store
+        .write(messages(vec![
+            command(0, "a", "r1"),
+            command(0, "b", "r2"),
+            command(1, "x", "x1"),
+        ]))
+        .await
+        .expect("write");
+    let lease = pick(&store, 0, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    let (r1, r2) = (&page.messages[0], &page.messages[1]);
+    let other_shard = store
+        .read_page(ShardIndex(1), t0(), 10)
+        .await
+        .expect("read");
+    let x1 = other_shard.messages[0].seq;
+
+    let full = |bogus: Option<i64>| {
+        let mut updates = vec![
+            delivered(r1.seq, secs(60)),
+            RowUpdate {
+                seq: r2.seq,
+                change: RowChange::Remove,
+            },
+        ];
+        updates.extend(bogus.map(|seq| delivered(seq, secs(60))));
+        let mut commit = stage(&lease, secs(1), updates);
+        commit.states = vec![state(key("a"), Some("{\"balance\":1}"))];
+        commit.writes = WriteBatch {
+            events: vec![event("e1", "Deposited", secs(1))],
+            messages: vec![with(command(2, "z", "e1"), |m| m.kind = MessageKind::Event)],
+        };
+        commit.dead_letters = vec![DeadLetter {
+            original: r2.clone(),
+            reason: "poison".into(),
+            attempts: 3,
+            last_attempt_at: secs(1),
+        }];
+        commit.purge_delivered = 10;
+        commit
+    };
+    let before_rows = store.rows().await.expect("rows");
+    let before_sessions = store.sessions().await.expect("sessions");
+    for bogus in [x1, i64::MAX - 7] {
+        let err = store
+            .commit_stage(full(Some(bogus)))
+            .await
+            .expect_err("a commit touching a row outside its shard must fail");
+        assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+        assert_eq!(
+            store.rows().await.expect("rows"),
+            before_rows,
+            "rows unchanged"
+        );
+        assert!(store
+            .load_states(&[key("a")])
+            .await
+            .expect("load")
+            .is_empty());
+        assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+        assert!(store.dead_letters().await.expect("dead").is_empty());
+        assert_eq!(
+            store.sessions().await.expect("s"),
+            before_sessions,
+            "lease not renewed"
+        );
+    }
+
+    let report = store.commit_stage(full(None)).await.expect("commit");
+    assert_eq!((report.written.events, report.written.written), (1, 1));
+    assert_eq!(report.written.shards, vec![ShardIndex(2)]);
+    assert_eq!(report.lease.lease_until, secs(31));
+    let states = store.load_states(&[key("a")]).await.expect("load");
+    assert_eq!(states.len(), 1);
+    assert_eq!((states[0].version, states[0].updated_at), (1, secs(1)));
+    assert!(store.last_event_seq().await.expect("seq") > 0);
+    let dead = store.dead_letters().await.expect("dead");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].original, *r2, "the original row round-trips");
+    assert_eq!((dead[0].reason.as_str(), dead[0].attempts), ("poison", 3));
+    assert_eq!(dead[0].last_attempt_at, secs(1));
+    let left: Vec<String> = store
+        .rows()
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.message.signal_id.0.clone())
+        .collect();
+    assert_eq!(left, ["r1", "x1", "e1"], "r2 removed, fan-out row added");
+    let sessions = store.sessions().await.expect("sessions");
+    assert_eq!(sessions[0].lease_until, Some(secs(31)), "lease renewed");
+}

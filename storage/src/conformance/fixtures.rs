@@ -1,0 +1,148 @@
+//! Builders for the conformance cases: fixed times, messages, events, leases and commits.
+//!
+//! Times are whole milliseconds after a fixed instant, so that every backend stores them
+//! exactly (the durable ones keep microseconds).
+
+use chrono::{DateTime, Duration, Utc};
+use shardbox_core::message::{InboxWrite, Metadata};
+use shardbox_core::storage::{
+    EntityKey, EntityStateWrite, RowChange, RowUpdate, StageCommit, WriteBatch,
+};
+use shardbox_core::{
+    EventSource, InboxMessage, Lease, MessageKind, NewEvent, NewMessage, NodeId, ShardIndex,
+    SignalId, Storage, WorkerId,
+};
+
+/// The suite's epoch: 2023-11-14T22:13:20Z.
+pub fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default()
+}
+
+/// `t0` plus `seconds`.
+pub fn secs(seconds: i64) -> DateTime<Utc> {
+    t0() + Duration::seconds(seconds)
+}
+
+/// `t0` plus `ms` milliseconds.
+pub fn millis(ms: i64) -> DateTime<Utc> {
+    t0() + Duration::milliseconds(ms)
+}
+
+/// A command for `account/<target_id>` in `shard`, signal `signal`, tenant "".
+pub fn command(shard: u32, target_id: &str, signal: &str) -> InboxWrite {
+    let mut metadata = Metadata::new();
+    metadata.insert("trace".into(), format!("trace-{signal}"));
+    InboxWrite {
+        shard: ShardIndex(shard),
+        message: NewMessage {
+            signal_id: SignalId::from(signal),
+            kind: MessageKind::Command,
+            target_kind: "account".into(),
+            target_id: target_id.into(),
+            tenant: String::new(),
+            payload: format!("{{\"signal\":\"{signal}\"}}").into_bytes(),
+            payload_type: "AccountCommand".into(),
+            metadata,
+            received_at: t0(),
+            deliver_after: None,
+            expires_at: None,
+        },
+    }
+}
+
+/// `w` changed by `change`.
+pub fn with(mut w: InboxWrite, change: impl FnOnce(&mut NewMessage)) -> InboxWrite {
+    change(&mut w.message);
+    w
+}
+
+/// A batch of messages only.
+pub fn messages(messages: Vec<InboxWrite>) -> WriteBatch {
+    WriteBatch {
+        events: Vec::new(),
+        messages,
+    }
+}
+
+/// An event `id` of `event_type` that occurred at `occurred_at`.
+pub fn event(id: &str, event_type: &str, occurred_at: DateTime<Utc>) -> NewEvent {
+    let mut metadata = Metadata::new();
+    metadata.insert("causation".into(), format!("cause-{id}"));
+    NewEvent {
+        id: SignalId::from(id),
+        event_type: event_type.into(),
+        source: EventSource {
+            kind: "account".into(),
+            id: format!("src-{id}"),
+        },
+        tenant: "tenant-1".into(),
+        occurred_at,
+        payload: format!("{{\"event\":\"{id}\"}}").into_bytes(),
+        metadata,
+    }
+}
+
+/// A node id.
+pub fn node(name: &str) -> NodeId {
+    NodeId(name.into())
+}
+
+/// Picks up `shard` for `node_name` at `now` for 30 s; panics if refused.
+pub async fn pick<S: Storage>(store: &S, shard: u32, node_name: &str, now: DateTime<Utc>) -> Lease {
+    store
+        .pick_up(
+            ShardIndex(shard),
+            &node(node_name),
+            WorkerId(1),
+            now,
+            now + Duration::seconds(30),
+        )
+        .await
+        .expect("pick_up failed")
+        .unwrap_or_else(|| panic!("shard {shard} should be free for {node_name} at {now}"))
+}
+
+/// A commit of `updates` under `lease` at `now`, renewing the lease for 30 s, writing nothing
+/// else.
+pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> StageCommit {
+    StageCommit {
+        lease: lease.clone(),
+        now,
+        lease_until: now + Duration::seconds(30),
+        updates,
+        states: Vec::new(),
+        writes: WriteBatch::default(),
+        dead_letters: Vec::new(),
+        purge_delivered: 0,
+    }
+}
+
+/// Row `seq` delivered, kept until `keep_until`.
+pub fn delivered(seq: i64, keep_until: DateTime<Utc>) -> RowUpdate {
+    RowUpdate {
+        seq,
+        change: RowChange::Delivered { keep_until },
+    }
+}
+
+/// The key of `account/<id>` in tenant "".
+pub fn key(id: &str) -> EntityKey {
+    EntityKey {
+        kind: "account".into(),
+        tenant: String::new(),
+        id: id.into(),
+    }
+}
+
+/// A state write of `state` (or a delete) for `key`.
+pub fn state(key: EntityKey, state: Option<&str>) -> EntityStateWrite {
+    EntityStateWrite {
+        key,
+        state: state.map(|s| s.as_bytes().to_vec()),
+    }
+}
+
+/// The signal ids of `rows`, in order.
+pub fn signals(rows: &[InboxMessage]) -> Vec<String> {
+    rows.iter().map(|r| r.message.signal_id.0.clone()).collect()
+}

@@ -1,0 +1,266 @@
+//! Inbox cases: order, paging, delays, counts, replayed rows, concurrent writers.
+
+use super::fixtures::*;
+use crate::Inspect;
+use chrono::Duration;
+use shardbox_core::storage::{InboxCounts, WriteBatch, WriteReport};
+use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage};
+use std::sync::Arc;
+
+/// Rows come back in `seq` order, whole, only from the shard asked for; the write report
+/// counts rows and lists touched shards sorted and once.
+pub async fn write_then_read_in_seq_order<S: Storage + Inspect>(store: S) {
+    let first = vec![
+        command(2, "a", "s1"),
+        command(0, "b", "s2"),
+        command(2, "c", "s3"),
+    ];
+    let report = store.write(messages(first.clone())).await.expect("write");
+    assert_eq!(
+        report,
+        WriteReport {
+            events: 0,
+            written: 3,
+            duplicates: 0,
+            shards: vec![ShardIndex(0), ShardIndex(2)],
+        }
+    );
+    let rich = with(command(2, "a", "s4"), |m| {
+        m.kind = MessageKind::Event;
+        m.tenant = "tenant-9".into();
+        m.received_at = millis(1_234);
+        m.expires_at = Some(secs(3_600));
+        m.deliver_after = Some(secs(-1));
+        m.metadata.insert("actor".into(), "ünïcode ✓".into());
+        m.payload = vec![0, 159, 146, 150, 255];
+    });
+    let report = store
+        .write(messages(vec![rich.clone()]))
+        .await
+        .expect("write");
+    assert_eq!(report.shards, vec![ShardIndex(2)]);
+
+    let page = store
+        .read_page(ShardIndex(2), t0(), 10)
+        .await
+        .expect("read");
+    assert_eq!(signals(&page.messages), ["s1", "s3", "s4"]);
+    assert!(page.waiting.is_empty(), "{:?}", page.waiting);
+    let expected = [&first[0], &first[2], &rich];
+    for (row, written) in page.messages.iter().zip(expected) {
+        assert_eq!(row.message, written.message, "row {} round trip", row.seq);
+        assert_eq!(row.shard, ShardIndex(2));
+        assert_eq!(row.status, MessageStatus::ToDeliver);
+        assert_eq!(
+            (row.attempts, &row.last_error, row.keep_until),
+            (0, &None, None)
+        );
+    }
+    let other = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    assert_eq!(signals(&other.messages), ["s2"]);
+    let seqs = [
+        page.messages[0].seq,
+        other.messages[0].seq,
+        page.messages[1].seq,
+        page.messages[2].seq,
+    ];
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "seq follows insertion order: {seqs:?}"
+    );
+
+    let limited = store.read_page(ShardIndex(2), t0(), 2).await.expect("read");
+    assert_eq!(signals(&limited.messages), ["s1", "s3"]);
+    let empty = store
+        .read_page(ShardIndex(7), t0(), 10)
+        .await
+        .expect("read");
+    assert!(empty.messages.is_empty());
+}
+
+/// Rows with equal timestamps are neither skipped nor repeated across page boundaries.
+pub async fn paging_with_equal_timestamps_crosses_pages<S: Storage + Inspect>(store: S) {
+    let names: Vec<String> = (0..7).map(|i| format!("m{i}")).collect();
+    let mut batch: Vec<_> = names
+        .iter()
+        .map(|n| command(1, &format!("target-{n}"), n))
+        .collect();
+    batch.insert(3, command(4, "elsewhere", "x"));
+    store.write(messages(batch)).await.expect("write");
+
+    let lease = pick(&store, 1, "node-a", t0()).await;
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = store.read_page(ShardIndex(1), t0(), 3).await.expect("read");
+        if page.messages.is_empty() {
+            break;
+        }
+        pages += 1;
+        assert!(pages <= 3, "more pages than rows allow: {seen:?}");
+        assert!(page.messages.len() <= 3);
+        seen.extend(signals(&page.messages));
+        let updates = page
+            .messages
+            .iter()
+            .map(|r| delivered(r.seq, secs(60)))
+            .collect();
+        store
+            .commit_stage(stage(&lease, t0(), updates))
+            .await
+            .expect("commit");
+    }
+    assert_eq!(seen, names);
+    assert_eq!(pages, 3);
+    let counts = store.counts(Some(ShardIndex(1))).await.expect("counts");
+    assert_eq!((counts.to_deliver, counts.delivered), (0, 7));
+}
+
+/// A delayed row is not due before `deliver_after`, and is due at it.
+pub async fn deliver_after_is_respected<S: Storage + Inspect>(store: S) {
+    let batch = vec![
+        command(0, "a", "now"),
+        with(command(0, "b", "later"), |m| {
+            m.deliver_after = Some(secs(10))
+        }),
+        with(command(0, "c", "past"), |m| {
+            m.deliver_after = Some(secs(-5))
+        }),
+    ];
+    store.write(messages(batch)).await.expect("write");
+    let shard = ShardIndex(0);
+
+    let page = store.read_page(shard, t0(), 10).await.expect("read");
+    assert_eq!(signals(&page.messages), ["now", "past"]);
+    assert!(page.waiting.is_empty(), "a delay is not a retry");
+    assert_eq!(
+        store.next_due(shard, t0()).await.expect("next"),
+        Some(secs(10))
+    );
+
+    let just_before = secs(10) - Duration::milliseconds(1);
+    let page = store.read_page(shard, just_before, 10).await.expect("read");
+    assert_eq!(signals(&page.messages), ["now", "past"]);
+
+    let page = store.read_page(shard, secs(10), 10).await.expect("read");
+    assert_eq!(signals(&page.messages), ["now", "later", "past"]);
+    assert_eq!(store.next_due(shard, secs(10)).await.expect("next"), None);
+    assert_eq!(
+        store.next_due(ShardIndex(3), t0()).await.expect("next"),
+        None
+    );
+}
+
+/// Counts by status, per shard and in total.
+pub async fn counts_by_status<S: Storage + Inspect>(store: S) {
+    let batch = vec![
+        command(0, "a", "c1"),
+        command(0, "b", "c2"),
+        with(command(0, "p", "h1"), |m| m.kind = MessageKind::CatchUp),
+        command(1, "c", "c3"),
+    ];
+    store.write(messages(batch)).await.expect("write");
+    let counts = |to_deliver, delivered, to_catch_up| InboxCounts {
+        to_deliver,
+        delivered,
+        to_catch_up,
+    };
+    assert_eq!(store.counts(None).await.expect("counts"), counts(3, 0, 1));
+    assert_eq!(
+        store.counts(Some(ShardIndex(0))).await.expect("counts"),
+        counts(2, 0, 1)
+    );
+    assert_eq!(
+        store.counts(Some(ShardIndex(1))).await.expect("counts"),
+        counts(1, 0, 0)
+    );
+    assert_eq!(
+        store.counts(Some(ShardIndex(9))).await.expect("counts"),
+        counts(0, 0, 0)
+    );
+
+    let lease = pick(&store, 0, "node-a", t0()).await;
+    let page = store.read_page(ShardIndex(0), t0(), 1).await.expect("read");
+    store
+        .commit_stage(stage(
+            &lease,
+            t0(),
+            vec![delivered(page.messages[0].seq, secs(60))],
+        ))
+        .await
+        .expect("commit");
+    let after = store.counts(Some(ShardIndex(0))).await.expect("counts");
+    assert_eq!(after, counts(1, 1, 1));
+    assert_eq!(after.pending(), 2);
+}
+
+/// Replayed history (`to_catch_up`) and live rows come back merged in `seq` order.
+pub async fn catch_up_rows_interleave_in_seq_order<S: Storage + Inspect>(store: S) {
+    let replay = |w| with(w, |m| m.kind = MessageKind::CatchUp);
+    let batch = vec![
+        command(0, "a", "c1"),
+        replay(command(0, "p", "h1")),
+        command(0, "b", "c2"),
+        replay(command(0, "p", "h2")),
+        command(0, "c", "c3"),
+    ];
+    store.write(messages(batch)).await.expect("write");
+    let page = store.read_page(ShardIndex(0), t0(), 3).await.expect("read");
+    assert_eq!(signals(&page.messages), ["c1", "h1", "c2"]);
+    let statuses: Vec<MessageStatus> = page.messages.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            MessageStatus::ToDeliver,
+            MessageStatus::ToCatchUp,
+            MessageStatus::ToDeliver
+        ]
+    );
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    assert_eq!(signals(&page.messages), ["c1", "h1", "c2", "h2", "c3"]);
+}
+
+/// Many tasks writing at once all succeed (no "database is locked"), and every row and
+/// event is stored once with a distinct `seq`.
+pub async fn concurrent_writers_all_succeed<S: Storage + Inspect>(store: S) {
+    const TASKS: usize = 8;
+    const WRITES: usize = 25;
+    let store = Arc::new(store);
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            for i in 0..WRITES {
+                let id = format!("w{task}-{i}");
+                let shard = (task % 4) as u32;
+                let batch = WriteBatch {
+                    events: vec![event(&id, "Written", t0())],
+                    messages: vec![
+                        command(shard, &format!("t{task}"), &id),
+                        command(shard, &format!("u{task}"), &id),
+                    ],
+                };
+                let report = store.write(batch).await.expect("concurrent write failed");
+                assert_eq!((report.written, report.events), (2, 1));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("writer task panicked");
+    }
+    let counts = store.counts(None).await.expect("counts");
+    assert_eq!(counts.to_deliver, (TASKS * WRITES * 2) as u64);
+    let rows = store.rows().await.expect("rows");
+    assert!(rows.windows(2).all(|w| w[0].seq < w[1].seq));
+    let events = store
+        .read_events(0, &[], None, TASKS * WRITES * 2)
+        .await
+        .expect("events");
+    assert_eq!(events.len(), TASKS * WRITES);
+}

@@ -1,0 +1,100 @@
+//! The storage conformance suite: one set of cases that every backend must pass.
+//!
+//! ```text
+//!  conformance::<case>(fresh backend)   async, generic over Storage + Inspect; panics on a
+//!                                       broken guarantee (it is a test suite)
+//!  conformance_suite!(fresh)            stamps one #[tokio::test] per case into the calling
+//!                                       module, each on a fresh backend
+//! ```
+//!
+//! `storage/tests/conformance.rs` runs it against core's `MemoryStorage`, [`SqliteStorage`]
+//! and [`PostgresStorage`]; a new backend is done when it passes, not before. The cases
+//! cover the Inbox (order, paging, delays, deduplication, retries, purge, counts, tenants),
+//! the stage commit (fencing, atomicity), the lock table, the event store, entity states,
+//! catch-up jobs, and concurrent writers, pick-ups and catch-up starts.
+//!
+//! [`SqliteStorage`]: crate::SqliteStorage
+//! [`PostgresStorage`]: crate::PostgresStorage
+//!
+//! ```ignore
+//! mod memory {
+//!     async fn fresh(_case: &str) -> Option<(shardbox_core::memory::MemoryStorage, ())> {
+//!         Some((shardbox_core::memory::MemoryStorage::new(), ()))
+//!     }
+//!     shardbox_storage::conformance_suite!(fresh);
+//! }
+//! ```
+
+pub mod fixtures;
+
+mod catch_up;
+mod commit;
+mod dedup;
+mod events;
+mod inbox;
+mod registry;
+
+pub use catch_up::{catch_up_lifecycle, concurrent_overlapping_catch_up_starts_one_wins};
+pub use commit::{
+    commit_is_all_or_nothing, delivered_rows_kept_until_window_then_purged,
+    retry_reports_waiting_target,
+};
+pub use dedup::{
+    duplicate_of_delivered_row_is_ignored_until_purged, duplicate_write_is_ignored_and_counted,
+    tenant_isolation,
+};
+pub use events::{entity_state_versions_and_delete, event_store_pages_by_seq_with_filters};
+pub use inbox::{
+    catch_up_rows_interleave_in_seq_order, concurrent_writers_all_succeed, counts_by_status,
+    deliver_after_is_respected, paging_with_equal_timestamps_crosses_pages,
+    write_then_read_in_seq_order,
+};
+pub use registry::{
+    concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
+    pick_up_refused_while_held, release_then_pick_up_gives_higher_epoch,
+};
+
+/// Stamps one `#[tokio::test]` per conformance case into the calling module.
+///
+/// `$fresh` is an async fn `(case_name: &str) -> Option<(S, G)>` giving a fresh backend `S`
+/// (`Storage + Inspect`) and a guard `G` dropped after the case (to remove a temporary file or
+/// schema), or `None` to skip the case (say why on stderr).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fresh:path) => {
+        $crate::conformance_suite!(@cases $fresh;
+            write_then_read_in_seq_order,
+            paging_with_equal_timestamps_crosses_pages,
+            deliver_after_is_respected,
+            duplicate_write_is_ignored_and_counted,
+            duplicate_of_delivered_row_is_ignored_until_purged,
+            tenant_isolation,
+            counts_by_status,
+            catch_up_rows_interleave_in_seq_order,
+            concurrent_writers_all_succeed,
+            retry_reports_waiting_target,
+            delivered_rows_kept_until_window_then_purged,
+            commit_is_all_or_nothing,
+            pick_up_refused_while_held,
+            release_then_pick_up_gives_higher_epoch,
+            fenced_commit_refused_after_lease_taken,
+            concurrent_pick_up_has_one_winner,
+            event_store_pages_by_seq_with_filters,
+            entity_state_versions_and_delete,
+            catch_up_lifecycle,
+            concurrent_overlapping_catch_up_starts_one_wins,
+        );
+    };
+    (@cases $fresh:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let Some((storage, guard)) = $fresh(stringify!($case)).await else {
+                    return;
+                };
+                $crate::conformance::$case(storage).await;
+                drop(guard);
+            }
+        )*
+    };
+}

@@ -1,0 +1,189 @@
+//! Lock-table cases: pick-up as compare-and-set, epochs, fencing of renew, release and commit.
+
+use super::fixtures::*;
+use crate::Inspect;
+use chrono::Duration;
+use shardbox_core::storage::ShardSession;
+use shardbox_core::{LeaseEpoch, MessageStatus, ShardIndex, Storage, StorageError, WorkerId};
+use std::sync::Arc;
+
+/// A held lease cannot be picked up, not even by its own node; an expired one can, with the
+/// next epoch.
+pub async fn pick_up_refused_while_held<S: Storage + Inspect>(store: S) {
+    let shard = ShardIndex(3);
+    let a = pick(&store, 3, "node-a", t0()).await;
+    assert_eq!(a.epoch, LeaseEpoch(1));
+    assert_eq!(
+        (a.shard, a.picked_at, a.lease_until),
+        (shard, t0(), secs(30))
+    );
+    for (who, worker) in [("node-b", 1), ("node-a", 2)] {
+        let refused = store
+            .pick_up(shard, &node(who), WorkerId(worker), secs(10), secs(40))
+            .await
+            .expect("pick_up");
+        assert_eq!(refused, None, "{who}/{worker} took a held lease");
+    }
+    let b = store
+        .pick_up(shard, &node("node-b"), WorkerId(7), secs(30), secs(60))
+        .await
+        .expect("pick_up")
+        .expect("a lease is free when lease_until has come");
+    assert_eq!((b.epoch, b.worker_id), (LeaseEpoch(2), WorkerId(7)));
+    assert_eq!(
+        store.sessions().await.expect("sessions"),
+        vec![ShardSession {
+            shard,
+            node_id: Some(node("node-b")),
+            worker_id: Some(WorkerId(7)),
+            epoch: LeaseEpoch(2),
+            picked_at: Some(secs(30)),
+            lease_until: Some(secs(60)),
+        }]
+    );
+}
+
+/// Release frees the shard at once and the next pick-up gets a higher epoch; a stale lease
+/// can neither release nor renew.
+pub async fn release_then_pick_up_gives_higher_epoch<S: Storage + Inspect>(store: S) {
+    let a = pick(&store, 0, "node-a", t0()).await;
+    store.release(&a).await.expect("release");
+    let sessions = store.sessions().await.expect("sessions");
+    assert_eq!(sessions[0].lease_until, None);
+    let b = pick(&store, 0, "node-b", secs(1)).await;
+    assert!(b.epoch > a.epoch, "{:?} after {:?}", b.epoch, a.epoch);
+
+    store.release(&a).await.expect("a stale release is a no-op");
+    let sessions = store.sessions().await.expect("sessions");
+    assert_eq!(
+        sessions[0].lease_until,
+        Some(secs(31)),
+        "b still holds the shard"
+    );
+
+    let renewed = store.renew(&b, secs(90)).await.expect("renew");
+    assert_eq!((renewed.epoch, renewed.lease_until), (b.epoch, secs(90)));
+    assert_eq!(
+        store.sessions().await.expect("s")[0].lease_until,
+        Some(secs(90))
+    );
+    let err = store.renew(&a, secs(99)).await.expect_err("stale renew");
+    match err {
+        StorageError::LeaseLost {
+            shard,
+            held,
+            current,
+        } => assert_eq!(
+            (shard, held, current),
+            (ShardIndex(0), a.epoch, Some(b.epoch))
+        ),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+}
+
+/// A worker whose expired lease was taken over commits nothing; the new owner commits.
+pub async fn fenced_commit_refused_after_lease_taken<S: Storage + Inspect>(store: S) {
+    store
+        .write(messages(vec![command(0, "a", "m1")]))
+        .await
+        .expect("write");
+    let a = pick(&store, 0, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    let seq = page.messages[0].seq;
+    // The same node takes the shard over with another worker (say, after a restart): only
+    // the epoch tells the two apart.
+    let b = store
+        .pick_up(
+            ShardIndex(0),
+            &node("node-a"),
+            WorkerId(2),
+            secs(31),
+            secs(61),
+        )
+        .await
+        .expect("pick_up")
+        .expect("the expired lease is free");
+    let before = store.rows().await.expect("rows");
+
+    let mut late = stage(&a, secs(32), vec![delivered(seq, secs(90))]);
+    late.states = vec![state(key("a"), Some("stale"))];
+    late.writes.events = vec![event("e-late", "Deposited", secs(32))];
+    late.writes.messages = vec![command(5, "z", "fan-out")];
+    late.purge_delivered = 10;
+    let err = store.commit_stage(late).await.expect_err("fenced commit");
+    match err {
+        StorageError::LeaseLost {
+            shard,
+            held,
+            current,
+        } => assert_eq!(
+            (shard, held, current),
+            (ShardIndex(0), a.epoch, Some(b.epoch))
+        ),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert_eq!(
+        store.rows().await.expect("rows"),
+        before,
+        "no row changed or added"
+    );
+    assert!(store
+        .load_states(&[key("a")])
+        .await
+        .expect("load")
+        .is_empty());
+    assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+    let session = &store.sessions().await.expect("sessions")[0];
+    assert_eq!(
+        (session.worker_id, session.lease_until),
+        (Some(WorkerId(2)), Some(secs(61))),
+        "the loser did not renew the lease"
+    );
+
+    let report = store
+        .commit_stage(stage(&b, secs(33), vec![delivered(seq, secs(90))]))
+        .await
+        .expect("the owner commits");
+    assert_eq!(report.lease.epoch, b.epoch);
+    assert_eq!(report.lease.lease_until, secs(33) + Duration::seconds(30));
+    let rows = store.rows().await.expect("rows");
+    assert_eq!(rows[0].status, MessageStatus::Delivered);
+}
+
+/// Of many workers picking up one free shard at once, exactly one wins.
+pub async fn concurrent_pick_up_has_one_winner<S: Storage + Inspect>(store: S) {
+    const WORKERS: u32 = 8;
+    let store = Arc::new(store);
+    let barrier = Arc::new(tokio::sync::Barrier::new(WORKERS as usize));
+    let mut tasks = Vec::new();
+    for w in 0..WORKERS {
+        let store = Arc::clone(&store);
+        let barrier = Arc::clone(&barrier);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .pick_up(
+                    ShardIndex(5),
+                    &node(&format!("node-{w}")),
+                    WorkerId(w),
+                    t0(),
+                    secs(30),
+                )
+                .await
+                .expect("pick_up")
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        if let Some(lease) = task.await.expect("task") {
+            winners.push(lease);
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(winners[0].epoch, LeaseEpoch(1));
+    let sessions = store.sessions().await.expect("sessions");
+    assert_eq!(sessions[0].node_id, Some(winners[0].node_id.clone()));
+}

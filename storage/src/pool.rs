@@ -1,0 +1,90 @@
+//! Running blocking diesel work off the async runtime.
+//!
+//! ```text
+//!  async caller ──► spawn_blocking { checkout ─► transaction ─► queries } ──► Result
+//! ```
+//!
+//! Every unit of work is one closure run on tokio's blocking pool: the pool checkout, the
+//! transaction and its queries happen together there, so no runtime worker thread ever waits
+//! on the database. [`Db`] pairs the r2d2 pool with the database's printable name, which every
+//! error carries.
+
+use crate::error::{classify_connect, Failure};
+use diesel::r2d2::{Builder, ConnectionManager, Pool, R2D2Connection};
+use shardbox_core::StorageError;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An r2d2 pool builder with the values r2d2 would panic on clamped: at least one connection,
+/// no more idle connections than connections, a positive checkout timeout.
+pub(crate) fn pool_builder<C: R2D2Connection + Send + 'static>(
+    size: u32,
+    min_idle: Option<u32>,
+    connection_timeout: Duration,
+) -> Builder<ConnectionManager<C>> {
+    let size = size.max(1);
+    Pool::builder()
+        .max_size(size)
+        .min_idle(min_idle.map(|idle| idle.min(size)))
+        .connection_timeout(connection_timeout.max(Duration::from_millis(1)))
+}
+
+/// A connection pool and the name of the database behind it.
+pub(crate) struct Db<C: R2D2Connection + Send + 'static> {
+    pool: Pool<ConnectionManager<C>>,
+    name: Arc<str>,
+}
+
+impl<C: R2D2Connection + Send + 'static> Db<C> {
+    pub(crate) fn new(pool: Pool<ConnectionManager<C>>, name: impl Into<Arc<str>>) -> Self {
+        Db {
+            pool,
+            name: name.into(),
+        }
+    }
+
+    /// The database: file path, or URL with the password redacted.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Pool statistics, for `Debug`.
+    pub(crate) fn state(&self) -> diesel::r2d2::State {
+        self.pool.state()
+    }
+
+    /// Runs `work` with a pooled connection on the blocking thread pool.
+    pub(crate) async fn run<T, F>(&self, work: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut C) -> Result<T, Failure> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        let name = Arc::clone(&self.name);
+        blocking(move || {
+            let mut conn = pool
+                .get()
+                .map_err(|e| classify_connect(e.to_string(), &name))?;
+            work(&mut conn).map_err(|f| f.into_storage_error(&name))
+        })
+        .await
+    }
+}
+
+/// Runs `work` on tokio's blocking thread pool; a typed error (never a panic) outside a tokio
+/// runtime or when the task cannot complete.
+pub(crate) async fn blocking<T, F>(work: F) -> Result<T, StorageError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StorageError> + Send + 'static,
+{
+    let handle = tokio::runtime::Handle::try_current().map_err(|e| {
+        StorageError::Task(format!(
+            "shardbox storage must be used inside a tokio runtime: {e}"
+        ))
+    })?;
+    handle
+        .spawn_blocking(work)
+        .await
+        .map_err(|e| StorageError::Task(e.to_string()))?
+}

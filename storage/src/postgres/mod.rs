@@ -1,0 +1,200 @@
+//! [`PostgresStorage`]: one PostgreSQL database shared by every node of a cluster.
+//!
+//! ```text
+//!  connect(url) ─► first connection: search_path, then in one transaction:
+//!                  pg_advisory_xact_lock(migrations, schema) ─► CREATE SCHEMA IF NOT EXISTS
+//!                  ─► migrations
+//!               ─► r2d2 pool, every connection: SET search_path TO "<schema>" (if chosen)
+//!  writes       ─► READ COMMITTED transactions; row locks and advisory locks where a
+//!                  check-then-write must be atomic (fence, pick-up, catch-up start)
+//!  reads        ─► a read-only REPEATABLE READ transaction where several reads must agree
+//! ```
+//!
+//! Many processes may connect at once: the advisory lock lets one of them migrate while the
+//! others wait and then find the schema up to date.
+
+mod options;
+
+pub use options::PostgresOptions;
+
+use crate::error::{classify_connect, redact, Failure};
+use crate::migrate::migrate;
+use crate::pool::{blocking, pool_builder, Db};
+use crate::sql::Dialect;
+use diesel::connection::{Connection, SimpleConnection};
+use diesel::r2d2::ConnectionManager;
+use diesel::sql_types::{Integer, Nullable, Text};
+use diesel::{PgConnection, RunQueryDsl};
+use diesel_migrations::{embed_migrations, EmbeddedMigrations};
+use options::{quote_identifier, SearchPath};
+use shardbox_core::StorageError;
+
+/// The PostgreSQL schema's migrations (`storage/migrations/postgres`).
+pub const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// First key of the advisory locks Shardbox takes (`pg_advisory_xact_lock(class, hash)`),
+/// one class per purpose; the second key is a hash of the schema (and more).
+const LOCK_MIGRATIONS: i32 = 0x5342_0001;
+const LOCK_CATCH_UP_START: i32 = 0x5342_0002;
+const LOCK_EVENT_APPEND: i32 = 0x5342_0003;
+
+/// Durable storage in a PostgreSQL database, for clustered mode.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), shardbox_core::StorageError> {
+/// use shardbox_storage::{PostgresOptions, PostgresStorage};
+/// let storage = PostgresStorage::connect("postgres://app@db:5432/app").await?;
+/// let isolated = PostgresStorage::connect_with(
+///     "postgres://app@db:5432/app",
+///     PostgresOptions::default().schema("shardbox").pool_size(16),
+/// )
+/// .await?;
+/// # Ok(()) }
+/// ```
+pub struct PostgresStorage {
+    db: Db<PgConnection>,
+    schema: Option<String>,
+}
+
+impl std::fmt::Debug for PostgresStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.db.state();
+        f.debug_struct("PostgresStorage")
+            .field("database", &self.db.name())
+            .field("schema", &self.schema)
+            .field("connections", &state.connections)
+            .field("idle", &state.idle_connections)
+            .finish()
+    }
+}
+
+impl PostgresStorage {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/dbname`) with
+    /// default options, migrating it to the schema of this binary.
+    pub async fn connect(url: impl Into<String>) -> Result<Self, StorageError> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connects with `options`.
+    ///
+    /// Errors: [`StorageError::Unavailable`] if the server cannot be reached or refuses the
+    /// login, [`StorageError::SchemaMismatch`] if the schema is newer than this binary (or
+    /// has pending migrations and [`MigrationMode::Verify`](crate::MigrationMode::Verify) was
+    /// chosen). Error messages name the URL with its password redacted.
+    pub async fn connect_with(
+        url: impl Into<String>,
+        options: PostgresOptions,
+    ) -> Result<Self, StorageError> {
+        let url = url.into();
+        blocking(move || connect_blocking(url, options)).await
+    }
+
+    /// The schema the tables live in, if one was chosen.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    fn describe_backend(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("postgres {} (schema {schema})", self.db.name()),
+            None => format!("postgres {}", self.db.name()),
+        }
+    }
+}
+
+fn connect_blocking(
+    url: String,
+    options: PostgresOptions,
+) -> Result<PostgresStorage, StorageError> {
+    let name = redact(&url);
+    let search_path = SearchPath {
+        schema: options.schema.clone(),
+    };
+    let mut conn =
+        PgConnection::establish(&url).map_err(|e| classify_connect(e.to_string(), &name))?;
+    search_path
+        .apply(&mut conn)
+        .map_err(|e| classify_connect(e.to_string(), &name))?;
+    let applied = conn
+        .transaction(|conn| {
+            diesel::sql_query(
+                "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE($2, current_schema(), '')))",
+            )
+            .bind::<Integer, _>(LOCK_MIGRATIONS)
+            .bind::<Nullable<Text>, _>(options.schema.as_deref())
+            .execute(conn)?;
+            if let Some(schema) = &options.schema {
+                conn.batch_execute(&format!(
+                    "CREATE SCHEMA IF NOT EXISTS {}",
+                    quote_identifier(schema)
+                ))?;
+            }
+            migrate(conn, &POSTGRES_MIGRATIONS, options.migrations, &name)
+        })
+        .map_err(|f: Failure| f.into_storage_error(&name))?;
+    if !applied.is_empty() {
+        tracing::info!(database = %name, schema = ?options.schema, ?applied, "migrated PostgreSQL schema");
+    }
+    drop(conn);
+
+    let pool = pool_builder(
+        options.pool_size,
+        options.min_idle,
+        options.connection_timeout,
+    )
+    .connection_customizer(Box::new(search_path))
+    .build(ConnectionManager::<PgConnection>::new(url))
+    .map_err(|e| classify_connect(e.to_string(), &name))?;
+    Ok(PostgresStorage {
+        db: Db::new(pool, name),
+        schema: options.schema,
+    })
+}
+
+impl Dialect for PgConnection {
+    fn write_transaction<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        self.transaction(work)
+    }
+
+    fn read_transaction<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        self.build_transaction()
+            .read_only()
+            .repeatable_read()
+            .run(work)
+    }
+
+    fn lock_catch_up_start(&mut self, kind: &str, tenant: &str) -> Result<(), Failure> {
+        diesel::sql_query(
+            "SELECT pg_advisory_xact_lock($1, \
+             hashtext(COALESCE(current_schema(), '') || '/' || $2 || '/' || $3))",
+        )
+        .bind::<Integer, _>(LOCK_CATCH_UP_START)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(tenant)
+        .execute(self)?;
+        Ok(())
+    }
+
+    fn lock_event_append(&mut self) -> Result<(), Failure> {
+        diesel::sql_query(
+            "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))",
+        )
+        .bind::<Integer, _>(LOCK_EVENT_APPEND)
+        .execute(self)?;
+        Ok(())
+    }
+}
+
+/// The units of work over [`PgConnection`].
+mod units {
+    type Conn = diesel::PgConnection;
+    crate::sql::units!();
+}
+
+crate::sql::storage_impls!(PostgresStorage, units);

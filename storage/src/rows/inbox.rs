@@ -1,0 +1,208 @@
+//! Inbox rows and dead letters: the two tables that hold a whole message.
+
+use super::{
+    attempts, attempts_column, metadata, metadata_json, micros, opt_micros, opt_time, parsed,
+    shard, time,
+};
+use crate::error::Failure;
+use crate::schema::{dead_letters, inbox_messages};
+use diesel::prelude::*;
+use shardbox_core::message::InboxWrite;
+use shardbox_core::storage::DeadLetter;
+use shardbox_core::{InboxMessage, MessageKind, MessageStatus, NewMessage, SignalId};
+
+/// An inbox row as read.
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = inbox_messages)]
+#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+pub(crate) struct InboxRow {
+    pub seq: i64,
+    pub shard: i32,
+    pub signal_id: String,
+    pub target_kind: String,
+    pub target_id: String,
+    pub tenant: String,
+    pub kind: String,
+    pub status: String,
+    pub received_at: i64,
+    pub deliver_after: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub keep_until: Option<i64>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub payload: Vec<u8>,
+    pub payload_type: String,
+    pub metadata: String,
+}
+
+impl InboxRow {
+    /// The row as core sees it.
+    pub(crate) fn into_message(self) -> Result<InboxMessage, Failure> {
+        Ok(InboxMessage {
+            seq: self.seq,
+            shard: shard(self.shard)?,
+            status: parsed("message status", &self.status, MessageStatus::parse)?,
+            attempts: attempts(self.attempts)?,
+            last_error: self.last_error,
+            keep_until: opt_time(self.keep_until)?,
+            message: NewMessage {
+                signal_id: SignalId(self.signal_id),
+                kind: parsed("message kind", &self.kind, MessageKind::parse)?,
+                target_kind: self.target_kind,
+                target_id: self.target_id,
+                tenant: self.tenant,
+                payload: self.payload,
+                payload_type: self.payload_type,
+                metadata: metadata(&self.metadata)?,
+                received_at: time(self.received_at)?,
+                deliver_after: opt_time(self.deliver_after)?,
+                expires_at: opt_time(self.expires_at)?,
+            },
+        })
+    }
+}
+
+/// An inbox row to insert (`seq` is given by the database).
+#[derive(Debug, Insertable)]
+#[diesel(table_name = inbox_messages)]
+#[diesel(treat_none_as_default_value = false)]
+pub(crate) struct NewInboxRow {
+    pub shard: i32,
+    pub signal_id: String,
+    pub target_kind: String,
+    pub target_id: String,
+    pub tenant: String,
+    pub kind: String,
+    pub status: String,
+    pub received_at: i64,
+    pub deliver_after: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub keep_until: Option<i64>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub payload: Vec<u8>,
+    pub payload_type: String,
+    pub metadata: String,
+}
+
+impl NewInboxRow {
+    /// A fresh row: `to_catch_up` for replayed history, `to_deliver` otherwise.
+    pub(crate) fn from_write(w: InboxWrite) -> Result<Self, Failure> {
+        let m = w.message;
+        let status = match m.kind {
+            MessageKind::CatchUp => MessageStatus::ToCatchUp,
+            MessageKind::Command | MessageKind::Event => MessageStatus::ToDeliver,
+        };
+        Ok(NewInboxRow {
+            shard: w.shard.as_i32(),
+            metadata: metadata_json(&m.metadata)?,
+            signal_id: m.signal_id.0,
+            target_kind: m.target_kind,
+            target_id: m.target_id,
+            tenant: m.tenant,
+            kind: m.kind.as_str().to_owned(),
+            status: status.as_str().to_owned(),
+            received_at: micros(m.received_at),
+            deliver_after: opt_micros(m.deliver_after),
+            expires_at: opt_micros(m.expires_at),
+            keep_until: None,
+            attempts: 0,
+            last_error: None,
+            payload: m.payload,
+            payload_type: m.payload_type,
+        })
+    }
+}
+
+impl DeadLetterRow {
+    /// The dead letter as core sees it.
+    pub(crate) fn into_dead_letter(self) -> Result<DeadLetter, Failure> {
+        let r = self;
+        Ok(DeadLetter {
+            original: InboxMessage {
+                seq: r.original_seq,
+                shard: shard(r.shard)?,
+                status: parsed("message status", &r.status, MessageStatus::parse)?,
+                attempts: attempts(r.row_attempts)?,
+                last_error: r.row_last_error,
+                keep_until: opt_time(r.keep_until)?,
+                message: NewMessage {
+                    signal_id: SignalId(r.signal_id),
+                    kind: parsed("message kind", &r.kind, MessageKind::parse)?,
+                    target_kind: r.target_kind,
+                    target_id: r.target_id,
+                    tenant: r.tenant,
+                    payload: r.payload,
+                    payload_type: r.payload_type,
+                    metadata: metadata(&r.metadata)?,
+                    received_at: time(r.received_at)?,
+                    deliver_after: opt_time(r.deliver_after)?,
+                    expires_at: opt_time(r.expires_at)?,
+                },
+            },
+            reason: r.reason,
+            attempts: attempts(r.attempts)?,
+            last_attempt_at: time(r.last_attempt_at)?,
+        })
+    }
+}
+
+/// A dead letter with its whole original message (all columns but `id`).
+#[derive(Debug, Insertable, Queryable, Selectable)]
+#[diesel(table_name = dead_letters)]
+#[diesel(treat_none_as_default_value = false)]
+#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+pub(crate) struct DeadLetterRow {
+    pub original_seq: i64,
+    pub shard: i32,
+    pub tenant: String,
+    pub target_kind: String,
+    pub target_id: String,
+    pub signal_id: String,
+    pub kind: String,
+    pub status: String,
+    pub received_at: i64,
+    pub deliver_after: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub keep_until: Option<i64>,
+    pub row_attempts: i32,
+    pub row_last_error: Option<String>,
+    pub attempts: i32,
+    pub reason: String,
+    pub first_attempt_at: Option<i64>,
+    pub last_attempt_at: i64,
+    pub payload: Vec<u8>,
+    pub payload_type: String,
+    pub metadata: String,
+}
+
+impl DeadLetterRow {
+    /// The row for a dead letter, with its whole original message.
+    pub(crate) fn from_dead_letter(d: DeadLetter) -> Result<Self, Failure> {
+        let o = d.original;
+        let m = o.message;
+        Ok(DeadLetterRow {
+            original_seq: o.seq,
+            shard: o.shard.as_i32(),
+            metadata: metadata_json(&m.metadata)?,
+            tenant: m.tenant,
+            target_kind: m.target_kind,
+            target_id: m.target_id,
+            signal_id: m.signal_id.0,
+            kind: m.kind.as_str().to_owned(),
+            status: o.status.as_str().to_owned(),
+            received_at: micros(m.received_at),
+            deliver_after: opt_micros(m.deliver_after),
+            expires_at: opt_micros(m.expires_at),
+            keep_until: opt_micros(o.keep_until),
+            row_attempts: attempts_column(o.attempts),
+            row_last_error: o.last_error,
+            attempts: attempts_column(d.attempts),
+            reason: d.reason,
+            first_attempt_at: None,
+            last_attempt_at: micros(d.last_attempt_at),
+            payload: m.payload,
+            payload_type: m.payload_type,
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! The diesel view of the schema, shared by both backends.
+//!
+//! The tables are created by the migrations under `storage/migrations/{sqlite,postgres}`; this
+//! module only tells diesel their columns. Both backends use the same column types: times are
+//! `BIGINT` microseconds since the Unix epoch, payloads `BLOB`/`BYTEA`, metadata JSON text, so
+//! that one query serves both. See `docs/storage.md` for what each column means.
+
+diesel::table! {
+    /// One row per (message, target).
+    inbox_messages (seq) {
+        /// Insertion order, monotonic; delivery order.
+        seq -> BigInt,
+        shard -> Integer,
+        signal_id -> Text,
+        target_kind -> Text,
+        target_id -> Text,
+        tenant -> Text,
+        /// `command`, `event` or `catch_up`.
+        kind -> Text,
+        /// `to_deliver`, `delivered` or `to_catch_up`.
+        status -> Text,
+        received_at -> BigInt,
+        deliver_after -> Nullable<BigInt>,
+        expires_at -> Nullable<BigInt>,
+        keep_until -> Nullable<BigInt>,
+        attempts -> Integer,
+        last_error -> Nullable<Text>,
+        payload -> Binary,
+        payload_type -> Text,
+        /// JSON object of string values.
+        metadata -> Text,
+    }
+}
+
+diesel::table! {
+    /// The lock table: one row per shard ever picked up.
+    shard_sessions (shard) {
+        shard -> Integer,
+        node_id -> Nullable<Text>,
+        worker_id -> Nullable<BigInt>,
+        /// Fencing token, +1 at every pick-up.
+        epoch -> BigInt,
+        picked_at -> Nullable<BigInt>,
+        /// Free when NULL or passed.
+        lease_until -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// The event store.
+    events (seq) {
+        seq -> BigInt,
+        id -> Text,
+        event_type -> Text,
+        source_kind -> Text,
+        source_id -> Text,
+        tenant -> Text,
+        occurred_at -> BigInt,
+        payload -> Binary,
+        metadata -> Text,
+    }
+}
+
+diesel::table! {
+    /// Framework-kept entity states.
+    entity_states (kind, tenant, id) {
+        kind -> Text,
+        tenant -> Text,
+        id -> Text,
+        version -> BigInt,
+        state -> Binary,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Catch-up jobs.
+    catch_ups (id) {
+        id -> BigInt,
+        projection_kind -> Text,
+        tenant -> Text,
+        /// JSON array of ids; NULL means every instance.
+        target_ids -> Nullable<Text>,
+        since -> Nullable<BigInt>,
+        /// `started`, `in_progress`, `finalizing` or `completed`.
+        status -> Text,
+        /// `seq` of the last event replayed.
+        cursor_seq -> BigInt,
+        replayed -> BigInt,
+        total_estimate -> BigInt,
+        /// JSON array of shard numbers.
+        affected_shards -> Text,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+        finished_at -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Messages that exhausted their attempts, with the original row.
+    dead_letters (id) {
+        id -> BigInt,
+        original_seq -> BigInt,
+        shard -> Integer,
+        tenant -> Text,
+        target_kind -> Text,
+        target_id -> Text,
+        signal_id -> Text,
+        kind -> Text,
+        status -> Text,
+        received_at -> BigInt,
+        deliver_after -> Nullable<BigInt>,
+        expires_at -> Nullable<BigInt>,
+        keep_until -> Nullable<BigInt>,
+        /// Attempts recorded on the inbox row before the last one.
+        row_attempts -> Integer,
+        /// Error recorded on the inbox row before the last attempt.
+        row_last_error -> Nullable<Text>,
+        /// Failed attempts, the last one included.
+        attempts -> Integer,
+        /// Why the message is dead (the last error).
+        reason -> Text,
+        /// NULL until core reports when the first attempt failed.
+        first_attempt_at -> Nullable<BigInt>,
+        last_attempt_at -> BigInt,
+        payload -> Binary,
+        payload_type -> Text,
+        metadata -> Text,
+    }
+}

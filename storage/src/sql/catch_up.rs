@@ -1,0 +1,112 @@
+//! Catch-up jobs' SQL.
+//!
+//! Starting is "check for an overlapping running job, then insert" inside one write
+//! transaction, made atomic against a concurrent start by `Dialect::lock_catch_up_start`
+//! (SQLite: the immediate transaction already excludes other writers; PostgreSQL: an advisory
+//! lock on the projection kind and tenant). The overlap rule itself is core's
+//! `CatchUpTargets::overlaps`, so every backend refuses the same jobs.
+
+/// Stamps the catch-up units; see [`crate::sql`].
+macro_rules! catch_up_units {
+    () => {
+        /// `CatchUpStore::start_catch_up`.
+        pub(crate) fn start_catch_up(
+            conn: &mut Conn,
+            job: NewCatchUp,
+        ) -> Result<CatchUpJob, Failure> {
+            use $crate::schema::catch_ups::dsl as cu;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                <Conn as Dialect>::lock_catch_up_start(conn, &job.projection_kind, &job.tenant)?;
+                let running: Vec<CatchUpRow> = cu::catch_ups
+                    .filter(cu::projection_kind.eq(&job.projection_kind))
+                    .filter(cu::tenant.eq(&job.tenant))
+                    .filter(cu::status.ne(CatchUpStatus::Completed.as_str()))
+                    .order(cu::id.asc())
+                    .select(CatchUpRow::as_select())
+                    .load(conn)?;
+                for row in running {
+                    let other = row.into_job()?;
+                    if other.spec.targets.overlaps(&job.targets) {
+                        return Err(Failure::Storage(StorageError::CatchUpOverlap {
+                            projection_kind: job.projection_kind,
+                            running_job: other.id,
+                        }));
+                    }
+                }
+                let mut created = CatchUpJob {
+                    id: 0,
+                    updated_at: job.created_at,
+                    spec: job,
+                    status: CatchUpStatus::Started,
+                    cursor: 0,
+                    replayed: 0,
+                    finished_at: None,
+                };
+                created.id = diesel::insert_into(cu::catch_ups)
+                    .values(NewCatchUpRow::from_job(&created)?)
+                    .returning(cu::id)
+                    .get_result(conn)?;
+                Ok(created)
+            })
+        }
+
+        /// `CatchUpStore::catch_up`.
+        pub(crate) fn catch_up(conn: &mut Conn, id: i64) -> Result<Option<CatchUpJob>, Failure> {
+            catch_ups::table
+                .find(id)
+                .select(CatchUpRow::as_select())
+                .first(conn)
+                .optional()?
+                .map(CatchUpRow::into_job)
+                .transpose()
+        }
+
+        /// `CatchUpStore::running_catch_ups`, oldest first.
+        pub(crate) fn running_catch_ups(conn: &mut Conn) -> Result<Vec<CatchUpJob>, Failure> {
+            use $crate::schema::catch_ups::dsl as cu;
+            cu::catch_ups
+                .filter(cu::status.ne(CatchUpStatus::Completed.as_str()))
+                .order(cu::id.asc())
+                .select(CatchUpRow::as_select())
+                .load(conn)?
+                .into_iter()
+                .map(CatchUpRow::into_job)
+                .collect()
+        }
+
+        /// `CatchUpStore::update_catch_up`: stores the job as given.
+        pub(crate) fn update_catch_up(conn: &mut Conn, job: CatchUpJob) -> Result<(), Failure> {
+            let row = NewCatchUpRow::from_job(&job)?;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                let updated = diesel::update(catch_ups::table.find(job.id))
+                    .set(&row)
+                    .execute(conn)?;
+                if updated == 1 {
+                    Ok(())
+                } else {
+                    Err(Failure::corrupt(format!(
+                        "catch-up job {} does not exist",
+                        job.id
+                    )))
+                }
+            })
+        }
+
+        /// `CatchUpStore::purge_catch_ups`: completed jobs finished before `before`.
+        pub(crate) fn purge_catch_ups(
+            conn: &mut Conn,
+            before: DateTime<Utc>,
+        ) -> Result<usize, Failure> {
+            use $crate::schema::catch_ups::dsl as cu;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                Ok(diesel::delete(
+                    cu::catch_ups
+                        .filter(cu::status.eq(CatchUpStatus::Completed.as_str()))
+                        .filter(cu::finished_at.lt(micros(before))),
+                )
+                .execute(conn)?)
+            })
+        }
+    };
+}
+pub(crate) use catch_up_units;

@@ -1,0 +1,300 @@
+//! The stage commit: everything a stage decided, in one fenced write transaction.
+//!
+//! ```text
+//!  1 fence      UPDATE shard_sessions SET lease_until WHERE shard, epoch, node   0 rows → LeaseLost
+//!  2 rows       delivered / held / retried / removed, each touching exactly one row of the
+//!               shard                                                             else → Corrupt
+//!  3 states     upsert (version + 1) or delete
+//!  4 dead letters
+//!  5 fan-out    inbox rows (deduplicated)
+//!  6 purge      delivered rows of the shard past keep_until, at most purge_delivered
+//!  7 events     appended last (see Dialect::lock_event_append)
+//! ```
+//!
+//! Any error rolls the whole transaction back. The fence comes first so that on PostgreSQL the
+//! session row stays locked for the rest of the commit: a pick-up of the shard by another node
+//! waits for it, and then sees the renewed lease.
+
+/// Stamps the commit units; see [`crate::sql`].
+macro_rules! commit_units {
+    () => {
+        /// `InboxStore::commit_stage`.
+        pub(crate) fn commit_stage(
+            conn: &mut Conn,
+            commit: StageCommit,
+        ) -> Result<CommitReport, Failure> {
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                let StageCommit {
+                    lease,
+                    now,
+                    lease_until,
+                    updates,
+                    states,
+                    writes,
+                    dead_letters,
+                    purge_delivered,
+                } = commit;
+                fence(conn, &lease, lease_until)?;
+                update_rows(conn, lease.shard, updates)?;
+                store_states(conn, states, now)?;
+                insert_dead_letters(conn, dead_letters)?;
+                let mut written = WriteReport::default();
+                insert_messages(conn, writes.messages, &mut written)?;
+                let purged = purge(conn, lease.shard, now, purge_delivered)?;
+                append_events(conn, writes.events, &mut written)?;
+                finish_report(&mut written);
+                let mut lease = lease;
+                lease.lease_until = lease_until;
+                Ok(CommitReport {
+                    lease,
+                    written,
+                    purged,
+                })
+            })
+        }
+
+        /// Renews `lease` to `until` if its epoch and node still hold the shard, else
+        /// `LeaseLost` (which rolls the transaction back).
+        pub(crate) fn fence(
+            conn: &mut Conn,
+            lease: &Lease,
+            until: DateTime<Utc>,
+        ) -> Result<(), Failure> {
+            use $crate::schema::shard_sessions::dsl as ss;
+            let shard = lease.shard.as_i32();
+            let renewed = diesel::update(
+                ss::shard_sessions
+                    .filter(ss::shard.eq(shard))
+                    .filter(ss::epoch.eq(lease.epoch.0))
+                    .filter(ss::node_id.eq(&lease.node_id.0)),
+            )
+            .set(ss::lease_until.eq(Some(micros(until))))
+            .execute(conn)?;
+            if renewed == 1 {
+                return Ok(());
+            }
+            let current: Option<i64> = ss::shard_sessions
+                .find(shard)
+                .select(ss::epoch)
+                .first(conn)
+                .optional()?;
+            Err(Failure::Storage(StorageError::LeaseLost {
+                shard: lease.shard,
+                held: lease.epoch,
+                current: current.map(LeaseEpoch),
+            }))
+        }
+
+        /// Applies the row changes, grouped into few statements; every change must hit
+        /// exactly one row of `shard`.
+        fn update_rows(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            updates: Vec<RowUpdate>,
+        ) -> Result<(), Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            let s = shard.as_i32();
+            let mut delivered: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+            let mut held: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+            let mut retried = Vec::new();
+            let mut removed = Vec::new();
+            for u in updates {
+                match u.change {
+                    RowChange::Delivered { keep_until } => {
+                        delivered.entry(micros(keep_until)).or_default().push(u.seq)
+                    }
+                    RowChange::Hold { until } => held.entry(micros(until)).or_default().push(u.seq),
+                    RowChange::RetryAt {
+                        at,
+                        attempts,
+                        error,
+                    } => retried.push((u.seq, micros(at), rows::attempts_column(attempts), error)),
+                    RowChange::Remove => removed.push(u.seq),
+                }
+            }
+            for (keep_until, seqs) in delivered {
+                for_each_chunk(conn, shard, seqs, |conn, chunk| {
+                    Ok(diesel::update(
+                        im::inbox_messages
+                            .filter(im::shard.eq(s))
+                            .filter(im::seq.eq_any(chunk)),
+                    )
+                    .set((
+                        im::status.eq(MessageStatus::Delivered.as_str()),
+                        im::keep_until.eq(Some(keep_until)),
+                    ))
+                    .execute(conn)?)
+                })?;
+            }
+            for (until, seqs) in held {
+                for_each_chunk(conn, shard, seqs, |conn, chunk| {
+                    Ok(diesel::update(
+                        im::inbox_messages
+                            .filter(im::shard.eq(s))
+                            .filter(im::seq.eq_any(chunk)),
+                    )
+                    .set(im::deliver_after.eq(Some(until)))
+                    .execute(conn)?)
+                })?;
+            }
+            for (seq, at, attempts, error) in retried {
+                let touched = diesel::update(
+                    im::inbox_messages
+                        .filter(im::shard.eq(s))
+                        .filter(im::seq.eq(seq)),
+                )
+                .set((
+                    im::deliver_after.eq(Some(at)),
+                    im::attempts.eq(attempts),
+                    im::last_error.eq(Some(error)),
+                ))
+                .execute(conn)?;
+                expect_rows(conn, shard, &[seq], touched)?;
+            }
+            for_each_chunk(conn, shard, removed, |conn, chunk| {
+                Ok(diesel::delete(
+                    im::inbox_messages
+                        .filter(im::shard.eq(s))
+                        .filter(im::seq.eq_any(chunk)),
+                )
+                .execute(conn)?)
+            })
+        }
+
+        /// Runs `statement` over distinct `seqs` in chunks, checking that each chunk touched
+        /// all of its rows.
+        fn for_each_chunk(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            mut seqs: Vec<i64>,
+            mut statement: impl FnMut(&mut Conn, &[i64]) -> Result<usize, Failure>,
+        ) -> Result<(), Failure> {
+            seqs.sort_unstable();
+            seqs.dedup();
+            for chunk in seqs.chunks(IN_CHUNK) {
+                let touched = statement(conn, chunk)?;
+                expect_rows(conn, shard, chunk, touched)?;
+            }
+            Ok(())
+        }
+
+        /// `Corrupt` naming the first of `seqs` that is not a row of `shard`, unless
+        /// `touched` says every one was found.
+        fn expect_rows(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            seqs: &[i64],
+            touched: usize,
+        ) -> Result<(), Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            if touched == seqs.len() {
+                return Ok(());
+            }
+            let found: Vec<i64> = im::inbox_messages
+                .filter(im::shard.eq(shard.as_i32()))
+                .filter(im::seq.eq_any(seqs))
+                .select(im::seq)
+                .load(conn)?;
+            let missing = seqs.iter().find(|s| !found.contains(s)).copied();
+            Err(Failure::corrupt(match missing {
+                Some(seq) => {
+                    format!("stage of shard {shard} updates row {seq} which is not in that shard")
+                }
+                None => format!(
+                    "stage of shard {shard} updated {touched} rows where {} were expected",
+                    seqs.len()
+                ),
+            }))
+        }
+
+        /// Upserts (version + 1) or deletes entity states, in order.
+        fn store_states(
+            conn: &mut Conn,
+            states: Vec<EntityStateWrite>,
+            now: DateTime<Utc>,
+        ) -> Result<(), Failure> {
+            use diesel::upsert::excluded;
+            use $crate::schema::entity_states::dsl as es;
+            let now = micros(now);
+            for w in states {
+                let key = &w.key;
+                match &w.state {
+                    Some(state) => {
+                        diesel::insert_into(es::entity_states)
+                            .values(NewEntityStateRow {
+                                kind: &key.kind,
+                                tenant: &key.tenant,
+                                id: &key.id,
+                                version: 1,
+                                state,
+                                updated_at: now,
+                            })
+                            .on_conflict((es::kind, es::tenant, es::id))
+                            .do_update()
+                            .set((
+                                es::version.eq(es::version + 1),
+                                es::state.eq(excluded(es::state)),
+                                es::updated_at.eq(excluded(es::updated_at)),
+                            ))
+                            .execute(conn)?;
+                    }
+                    None => {
+                        diesel::delete(
+                            es::entity_states
+                                .filter(es::kind.eq(&key.kind))
+                                .filter(es::tenant.eq(&key.tenant))
+                                .filter(es::id.eq(&key.id)),
+                        )
+                        .execute(conn)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        /// Inserts dead letters with their original rows.
+        fn insert_dead_letters(conn: &mut Conn, letters: Vec<DeadLetter>) -> Result<(), Failure> {
+            let rows = letters
+                .into_iter()
+                .map(DeadLetterRow::from_dead_letter)
+                .collect::<Result<Vec<_>, _>>()?;
+            for chunk in rows.chunks(INSERT_CHUNK) {
+                diesel::insert_into(dead_letters::table)
+                    .values(chunk)
+                    .execute(conn)?;
+            }
+            Ok(())
+        }
+
+        /// Deletes at most `limit` delivered rows of `shard` whose window passed at `now`,
+        /// oldest window first.
+        fn purge(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            now: DateTime<Utc>,
+            limit: usize,
+        ) -> Result<usize, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            if limit == 0 {
+                return Ok(0);
+            }
+            // Two statements: diesel does not take a LIMITed subselect as a DELETE filter.
+            let expired: Vec<i64> = im::inbox_messages
+                .filter(im::shard.eq(shard.as_i32()))
+                .filter(im::keep_until.le(micros(now)))
+                .filter(im::status.eq(MessageStatus::Delivered.as_str()))
+                .order((im::keep_until.asc(), im::seq.asc()))
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select(im::seq)
+                .load(conn)?;
+            if expired.is_empty() {
+                return Ok(0);
+            }
+            Ok(
+                diesel::delete(im::inbox_messages.filter(im::seq.eq_any(&expired)))
+                    .execute(conn)?,
+            )
+        }
+    };
+}
+pub(crate) use commit_units;

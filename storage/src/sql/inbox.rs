@@ -1,0 +1,217 @@
+//! The Inbox's SQL: deduplicating writes, due pages in `seq` order, next due time, counts.
+//!
+//! Index use (see the migrations):
+//!
+//! ```text
+//!  read_page  one query per pending status on inbox_due (shard, status, seq), LIMIT n,
+//!             merged by seq: stops after n due rows whatever the Inbox size
+//!  waiting    inbox_retrying (shard, deliver_after) WHERE attempts > 0 AND not delivered
+//!  next_due   inbox_delayed  (shard, deliver_after) WHERE deliver_after set AND not delivered
+//! ```
+//!
+//! The literal predicates (`attempts > 0`, `status <> 'delivered'`) are written as SQL text on
+//! purpose: a partial index is only usable when the query states its predicate with the same
+//! constants, which a bound parameter does not.
+
+/// Stamps the Inbox units; see [`crate::sql`].
+macro_rules! inbox_units {
+    () => {
+        /// The predicate of the partial indexes over rows not yet delivered.
+        const NOT_DELIVERED: &str = "status <> 'delivered'";
+        /// The predicate of the partial index over rows that failed at least once.
+        const RETRYING: &str = "attempts > 0 AND status <> 'delivered'";
+
+        /// Inserts inbox rows, ignoring (and counting) duplicates of the dedup key.
+        pub(crate) fn insert_messages(
+            conn: &mut Conn,
+            messages: Vec<shardbox_core::message::InboxWrite>,
+            report: &mut WriteReport,
+        ) -> Result<(), Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            if messages.is_empty() {
+                return Ok(());
+            }
+            let total = messages.len();
+            let rows = messages
+                .into_iter()
+                .map(NewInboxRow::from_write)
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut written = 0;
+            for chunk in rows.chunks(INSERT_CHUNK) {
+                let shards: Vec<i32> = diesel::insert_into(im::inbox_messages)
+                    .values(chunk)
+                    .on_conflict((im::tenant, im::target_kind, im::target_id, im::signal_id))
+                    .do_nothing()
+                    .returning(im::shard)
+                    .get_results(conn)?;
+                written += shards.len();
+                for s in shards {
+                    report.shards.push(rows::shard(s)?);
+                }
+            }
+            report.written += written;
+            report.duplicates += total - written;
+            Ok(())
+        }
+
+        /// Appends events, ignoring a duplicate id. Must be the last statement of its
+        /// transaction but for other event appends (see `Dialect::lock_event_append`).
+        pub(crate) fn append_events(
+            conn: &mut Conn,
+            new_events: Vec<shardbox_core::NewEvent>,
+            report: &mut WriteReport,
+        ) -> Result<(), Failure> {
+            use $crate::schema::events::dsl as ev;
+            if new_events.is_empty() {
+                return Ok(());
+            }
+            let rows = new_events
+                .into_iter()
+                .map(NewEventRow::from_event)
+                .collect::<Result<Vec<_>, _>>()?;
+            <Conn as Dialect>::lock_event_append(conn)?;
+            for chunk in rows.chunks(INSERT_CHUNK) {
+                report.events += diesel::insert_into(ev::events)
+                    .values(chunk)
+                    .on_conflict(ev::id)
+                    .do_nothing()
+                    .execute(conn)?;
+            }
+            Ok(())
+        }
+
+        /// Sorts and deduplicates the report's shards.
+        pub(crate) fn finish_report(report: &mut WriteReport) {
+            report.shards.sort_unstable();
+            report.shards.dedup();
+        }
+
+        /// `InboxStore::write`: messages, then events, in one write transaction.
+        pub(crate) fn write(conn: &mut Conn, batch: WriteBatch) -> Result<WriteReport, Failure> {
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                let mut report = WriteReport::default();
+                insert_messages(conn, batch.messages, &mut report)?;
+                append_events(conn, batch.events, &mut report)?;
+                finish_report(&mut report);
+                Ok(report)
+            })
+        }
+
+        /// `InboxStore::read_page`.
+        pub(crate) fn read_page(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            now: DateTime<Utc>,
+            limit: usize,
+        ) -> Result<Page, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            let s = shard.as_i32();
+            let now = micros(now);
+            let sql_limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            <Conn as Dialect>::read_transaction(conn, |conn| {
+                let mut due: Vec<InboxRow> = Vec::new();
+                for status in [MessageStatus::ToDeliver, MessageStatus::ToCatchUp] {
+                    due.extend(
+                        im::inbox_messages
+                            .filter(im::shard.eq(s))
+                            .filter(im::status.eq(status.as_str()))
+                            .filter(im::deliver_after.is_null().or(im::deliver_after.le(now)))
+                            .order(im::seq.asc())
+                            .limit(sql_limit)
+                            .select(InboxRow::as_select())
+                            .load(conn)?,
+                    );
+                }
+                due.sort_unstable_by_key(|r| r.seq);
+                due.truncate(limit);
+                let messages = due
+                    .into_iter()
+                    .map(InboxRow::into_message)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let waiting: Vec<(String, String, String, i64)> = im::inbox_messages
+                    .filter(im::shard.eq(s))
+                    .filter(im::deliver_after.gt(now))
+                    .filter(sql::<Bool>(RETRYING))
+                    .order(im::seq.asc())
+                    .select((
+                        im::target_kind,
+                        im::tenant,
+                        im::target_id,
+                        im::deliver_after.assume_not_null(),
+                    ))
+                    .load(conn)?;
+                let waiting = waiting
+                    .into_iter()
+                    .map(|(kind, tenant, id, at)| {
+                        Ok((EntityKey { kind, tenant, id }, rows::time(at)?))
+                    })
+                    .collect::<Result<Vec<_>, Failure>>()?;
+                Ok(Page { messages, waiting })
+            })
+        }
+
+        /// `InboxStore::next_due`.
+        pub(crate) fn next_due(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            now: DateTime<Utc>,
+        ) -> Result<Option<DateTime<Utc>>, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            let next: Option<i64> = im::inbox_messages
+                .filter(im::shard.eq(shard.as_i32()))
+                .filter(im::deliver_after.gt(micros(now)))
+                .filter(sql::<Bool>(NOT_DELIVERED))
+                .select(diesel::dsl::min(im::deliver_after))
+                .first(conn)?;
+            rows::opt_time(next)
+        }
+
+        /// `InboxStore::counts`.
+        pub(crate) fn counts(
+            conn: &mut Conn,
+            shard: Option<ShardIndex>,
+        ) -> Result<InboxCounts, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            let by_status = im::inbox_messages
+                .group_by(im::status)
+                .select((im::status, diesel::dsl::count_star()));
+            let by_status: Vec<(String, i64)> = match shard {
+                Some(shard) => by_status.filter(im::shard.eq(shard.as_i32())).load(conn)?,
+                None => by_status.load(conn)?,
+            };
+            let mut counts = InboxCounts::default();
+            for (status, n) in by_status {
+                let n = u64::try_from(n).unwrap_or(0);
+                match rows::parsed("message status", &status, MessageStatus::parse)? {
+                    MessageStatus::ToDeliver => counts.to_deliver += n,
+                    MessageStatus::Delivered => counts.delivered += n,
+                    MessageStatus::ToCatchUp => counts.to_catch_up += n,
+                }
+            }
+            Ok(counts)
+        }
+
+        /// Every inbox row in `seq` order (inspection).
+        pub(crate) fn rows(conn: &mut Conn) -> Result<Vec<InboxMessage>, Failure> {
+            inbox_messages::table
+                .order(inbox_messages::seq.asc())
+                .select(InboxRow::as_select())
+                .load(conn)?
+                .into_iter()
+                .map(InboxRow::into_message)
+                .collect()
+        }
+
+        /// Every dead letter, oldest first (inspection).
+        pub(crate) fn dead_letters(conn: &mut Conn) -> Result<Vec<DeadLetter>, Failure> {
+            dead_letters::table
+                .order(dead_letters::id.asc())
+                .select(DeadLetterRow::as_select())
+                .load(conn)?
+                .into_iter()
+                .map(DeadLetterRow::into_dead_letter)
+                .collect()
+        }
+    };
+}
+pub(crate) use inbox_units;

@@ -1,0 +1,23 @@
+//! Names the unit-of-work macros use, imported once into each backend's `units` module.
+
+pub(crate) use crate::error::Failure;
+pub(crate) use crate::rows::{
+    self, micros, CatchUpRow, DeadLetterRow, EntityStateRow, EventRow, InboxRow, NewCatchUpRow,
+    NewEntityStateRow, NewEventRow, NewInboxRow, SessionRow,
+};
+pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
+pub(crate) use crate::sql::{Dialect, INSERT_CHUNK, IN_CHUNK};
+pub(crate) use chrono::{DateTime, Utc};
+pub(crate) use diesel::dsl::sql;
+pub(crate) use diesel::prelude::*;
+pub(crate) use diesel::sql_types::Bool;
+pub(crate) use shardbox_core::storage::{
+    CatchUpJob, CatchUpStatus, CommitReport, DeadLetter, EntityKey, EntityState, EntityStateWrite,
+    InboxCounts, Lease, NewCatchUp, Page, RowChange, RowUpdate, ShardSession, StageCommit,
+    WriteBatch, WriteReport,
+};
+pub(crate) use shardbox_core::{
+    InboxMessage, LeaseEpoch, MessageStatus, NodeId, ShardIndex, StorageError, StoredEvent,
+    WorkerId,
+};
+pub(crate) use std::collections::BTreeMap;

@@ -1,0 +1,100 @@
+//! The lock table's SQL: pick up, renew, release shard leases.
+//!
+//! A pick-up is one compare-and-set: make sure the shard has a session row (`ON CONFLICT DO
+//! NOTHING`), then `UPDATE … SET epoch = epoch + 1 … WHERE lease is free or expired
+//! RETURNING epoch`. On PostgreSQL a concurrent pick-up blocks on the row lock and re-checks the
+//! `WHERE` against the new row, so exactly one wins; on SQLite the immediate transaction
+//! serialises them. Renew and release are fenced by epoch and node.
+
+/// Stamps the lock-table units; see [`crate::sql`].
+macro_rules! registry_units {
+    () => {
+        /// `WorkRegistry::pick_up`.
+        pub(crate) fn pick_up(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            node_id: NodeId,
+            worker_id: WorkerId,
+            now: DateTime<Utc>,
+            lease_until: DateTime<Utc>,
+        ) -> Result<Option<Lease>, Failure> {
+            use $crate::schema::shard_sessions::dsl as ss;
+            let s = shard.as_i32();
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                diesel::insert_into(ss::shard_sessions)
+                    .values((ss::shard.eq(s), ss::epoch.eq(0_i64)))
+                    .on_conflict(ss::shard)
+                    .do_nothing()
+                    .execute(conn)?;
+                let epoch: Option<i64> = diesel::update(
+                    ss::shard_sessions.filter(ss::shard.eq(s)).filter(
+                        ss::lease_until
+                            .is_null()
+                            .or(ss::lease_until.le(micros(now))),
+                    ),
+                )
+                .set((
+                    ss::epoch.eq(ss::epoch + 1),
+                    ss::node_id.eq(Some(&node_id.0)),
+                    ss::worker_id.eq(Some(i64::from(worker_id.0))),
+                    ss::picked_at.eq(Some(micros(now))),
+                    ss::lease_until.eq(Some(micros(lease_until))),
+                ))
+                .returning(ss::epoch)
+                .get_result(conn)
+                .optional()?;
+                Ok(epoch.map(|epoch| Lease {
+                    shard,
+                    node_id,
+                    worker_id,
+                    epoch: LeaseEpoch(epoch),
+                    picked_at: now,
+                    lease_until,
+                }))
+            })
+        }
+
+        /// `WorkRegistry::renew`.
+        pub(crate) fn renew(
+            conn: &mut Conn,
+            lease: Lease,
+            lease_until: DateTime<Utc>,
+        ) -> Result<Lease, Failure> {
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                fence(conn, &lease, lease_until)?;
+                Ok(Lease {
+                    lease_until,
+                    ..lease
+                })
+            })
+        }
+
+        /// `WorkRegistry::release`: frees the shard if `lease` still holds it.
+        pub(crate) fn release(conn: &mut Conn, lease: Lease) -> Result<(), Failure> {
+            use $crate::schema::shard_sessions::dsl as ss;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                diesel::update(
+                    ss::shard_sessions
+                        .filter(ss::shard.eq(lease.shard.as_i32()))
+                        .filter(ss::epoch.eq(lease.epoch.0))
+                        .filter(ss::node_id.eq(&lease.node_id.0)),
+                )
+                .set(ss::lease_until.eq(None::<i64>))
+                .execute(conn)?;
+                Ok(())
+            })
+        }
+
+        /// `WorkRegistry::sessions`, by shard.
+        pub(crate) fn sessions(conn: &mut Conn) -> Result<Vec<ShardSession>, Failure> {
+            shard_sessions::table
+                .order(shard_sessions::shard.asc())
+                .select(SessionRow::as_select())
+                .load(conn)?
+                .into_iter()
+                .map(SessionRow::into_session)
+                .collect()
+        }
+    };
+}
+pub(crate) use registry_units;

@@ -1,0 +1,230 @@
+//! The storage traits of shardbox-core for a diesel backend, written once.
+//!
+//! Each async method moves its arguments into one closure that runs on the blocking pool
+//! (checkout, transaction and queries together, see [`crate::pool`]) and calls the matching
+//! unit of work of the backend's `units` module.
+
+/// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
+/// `Storage` and [`crate::Inspect`] for `$storage` (a struct with a `db: Db<Conn>` field and a
+/// `describe_backend()` method) over the unit functions of module `$units`.
+macro_rules! storage_impls {
+    ($storage:ty, $units:ident) => {
+        #[async_trait::async_trait]
+        impl shardbox_core::InboxStore for $storage {
+            async fn write(
+                &self,
+                batch: shardbox_core::storage::WriteBatch,
+            ) -> Result<shardbox_core::storage::WriteReport, shardbox_core::StorageError> {
+                if batch.is_empty() {
+                    return Ok(Default::default());
+                }
+                self.db.run(move |conn| $units::write(conn, batch)).await
+            }
+
+            async fn read_page(
+                &self,
+                shard: shardbox_core::ShardIndex,
+                now: chrono::DateTime<chrono::Utc>,
+                limit: usize,
+            ) -> Result<shardbox_core::storage::Page, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::read_page(conn, shard, now, limit))
+                    .await
+            }
+
+            async fn commit_stage(
+                &self,
+                commit: shardbox_core::storage::StageCommit,
+            ) -> Result<shardbox_core::storage::CommitReport, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::commit_stage(conn, commit))
+                    .await
+            }
+
+            async fn next_due(
+                &self,
+                shard: shardbox_core::ShardIndex,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<chrono::DateTime<chrono::Utc>>, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::next_due(conn, shard, now))
+                    .await
+            }
+
+            async fn counts(
+                &self,
+                shard: Option<shardbox_core::ShardIndex>,
+            ) -> Result<shardbox_core::storage::InboxCounts, shardbox_core::StorageError> {
+                self.db.run(move |conn| $units::counts(conn, shard)).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl shardbox_core::WorkRegistry for $storage {
+            async fn pick_up(
+                &self,
+                shard: shardbox_core::ShardIndex,
+                node_id: &shardbox_core::NodeId,
+                worker_id: shardbox_core::WorkerId,
+                now: chrono::DateTime<chrono::Utc>,
+                lease_until: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<shardbox_core::Lease>, shardbox_core::StorageError> {
+                let node_id = node_id.clone();
+                self.db
+                    .run(move |conn| {
+                        $units::pick_up(conn, shard, node_id, worker_id, now, lease_until)
+                    })
+                    .await
+            }
+
+            async fn renew(
+                &self,
+                lease: &shardbox_core::Lease,
+                lease_until: chrono::DateTime<chrono::Utc>,
+            ) -> Result<shardbox_core::Lease, shardbox_core::StorageError> {
+                let lease = lease.clone();
+                self.db
+                    .run(move |conn| $units::renew(conn, lease, lease_until))
+                    .await
+            }
+
+            async fn release(
+                &self,
+                lease: &shardbox_core::Lease,
+            ) -> Result<(), shardbox_core::StorageError> {
+                let lease = lease.clone();
+                self.db.run(move |conn| $units::release(conn, lease)).await
+            }
+
+            async fn sessions(
+                &self,
+            ) -> Result<Vec<shardbox_core::storage::ShardSession>, shardbox_core::StorageError>
+            {
+                self.db.run($units::sessions).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl shardbox_core::EventStore for $storage {
+            async fn read_events(
+                &self,
+                after_seq: i64,
+                event_types: &[String],
+                since: Option<chrono::DateTime<chrono::Utc>>,
+                limit: usize,
+            ) -> Result<Vec<shardbox_core::StoredEvent>, shardbox_core::StorageError> {
+                let event_types = event_types.to_vec();
+                self.db
+                    .run(move |conn| {
+                        $units::read_events(conn, after_seq, event_types, since, limit)
+                    })
+                    .await
+            }
+
+            async fn last_event_seq(&self) -> Result<i64, shardbox_core::StorageError> {
+                self.db.run($units::last_event_seq).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl shardbox_core::EntityStore for $storage {
+            async fn load_states(
+                &self,
+                keys: &[shardbox_core::storage::EntityKey],
+            ) -> Result<Vec<shardbox_core::storage::EntityState>, shardbox_core::StorageError> {
+                if keys.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let keys = keys.to_vec();
+                self.db
+                    .run(move |conn| $units::load_states(conn, keys))
+                    .await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl shardbox_core::CatchUpStore for $storage {
+            async fn start_catch_up(
+                &self,
+                job: shardbox_core::storage::NewCatchUp,
+            ) -> Result<shardbox_core::storage::CatchUpJob, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::start_catch_up(conn, job))
+                    .await
+            }
+
+            async fn catch_up(
+                &self,
+                id: i64,
+            ) -> Result<Option<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError>
+            {
+                self.db.run(move |conn| $units::catch_up(conn, id)).await
+            }
+
+            async fn running_catch_ups(
+                &self,
+            ) -> Result<Vec<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError> {
+                self.db.run($units::running_catch_ups).await
+            }
+
+            async fn update_catch_up(
+                &self,
+                job: &shardbox_core::storage::CatchUpJob,
+            ) -> Result<(), shardbox_core::StorageError> {
+                let job = job.clone();
+                self.db
+                    .run(move |conn| $units::update_catch_up(conn, job))
+                    .await
+            }
+
+            async fn purge_catch_ups(
+                &self,
+                before: chrono::DateTime<chrono::Utc>,
+            ) -> Result<usize, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::purge_catch_ups(conn, before))
+                    .await
+            }
+        }
+
+        impl shardbox_core::Storage for $storage {
+            fn describe(&self) -> String {
+                self.describe_backend()
+            }
+        }
+
+        impl $storage {
+            /// The dead letters, oldest first.
+            pub async fn dead_letters(
+                &self,
+            ) -> Result<Vec<shardbox_core::storage::DeadLetter>, shardbox_core::StorageError> {
+                self.db.run($units::dead_letters).await
+            }
+
+            /// Every row of the Inbox, in `seq` order. Loads the whole table: for tests and
+            /// inspection of small databases, not for production monitoring (use
+            /// [`counts`](shardbox_core::InboxStore::counts)).
+            pub async fn rows(
+                &self,
+            ) -> Result<Vec<shardbox_core::InboxMessage>, shardbox_core::StorageError> {
+                self.db.run($units::rows).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::Inspect for $storage {
+            async fn dead_letters(
+                &self,
+            ) -> Result<Vec<shardbox_core::storage::DeadLetter>, shardbox_core::StorageError> {
+                <$storage>::dead_letters(self).await
+            }
+
+            async fn rows(
+                &self,
+            ) -> Result<Vec<shardbox_core::InboxMessage>, shardbox_core::StorageError> {
+                <$storage>::rows(self).await
+            }
+        }
+    };
+}
+pub(crate) use storage_impls;

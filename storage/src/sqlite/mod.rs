@@ -1,0 +1,168 @@
+//! [`SqliteStorage`]: the embedded default, one SQLite file (bundled SQLite, nothing to
+//! install).
+//!
+//! ```text
+//!  open(path) ─► first connection: pragmas, migrations in BEGIN IMMEDIATE
+//!             ─► r2d2 pool, every connection: busy_timeout, WAL, synchronous=NORMAL,
+//!                foreign_keys
+//!  writes     ─► BEGIN IMMEDIATE: one writer at a time, others wait up to busy_timeout
+//!  reads      ─► deferred transactions, concurrent with the writer (WAL)
+//! ```
+//!
+//! Several processes may open the same file: migrations run inside an immediate transaction,
+//! so one process applies them and the others find them applied.
+
+mod options;
+
+pub use options::SqliteOptions;
+
+use crate::error::{classify_connect, Failure};
+use crate::migrate::migrate;
+use crate::pool::{blocking, pool_builder, Db};
+use crate::sql::Dialect;
+use diesel::connection::Connection;
+use diesel::r2d2::ConnectionManager;
+use diesel::SqliteConnection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations};
+use options::Pragmas;
+use shardbox_core::StorageError;
+use std::path::{Path, PathBuf};
+
+/// The SQLite schema's migrations (`storage/migrations/sqlite`).
+pub const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+
+/// Durable storage in one SQLite file.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), shardbox_core::StorageError> {
+/// use shardbox_storage::{SqliteOptions, SqliteStorage};
+/// let storage = SqliteStorage::open("shardbox.db").await?;
+/// let tuned = SqliteStorage::open_with("other.db", SqliteOptions::default().pool_size(4)).await?;
+/// # Ok(()) }
+/// ```
+pub struct SqliteStorage {
+    db: Db<SqliteConnection>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.db.state();
+        f.debug_struct("SqliteStorage")
+            .field("path", &self.path)
+            .field("connections", &state.connections)
+            .field("idle", &state.idle_connections)
+            .finish()
+    }
+}
+
+impl SqliteStorage {
+    /// Opens (creating if needed) the database at `path` with default options, migrating it
+    /// to the schema of this binary.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StorageError> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens the database at `path` with `options`.
+    ///
+    /// Errors: [`StorageError::Unavailable`] if the file cannot be opened,
+    /// [`StorageError::ReadOnly`] if it cannot be written, [`StorageError::SchemaMismatch`]
+    /// if its schema is newer than this binary (or has pending migrations and
+    /// [`MigrationMode::Verify`](crate::MigrationMode::Verify) was chosen).
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<Self, StorageError> {
+        let path = path.as_ref().to_path_buf();
+        blocking(move || open_blocking(path, options)).await
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn describe_backend(&self) -> String {
+        format!("sqlite {}", self.db.name())
+    }
+}
+
+fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage, StorageError> {
+    let name = path.display().to_string();
+    let url = match path.to_str() {
+        Some(":memory:") | Some("") => {
+            return Err(StorageError::Unavailable {
+                database: name,
+                reason: "an in-memory SQLite database would be a different empty database on \
+                         every pooled connection; use shardbox_core::memory::MemoryStorage"
+                    .into(),
+            })
+        }
+        Some(url) => url.to_owned(),
+        None => {
+            return Err(StorageError::Unavailable {
+                database: name,
+                reason: "the path is not valid UTF-8".into(),
+            })
+        }
+    };
+    let pragmas = Pragmas {
+        busy_timeout: options.busy_timeout,
+    };
+
+    let mut conn =
+        SqliteConnection::establish(&url).map_err(|e| classify_connect(e.to_string(), &name))?;
+    pragmas
+        .apply(&mut conn)
+        .map_err(|e| classify_connect(e.to_string(), &name))?;
+    let applied = conn
+        .immediate_transaction(|conn| migrate(conn, &SQLITE_MIGRATIONS, options.migrations, &name))
+        .map_err(|f: Failure| f.into_storage_error(&name))?;
+    if !applied.is_empty() {
+        tracing::info!(database = %name, ?applied, "migrated SQLite schema");
+    }
+    drop(conn);
+
+    let pool = pool_builder(options.pool_size, None, options.connection_timeout)
+        .connection_customizer(Box::new(pragmas))
+        .build(ConnectionManager::<SqliteConnection>::new(url))
+        .map_err(|e| classify_connect(e.to_string(), &name))?;
+    Ok(SqliteStorage {
+        db: Db::new(pool, name),
+        path,
+    })
+}
+
+impl Dialect for SqliteConnection {
+    fn write_transaction<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        self.immediate_transaction(work)
+    }
+
+    fn read_transaction<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        self.transaction(work)
+    }
+
+    fn lock_catch_up_start(&mut self, _kind: &str, _tenant: &str) -> Result<(), Failure> {
+        // The immediate transaction already excludes every other writer.
+        Ok(())
+    }
+
+    fn lock_event_append(&mut self) -> Result<(), Failure> {
+        // Writers are serialised, so events commit in seq order already.
+        Ok(())
+    }
+}
+
+/// The units of work over [`SqliteConnection`].
+mod units {
+    type Conn = diesel::SqliteConnection;
+    crate::sql::units!();
+}
+
+crate::sql::storage_impls!(SqliteStorage, units);

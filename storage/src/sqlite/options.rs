@@ -1,0 +1,96 @@
+//! SQLite settings: the options a user chooses and the pragmas every pooled connection gets.
+
+use crate::migrate::MigrationMode;
+use diesel::connection::SimpleConnection;
+use diesel::r2d2::CustomizeConnection;
+use diesel::SqliteConnection;
+use std::time::Duration;
+
+/// How to open a SQLite database.
+///
+/// ```
+/// use shardbox_storage::SqliteOptions;
+/// use std::time::Duration;
+/// let options = SqliteOptions::default()
+///     .pool_size(4)
+///     .busy_timeout(Duration::from_secs(30));
+/// assert_eq!(options.pool_size, 4);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// Connections in the pool; see [`SqliteOptions::pool_size`].
+    pub pool_size: u32,
+    /// See [`SqliteOptions::busy_timeout`].
+    pub busy_timeout: Duration,
+    /// See [`SqliteOptions::connection_timeout`].
+    pub connection_timeout: Duration,
+    /// See [`SqliteOptions::migrations`].
+    pub migrations: MigrationMode,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            pool_size: 8,
+            busy_timeout: Duration::from_secs(10),
+            connection_timeout: Duration::from_secs(30),
+            migrations: MigrationMode::Apply,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// Connections in the pool (default 8, at least 1). SQLite runs one writer at a time;
+    /// more connections serve concurrent readers.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// How long a writer waits for the database lock held by another writer before failing
+    /// with "database is locked" (default 10 s; `PRAGMA busy_timeout`).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How long a unit of work waits for a free pooled connection (default 30 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// Whether opening may migrate the schema (default [`MigrationMode::Apply`]).
+    pub fn migrations(mut self, mode: MigrationMode) -> Self {
+        self.migrations = mode;
+        self
+    }
+}
+
+/// The pragmas set on every connection when the pool opens it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pragmas {
+    pub(crate) busy_timeout: Duration,
+}
+
+impl Pragmas {
+    /// Applies the pragmas. `busy_timeout` comes first so that switching to WAL waits for a
+    /// concurrent opener instead of failing.
+    pub(crate) fn apply(&self, conn: &mut SqliteConnection) -> diesel::QueryResult<()> {
+        let ms = u64::try_from(self.busy_timeout.as_millis()).unwrap_or(u64::MAX);
+        let ms = ms.min(i32::MAX as u64);
+        conn.batch_execute(&format!(
+            "PRAGMA busy_timeout = {ms};
+             PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             PRAGMA foreign_keys = ON;"
+        ))
+    }
+}
+
+impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for Pragmas {
+    fn on_acquire(&self, conn: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
+        self.apply(conn).map_err(diesel::r2d2::Error::QueryError)
+    }
+}
