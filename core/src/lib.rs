@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod catch_up;
 pub mod clock;
 pub mod config;
 pub mod conveyor;

@@ -1,0 +1,356 @@
+//! Catch-up: rebuilding a projection from the event store while live traffic flows.
+//!
+//! This module holds the request ([`CatchUp`]), the pure decisions of the catch-up station
+//! (the job's status machine and what to do with a live row of a target being rebuilt), and
+//! progress arithmetic. The station (in `shardbox-stations`) feeds them and records what they
+//! decide; nothing here does I/O.
+//!
+//! ```text
+//!  start ──► Started ──first tick──► InProgress ──short page──► Finalizing ──no replay rows left──► Completed
+//!             (states reset,            (replays one page       (replay rows still       (live rows of the
+//!              shards re-fenced)         per tick, cursor)       being delivered)          targets flow again)
+//! ```
+//!
+//! A live event row of a target under catch-up carries the `seq` of its event. If the replay
+//! cursor has passed that `seq`, the replay delivers the event, so the live copy is dropped as
+//! covered; otherwise it is held until the cursor passes it or the job completes. So no event
+//! is applied twice and none is skipped.
+
+use crate::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// What to rebuild: all instances of a projection kind or chosen ids, from a point in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatchUp {
+    /// Which instances.
+    pub targets: CatchUpTargets,
+    /// Replay events that occurred at or after this time (all history if `None`).
+    pub since: Option<DateTime<Utc>>,
+    /// Tenant of the instances.
+    pub tenant: String,
+}
+
+impl CatchUp {
+    /// Every instance of the projection.
+    pub fn all() -> Self {
+        CatchUp {
+            targets: CatchUpTargets::All,
+            since: None,
+            tenant: String::new(),
+        }
+    }
+
+    /// The instances with these ids.
+    pub fn ids<I, S>(ids: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut ids: Vec<String> = ids.into_iter().map(Into::into).collect();
+        ids.sort();
+        ids.dedup();
+        CatchUp {
+            targets: CatchUpTargets::Ids(ids),
+            since: None,
+            tenant: String::new(),
+        }
+    }
+
+    /// Replays only events that occurred at or after `since`.
+    pub fn since(mut self, since: DateTime<Utc>) -> Self {
+        self.since = Some(since);
+        self
+    }
+
+    /// Rebuilds the instances of `tenant`.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = tenant.into();
+        self
+    }
+}
+
+/// The target kind of the control rows that drive a job (one "tick" per replay step).
+pub const TICK_KIND: &str = "shardbox.catch-up";
+
+/// The signal id of the tick that replays the page after `cursor` for job `job`. Writing it
+/// twice is harmless: the second write is a duplicate.
+pub fn tick_signal(job: i64, cursor: i64) -> String {
+    format!("catch-up/{job}/tick/{cursor}")
+}
+
+/// The signal id of the replayed copy of event `event_id` for job `job`.
+pub fn replay_signal(job: i64, event_id: &str) -> String {
+    format!("catch-up/{job}/event/{event_id}")
+}
+
+/// What one replay step (a tick) does to the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepDecision {
+    /// Replay the events read, advance the cursor to `cursor`, tick again at once.
+    Replay {
+        /// The `seq` of the last event read.
+        cursor: i64,
+        /// Whether this was the last page (fewer events than asked for): the job finalizes.
+        last: bool,
+    },
+    /// All history replayed: wait for the replayed rows to be delivered, tick again later.
+    AwaitDelivery,
+    /// Replayed rows all delivered: the job completes.
+    Complete,
+}
+
+/// Decides a tick: `read` events were read after the cursor (asking for `page_size`), and
+/// `pending_replay_rows` replayed rows of the projection are not yet delivered.
+pub fn decide_step(
+    job: &CatchUpJob,
+    read: &[i64],
+    page_size: usize,
+    pending_replay_rows: u64,
+) -> StepDecision {
+    match job.status {
+        CatchUpStatus::Started | CatchUpStatus::InProgress => {
+            let cursor = read.last().copied().unwrap_or(job.cursor).max(job.cursor);
+            StepDecision::Replay {
+                cursor,
+                last: read.len() < page_size,
+            }
+        }
+        CatchUpStatus::Finalizing if pending_replay_rows == 0 => StepDecision::Complete,
+        CatchUpStatus::Finalizing => StepDecision::AwaitDelivery,
+        // A completed job has no ticks; a stray one completes again harmlessly.
+        CatchUpStatus::Completed => StepDecision::Complete,
+    }
+}
+
+/// Applies a step decision to the job (pure: returns the new job row).
+pub fn apply_step(
+    job: &CatchUpJob,
+    decision: &StepDecision,
+    replayed: usize,
+    now: DateTime<Utc>,
+) -> CatchUpJob {
+    let mut next = job.clone();
+    next.updated_at = now;
+    match *decision {
+        StepDecision::Replay { cursor, last } => {
+            next.cursor = cursor;
+            next.replayed += replayed as i64;
+            next.status = if last {
+                CatchUpStatus::Finalizing
+            } else {
+                CatchUpStatus::InProgress
+            };
+        }
+        StepDecision::AwaitDelivery => {}
+        StepDecision::Complete => {
+            next.status = CatchUpStatus::Completed;
+            next.finished_at = Some(now);
+        }
+    }
+    next
+}
+
+/// What the catch-up station does with a live event row of a target being rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveRowDecision {
+    /// The replay has passed its event: the replayed copy applies it, drop this one.
+    Covered,
+    /// The replay has not reached its event yet: hold it.
+    Hold,
+}
+
+/// Decides a live row carrying event `event_seq` while the job's cursor is `cursor`.
+pub fn decide_live_row(cursor: i64, event_seq: Option<i64>) -> LiveRowDecision {
+    match event_seq {
+        Some(seq) if seq <= cursor => LiveRowDecision::Covered,
+        _ => LiveRowDecision::Hold,
+    }
+}
+
+/// Whether `job` rebuilds instance `id` of its projection.
+pub fn covers(job: &CatchUpJob, tenant: &str, id: &str) -> bool {
+    job.spec.tenant == tenant
+        && match &job.spec.targets {
+            CatchUpTargets::All => true,
+            CatchUpTargets::Ids(ids) => ids.binary_search_by(|x| x.as_str().cmp(id)).is_ok(),
+        }
+}
+
+/// A job's progress, readable at any time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatchUpProgress {
+    /// Job id.
+    pub id: i64,
+    /// Where the job is.
+    pub status: CatchUpStatus,
+    /// Events replayed so far.
+    pub replayed: i64,
+    /// Events to replay in all: an estimate made at the start (events appended since are
+    /// replayed too, so `replayed` may pass it).
+    pub total_estimate: i64,
+    /// Replayed events per second since the start.
+    pub rate: f64,
+    /// Time left at the current rate (`None` before anything was replayed or once done).
+    pub eta: Option<Duration>,
+}
+
+impl CatchUpProgress {
+    /// Progress of `job` at `now`.
+    pub fn of(job: &CatchUpJob, now: DateTime<Utc>) -> Self {
+        let end = job.finished_at.unwrap_or(now);
+        let elapsed = (end - job.spec.created_at)
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .as_secs_f64();
+        let rate = if elapsed > 0.0 {
+            job.replayed as f64 / elapsed
+        } else {
+            0.0
+        };
+        let left = (job.spec.total_estimate - job.replayed).max(0) as f64;
+        let eta =
+            (job.status.is_running() && rate > 0.0).then(|| Duration::from_secs_f64(left / rate));
+        CatchUpProgress {
+            id: job.id,
+            status: job.status,
+            replayed: job.replayed,
+            total_estimate: job.spec.total_estimate,
+            rate,
+            eta,
+        }
+    }
+
+    /// Fraction done, 0.0..=1.0 (1.0 once completed).
+    pub fn fraction(&self) -> f64 {
+        if self.status == CatchUpStatus::Completed {
+            return 1.0;
+        }
+        if self.total_estimate <= 0 {
+            return 0.0;
+        }
+        (self.replayed as f64 / self.total_estimate as f64).min(1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::NewCatchUp;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
+
+    fn job(status: CatchUpStatus, cursor: i64) -> CatchUpJob {
+        CatchUpJob {
+            id: 7,
+            spec: NewCatchUp {
+                projection_kind: "p".into(),
+                tenant: String::new(),
+                targets: CatchUpTargets::Ids(vec!["a".into(), "c".into()]),
+                since: None,
+                affected_shards: vec![],
+                total_estimate: 100,
+                created_at: t0(),
+            },
+            status,
+            cursor,
+            replayed: 0,
+            updated_at: t0(),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn a_full_page_keeps_replaying_a_short_page_finalizes() {
+        let j = job(CatchUpStatus::Started, 0);
+        let full = decide_step(&j, &[3, 5, 9], 3, 0);
+        assert_eq!(
+            full,
+            StepDecision::Replay {
+                cursor: 9,
+                last: false
+            }
+        );
+        let next = apply_step(&j, &full, 3, t0());
+        assert_eq!(
+            (next.status, next.cursor, next.replayed),
+            (CatchUpStatus::InProgress, 9, 3)
+        );
+        let short = decide_step(&next, &[12], 3, 0);
+        assert_eq!(
+            short,
+            StepDecision::Replay {
+                cursor: 12,
+                last: true
+            }
+        );
+        let fin = apply_step(&next, &short, 1, t0());
+        assert_eq!(
+            (fin.status, fin.cursor, fin.replayed),
+            (CatchUpStatus::Finalizing, 12, 4)
+        );
+    }
+
+    #[test]
+    fn an_empty_read_keeps_the_cursor_and_finalizes() {
+        let j = job(CatchUpStatus::InProgress, 40);
+        assert_eq!(
+            decide_step(&j, &[], 10, 0),
+            StepDecision::Replay {
+                cursor: 40,
+                last: true
+            }
+        );
+    }
+
+    #[test]
+    fn finalizing_waits_for_replayed_rows_then_completes() {
+        let j = job(CatchUpStatus::Finalizing, 40);
+        assert_eq!(decide_step(&j, &[], 10, 3), StepDecision::AwaitDelivery);
+        assert_eq!(decide_step(&j, &[], 10, 0), StepDecision::Complete);
+        let done = apply_step(&j, &StepDecision::Complete, 0, t0());
+        assert_eq!(done.status, CatchUpStatus::Completed);
+        assert_eq!(done.finished_at, Some(t0()));
+    }
+
+    #[test]
+    fn live_rows_are_covered_up_to_the_cursor_and_held_after() {
+        assert_eq!(decide_live_row(10, Some(9)), LiveRowDecision::Covered);
+        assert_eq!(decide_live_row(10, Some(10)), LiveRowDecision::Covered);
+        assert_eq!(decide_live_row(10, Some(11)), LiveRowDecision::Hold);
+        assert_eq!(decide_live_row(10, None), LiveRowDecision::Hold);
+    }
+
+    #[test]
+    fn jobs_cover_their_ids_and_tenant_only() {
+        let j = job(CatchUpStatus::InProgress, 0);
+        assert!(covers(&j, "", "a") && covers(&j, "", "c"));
+        assert!(!covers(&j, "", "b"));
+        assert!(!covers(&j, "other", "a"));
+        let mut all = j.clone();
+        all.spec.targets = CatchUpTargets::All;
+        assert!(covers(&all, "", "anything"));
+    }
+
+    #[test]
+    fn ids_are_sorted_and_deduplicated_for_lookup() {
+        let c = CatchUp::ids(["c", "a", "c"]);
+        assert_eq!(c.targets, CatchUpTargets::Ids(vec!["a".into(), "c".into()]));
+    }
+
+    #[test]
+    fn progress_reports_rate_and_eta() {
+        let mut j = job(CatchUpStatus::InProgress, 50);
+        j.replayed = 50;
+        let p = CatchUpProgress::of(&j, t0() + chrono::Duration::seconds(10));
+        assert_eq!(p.rate, 5.0);
+        assert_eq!(p.eta, Some(Duration::from_secs(10)));
+        assert_eq!(p.fraction(), 0.5);
+        j.status = CatchUpStatus::Completed;
+        j.finished_at = Some(t0() + chrono::Duration::seconds(20));
+        let p = CatchUpProgress::of(&j, t0() + chrono::Duration::seconds(99));
+        assert_eq!((p.rate, p.eta, p.fraction()), (2.5, None, 1.0));
+    }
+}
