@@ -10,7 +10,8 @@ use crate::event::NewEvent;
 use crate::message::{InboxMessage, InboxWrite, MessageStatus};
 use crate::monitor::StageReport;
 use crate::storage::{
-    DeadLetter, EntityKey, EntityStateWrite, Lease, Page, RowChange, RowUpdate, StageCommit, WriteBatch,
+    DeadLetter, EntityKey, EntityStateWrite, Lease, Page, RowChange, RowUpdate, StageCommit,
+    WriteBatch,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -67,12 +68,7 @@ pub struct Conveyor {
 
 impl Conveyor {
     /// A conveyor for `page` (sorted by `seq`) read under `lease` at `now`.
-    pub fn new(
-        env: Arc<DeliveryEnv>,
-        lease: Lease,
-        now: DateTime<Utc>,
-        page: Page,
-    ) -> Self {
+    pub fn new(env: Arc<DeliveryEnv>, lease: Lease, now: DateTime<Utc>, page: Page) -> Self {
         let Page {
             messages: mut page,
             waiting,
@@ -259,5 +255,402 @@ impl Conveyor {
             purge_delivered: self.purge_delivered,
         };
         (commit, report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::config::DeliveryConfig;
+    use crate::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+    use crate::memory::MemoryStorage;
+    use crate::message::{MessageKind, NewMessage};
+    use crate::monitor::NoopMonitor;
+    use crate::registry::EntityRegistry;
+    use crate::strategy::StableHashStrategy;
+    use std::time::Duration;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+    }
+
+    fn secs(s: i64) -> chrono::Duration {
+        chrono::Duration::seconds(s)
+    }
+
+    fn env(poll_interval: Duration) -> Arc<DeliveryEnv> {
+        let config = DeliveryConfig::builder()
+            .shard_count(1)
+            .poll_interval(poll_interval)
+            .node_id(NodeId("node-a".into()))
+            .build()
+            .unwrap();
+        Arc::new(DeliveryEnv::new(
+            Arc::new(EntityRegistry::new(Arc::new(StableHashStrategy::new()), 1)),
+            Arc::new(MemoryStorage::new()),
+            config,
+            Arc::new(NoopMonitor),
+            Arc::new(ManualClock::new(t0())),
+        ))
+    }
+
+    fn lease() -> Lease {
+        Lease {
+            shard: ShardIndex(0),
+            node_id: NodeId("node-a".into()),
+            worker_id: WorkerId(3),
+            epoch: LeaseEpoch(7),
+            picked_at: t0(),
+            lease_until: t0() + secs(30),
+        }
+    }
+
+    fn row(seq: i64, status: MessageStatus, attempts: u32) -> InboxMessage {
+        InboxMessage {
+            seq,
+            shard: ShardIndex(0),
+            status,
+            attempts,
+            last_error: None,
+            keep_until: None,
+            message: NewMessage {
+                signal_id: SignalId(format!("sig-{seq}")),
+                kind: MessageKind::Command,
+                target_kind: "counter".into(),
+                target_id: format!("t-{seq}"),
+                tenant: String::new(),
+                payload: b"{}".to_vec(),
+                payload_type: "counter.command".into(),
+                metadata: Default::default(),
+                received_at: t0() - secs(5),
+                deliver_after: None,
+                expires_at: None,
+            },
+        }
+    }
+
+    fn conveyor(rows: Vec<InboxMessage>) -> Conveyor {
+        Conveyor::new(
+            env(Duration::from_millis(250)),
+            lease(),
+            t0(),
+            Page {
+                messages: rows,
+                waiting: Vec::new(),
+            },
+        )
+    }
+
+    fn seqs<'a>(rows: impl Iterator<Item = (usize, &'a InboxMessage)>) -> Vec<(usize, i64)> {
+        rows.map(|(i, m)| (i, m.seq)).collect()
+    }
+
+    #[test]
+    fn the_page_is_carried_in_seq_order() {
+        let c = conveyor(vec![
+            row(30, MessageStatus::ToDeliver, 0),
+            row(10, MessageStatus::ToDeliver, 0),
+            row(20, MessageStatus::ToDeliver, 0),
+        ]);
+        let order: Vec<i64> = c.page().iter().map(|m| m.seq).collect();
+        assert_eq!(order, vec![10, 20, 30]);
+        let (commit, _) = c.into_commit(t0() + secs(30));
+        let updated: Vec<i64> = commit.updates.iter().map(|u| u.seq).collect();
+        assert_eq!(updated, vec![10, 20, 30]);
+    }
+
+    #[test]
+    fn into_commit_maps_every_intent_to_its_row_change_and_counter() {
+        let rows: Vec<InboxMessage> = (1..=9)
+            .map(|seq| row(seq, MessageStatus::ToDeliver, 0))
+            .collect();
+        let mut retried = rows[3].clone();
+        retried.attempts = 2;
+        let mut dead = rows[4].clone();
+        dead.attempts = 4;
+        dead.last_error = Some("earlier failure".into());
+        let mut rows = rows;
+        rows[3] = retried;
+        rows[4] = dead.clone();
+
+        let mut c = conveyor(rows);
+        let keep = t0() + secs(60);
+        c.record(
+            0,
+            Intent::Delivered {
+                keep_until: Some(keep),
+            },
+        );
+        c.record(1, Intent::Delivered { keep_until: None });
+        c.record(2, Intent::Duplicate);
+        c.record(
+            3,
+            Intent::RetryAt {
+                at: t0() + secs(4),
+                error: "boom".into(),
+            },
+        );
+        c.record(
+            4,
+            Intent::DeadLetter {
+                reason: "gave up".into(),
+            },
+        );
+        c.record(
+            5,
+            Intent::Drop {
+                reason: "dropped".into(),
+            },
+        );
+        c.record(6, Intent::Expired);
+        c.record(
+            7,
+            Intent::Hold {
+                until: t0() + secs(9),
+            },
+        );
+        // Row 8 (seq 9) is claimed by no station.
+
+        let lease_until = t0() + secs(45);
+        let (commit, report) = c.into_commit(lease_until);
+
+        let change = |seq: i64, change: RowChange| RowUpdate { seq, change };
+        assert_eq!(
+            commit.updates,
+            vec![
+                change(1, RowChange::Delivered { keep_until: keep }),
+                change(2, RowChange::Remove),
+                change(3, RowChange::Remove),
+                change(
+                    4,
+                    RowChange::RetryAt {
+                        at: t0() + secs(4),
+                        attempts: 3,
+                        error: "boom".into(),
+                    }
+                ),
+                change(5, RowChange::Remove),
+                change(6, RowChange::Remove),
+                change(7, RowChange::Remove),
+                change(
+                    8,
+                    RowChange::Hold {
+                        until: t0() + secs(9)
+                    }
+                ),
+                change(
+                    9,
+                    RowChange::Hold {
+                        until: t0() + chrono::Duration::milliseconds(250)
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            commit.dead_letters,
+            vec![DeadLetter {
+                original: dead,
+                reason: "gave up".into(),
+                attempts: 5,
+                last_attempt_at: t0(),
+            }]
+        );
+        assert_eq!(
+            report,
+            StageReport {
+                page_len: 9,
+                delivered: 2,
+                duplicates: 1,
+                retried: 1,
+                dead_lettered: 1,
+                dropped: 1,
+                expired: 1,
+                held: 2,
+                purged: 0,
+                fanned_out: 0,
+                elapsed: Duration::ZERO,
+            }
+        );
+        assert_eq!(commit.lease, lease());
+        assert_eq!(commit.now, t0());
+        assert_eq!(commit.lease_until, lease_until);
+        assert!(commit.states.is_empty());
+        assert!(commit.writes.is_empty());
+        assert_eq!(commit.purge_delivered, 0);
+    }
+
+    #[test]
+    fn an_unclaimed_row_is_held_for_exactly_one_poll_interval() {
+        let c = Conveyor::new(
+            env(Duration::from_millis(1_500)),
+            lease(),
+            t0(),
+            Page {
+                messages: vec![row(1, MessageStatus::ToCatchUp, 2)],
+                waiting: Vec::new(),
+            },
+        );
+        let (commit, report) = c.into_commit(t0() + secs(30));
+        assert_eq!(
+            commit.updates,
+            vec![RowUpdate {
+                seq: 1,
+                change: RowChange::Hold {
+                    until: t0() + chrono::Duration::milliseconds(1_500)
+                },
+            }]
+        );
+        assert_eq!(report.held, 1);
+        assert_eq!(report.delivered + report.retried + report.dead_lettered, 0);
+        assert!(commit.dead_letters.is_empty());
+    }
+
+    #[test]
+    fn attempts_do_not_overflow() {
+        let mut c = conveyor(vec![
+            row(1, MessageStatus::ToDeliver, u32::MAX),
+            row(2, MessageStatus::ToDeliver, u32::MAX),
+        ]);
+        c.record(
+            0,
+            Intent::RetryAt {
+                at: t0(),
+                error: "e".into(),
+            },
+        );
+        c.record(1, Intent::DeadLetter { reason: "r".into() });
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(
+            commit.updates[0].change,
+            RowChange::RetryAt {
+                at: t0(),
+                attempts: u32::MAX,
+                error: "e".into()
+            }
+        );
+        assert_eq!(commit.dead_letters[0].attempts, u32::MAX);
+    }
+
+    #[test]
+    fn record_replaces_the_earlier_intent_and_ignores_unknown_rows() {
+        let mut c = conveyor(vec![row(1, MessageStatus::ToDeliver, 0)]);
+        assert_eq!(c.intent(0), None);
+        c.record(
+            0,
+            Intent::Hold {
+                until: t0() + secs(1),
+            },
+        );
+        assert_eq!(
+            c.intent(0),
+            Some(&Intent::Hold {
+                until: t0() + secs(1)
+            })
+        );
+        c.record(0, Intent::Duplicate);
+        assert_eq!(c.intent(0), Some(&Intent::Duplicate));
+        c.record(5, Intent::Expired);
+        assert_eq!(c.intent(5), None);
+        let (commit, report) = c.into_commit(t0());
+        assert_eq!(
+            commit.updates,
+            vec![RowUpdate {
+                seq: 1,
+                change: RowChange::Remove
+            }]
+        );
+        assert_eq!((report.duplicates, report.held, report.expired), (1, 0, 0));
+    }
+
+    #[test]
+    fn open_rows_skip_the_claimed_ones() {
+        let mut c = conveyor(vec![
+            row(1, MessageStatus::ToDeliver, 0),
+            row(2, MessageStatus::ToCatchUp, 0),
+            row(3, MessageStatus::ToDeliver, 0),
+            row(4, MessageStatus::ToCatchUp, 0),
+            row(5, MessageStatus::ToDeliver, 0),
+        ]);
+        assert_eq!(seqs(c.open()), vec![(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]);
+        c.record(0, Intent::Duplicate);
+        c.record(3, Intent::Expired);
+        assert_eq!(seqs(c.open()), vec![(1, 2), (2, 3), (4, 5)]);
+        assert_eq!(
+            seqs(c.open_with_status(MessageStatus::ToDeliver)),
+            vec![(2, 3), (4, 5)]
+        );
+        assert_eq!(
+            seqs(c.open_with_status(MessageStatus::ToCatchUp)),
+            vec![(1, 2)]
+        );
+        assert_eq!(seqs(c.open_with_status(MessageStatus::Delivered)), vec![]);
+    }
+
+    #[test]
+    fn purge_delivered_keeps_the_largest_request() {
+        let c = conveyor(Vec::new());
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(commit.purge_delivered, 0);
+
+        let mut c = conveyor(Vec::new());
+        c.purge_delivered(10);
+        c.purge_delivered(3);
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(commit.purge_delivered, 10);
+
+        let mut c = conveyor(Vec::new());
+        c.purge_delivered(3);
+        c.purge_delivered(12);
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(commit.purge_delivered, 12);
+    }
+
+    #[test]
+    fn states_and_emitted_rows_go_into_the_commit_and_count_as_fanned_out() {
+        let mut c = conveyor(vec![row(1, MessageStatus::ToDeliver, 0)]);
+        let key = crate::storage::EntityKey {
+            kind: "counter".into(),
+            tenant: String::new(),
+            id: "t-1".into(),
+        };
+        c.set_state(EntityStateWrite {
+            key: key.clone(),
+            state: Some(b"{\"n\":1}".to_vec()),
+        });
+        let event = NewEvent {
+            id: SignalId("sig-1/event/0".into()),
+            event_type: "counter.added".into(),
+            source: crate::event::EventSource {
+                kind: "counter".into(),
+                id: "t-1".into(),
+            },
+            tenant: String::new(),
+            occurred_at: t0(),
+            payload: b"{}".to_vec(),
+            metadata: Default::default(),
+        };
+        let copy = InboxWrite {
+            shard: ShardIndex(0),
+            message: row(100, MessageStatus::ToDeliver, 0).message,
+        };
+        let command = InboxWrite {
+            shard: ShardIndex(0),
+            message: row(101, MessageStatus::ToDeliver, 0).message,
+        };
+        c.emit_events(vec![event.clone()], vec![copy.clone()]);
+        c.emit_messages(vec![command.clone()]);
+        let (commit, report) = c.into_commit(t0());
+        assert_eq!(
+            commit.states,
+            vec![EntityStateWrite {
+                key,
+                state: Some(b"{\"n\":1}".to_vec())
+            }]
+        );
+        assert_eq!(commit.writes.events, vec![event]);
+        assert_eq!(commit.writes.messages, vec![copy, command]);
+        assert_eq!(report.fanned_out, 2);
+        assert_eq!(report.page_len, 1);
     }
 }
