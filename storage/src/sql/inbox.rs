@@ -5,7 +5,7 @@
 //! ```text
 //!  read_page  one query per pending status on inbox_due (shard, status, seq), LIMIT n,
 //!             merged by seq: stops after n due rows whatever the Inbox size
-//!  waiting    inbox_retrying (shard, deliver_after) WHERE attempts > 0 AND not delivered
+//!  waiting    inbox_retrying (shard, seq) WHERE attempts > 0 AND not delivered
 //!  next_due   inbox_delayed  (shard, deliver_after) WHERE deliver_after set AND not delivered
 //! ```
 //!
@@ -128,10 +128,12 @@ macro_rules! inbox_units {
                     .into_iter()
                     .map(InboxRow::into_message)
                     .collect::<Result<Vec<_>, _>>()?;
+                // `COALESCE` on purpose: a plain `deliver_after > ?` would make the larger
+                // inbox_delayed index eligible too, and SQLite would pick it.
                 let waiting: Vec<(String, String, String, i64)> = im::inbox_messages
                     .filter(im::shard.eq(s))
-                    .filter(im::deliver_after.gt(now))
                     .filter(sql::<Bool>(RETRYING))
+                    .filter(sql::<Bool>("COALESCE(deliver_after, 0) > ").bind::<BigInt, _>(now))
                     .order(im::seq.asc())
                     .select((
                         im::target_kind,

@@ -10,7 +10,7 @@ pub(crate) use crate::sql::{Dialect, INSERT_CHUNK, IN_CHUNK};
 pub(crate) use chrono::{DateTime, Utc};
 pub(crate) use diesel::dsl::sql;
 pub(crate) use diesel::prelude::*;
-pub(crate) use diesel::sql_types::Bool;
+pub(crate) use diesel::sql_types::{BigInt, Bool};
 pub(crate) use shardbox_core::storage::{
     CatchUpJob, CatchUpStatus, CommitReport, DeadLetter, EntityKey, EntityState, EntityStateWrite,
     InboxCounts, Lease, NewCatchUp, Page, RowChange, RowUpdate, ShardSession, StageCommit,

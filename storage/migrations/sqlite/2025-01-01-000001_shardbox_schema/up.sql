@@ -25,8 +25,8 @@ CREATE UNIQUE INDEX inbox_dedup ON inbox_messages (tenant, target_kind, target_i
 CREATE INDEX inbox_due ON inbox_messages (shard, status, seq);
 -- Purge of delivered rows whose dedup window passed (only delivered rows have keep_until).
 CREATE INDEX inbox_purge ON inbox_messages (shard, keep_until) WHERE keep_until IS NOT NULL;
--- Targets waiting behind a failed message (few rows: only those that failed).
-CREATE INDEX inbox_retrying ON inbox_messages (shard, deliver_after)
+-- Targets waiting behind a failed message: few rows, only those that failed, in seq order.
+CREATE INDEX inbox_retrying ON inbox_messages (shard, seq)
     WHERE attempts > 0 AND status <> 'delivered';
 -- The next delayed, held or backed-off row of a shard.
 CREATE INDEX inbox_delayed ON inbox_messages (shard, deliver_after)

@@ -1,0 +1,196 @@
+//! PostgreSQL-specific behaviour beyond the conformance suite: connection errors, concurrent
+//! migration, schema versions and isolation, and the plan of a stage's page query.
+//!
+//! Needs `SHARDBOX_PG_URL` (except the unreachable-server case); each test uses its own schema.
+
+mod common;
+
+use common::{pg_url, Schema};
+use diesel::connection::SimpleConnection;
+use diesel::sql_types::Text;
+use diesel::{QueryableByName, RunQueryDsl};
+use shardbox_core::{InboxStore, ShardIndex, Storage, StorageError};
+use shardbox_storage::conformance::fixtures::{command, messages};
+use shardbox_storage::{MigrationMode, PostgresStorage};
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_and_the_password_never_shows() {
+    let url = "postgres://app:hunter2@127.0.0.1:1/shardbox?connect_timeout=2";
+    let err = PostgresStorage::connect(url)
+        .await
+        .expect_err("nothing listens on port 1");
+    let shown = err.to_string();
+    match &err {
+        StorageError::Unavailable { database, .. } => {
+            assert_eq!(
+                database,
+                "postgres://app:***@127.0.0.1:1/shardbox?connect_timeout=2"
+            )
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(!format!("{err:?}").contains("hunter2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_connects_migrate_once() {
+    let Some(url) = pg_url("concurrent_connects_migrate_once") else {
+        return;
+    };
+    let schema = Schema::new(&url, "concurrent_connects");
+    let connects =
+        (0..4).map(|_| PostgresStorage::connect_with(url.clone(), schema.options().pool_size(1)));
+    let handles: Vec<_> = futures_join_all(connects).await;
+    for h in &handles {
+        assert!(h.is_ok(), "{h:?}");
+    }
+    #[derive(QueryableByName)]
+    struct Version {
+        #[diesel(sql_type = Text)]
+        version: String,
+    }
+    let versions: Vec<Version> =
+        diesel::sql_query("SELECT version FROM __diesel_schema_migrations")
+            .load(&mut schema.raw())
+            .expect("versions");
+    assert_eq!(versions.len(), 1, "one migration, applied once");
+    assert!(!versions[0].version.is_empty());
+}
+
+/// Awaits every future concurrently (tokio has no join_all; spawn each).
+async fn futures_join_all<F, T>(futures: impl Iterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_verify_mode_refuses_pending() {
+    let Some(url) = pg_url("a_newer_schema_is_refused") else {
+        return;
+    };
+    let schema = Schema::new(&url, "schema_versions");
+    let verify = schema.options().migrations(MigrationMode::Verify);
+    let err = PostgresStorage::connect_with(url.clone(), verify.clone())
+        .await
+        .expect_err("an empty schema has pending migrations");
+    assert!(
+        matches!(&err, StorageError::SchemaMismatch { found, .. } if found.contains("pending")),
+        "{err:?}"
+    );
+
+    drop(schema.connect().await);
+    PostgresStorage::connect_with(url.clone(), verify)
+        .await
+        .expect("a migrated schema passes verification");
+
+    schema
+        .raw()
+        .batch_execute("INSERT INTO __diesel_schema_migrations (version) VALUES ('20990101000000')")
+        .expect("fake a newer migration");
+    let err = PostgresStorage::connect_with(url, schema.options())
+        .await
+        .expect_err("newer schema");
+    match err {
+        StorageError::SchemaMismatch { found, advice, .. } => {
+            assert!(found.contains("20990101000000"), "{found}");
+            assert!(advice.contains("upgrade"), "{advice}");
+        }
+        other => panic!("expected SchemaMismatch, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn schemas_isolate_their_data() {
+    let Some(url) = pg_url("schemas_isolate_their_data") else {
+        return;
+    };
+    let (one, two) = (Schema::new(&url, "iso_one"), Schema::new(&url, "iso_two"));
+    let (a, b) = (one.connect().await, two.connect().await);
+    a.write(messages(vec![command(0, "a", "s1")]))
+        .await
+        .expect("write");
+    assert_eq!(a.counts(None).await.expect("counts").to_deliver, 1);
+    assert_eq!(b.counts(None).await.expect("counts").to_deliver, 0);
+    assert!(a.describe().contains(&one.name), "{}", a.describe());
+    assert_eq!(b.schema(), Some(two.name.as_str()));
+}
+
+#[derive(QueryableByName)]
+struct PlanLine {
+    #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+    line: String,
+}
+
+/// The page query never scans or sorts the table: with a large backlog it walks an index in
+/// `seq` order and stops after the page; with mostly delivered rows (kept for deduplication)
+/// it reads the shard's pending rows from inbox_due. The waiting targets come from the small
+/// partial index.
+#[tokio::test]
+async fn page_queries_use_indexes_whatever_the_inbox_holds() {
+    let Some(url) = pg_url("page_queries_use_indexes") else {
+        return;
+    };
+    let schema = Schema::new(&url, "page_plan");
+    let storage = schema.connect().await;
+    let rows: Vec<_> = (0..20_000)
+        .map(|i| command(i % 8, &format!("t{i}"), &format!("s{i}")))
+        .collect();
+    storage.write(messages(rows)).await.expect("write");
+    let mut conn = schema.raw();
+    let explain = |conn: &mut diesel::PgConnection, sql: &str| -> String {
+        let lines: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {sql}"))
+            .load(conn)
+            .expect("explain");
+        lines
+            .into_iter()
+            .map(|l| l.line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let page_sql = "SELECT * FROM inbox_messages WHERE shard = 3 AND status = 'to_deliver' \
+         AND (deliver_after IS NULL OR deliver_after <= 1700000000000000) \
+         ORDER BY seq ASC LIMIT 100";
+
+    conn.batch_execute("ANALYZE inbox_messages")
+        .expect("analyze");
+    let backlog = explain(&mut conn, page_sql);
+    assert!(!backlog.contains("Seq Scan"), "{backlog}");
+    assert!(!backlog.contains("Sort"), "{backlog}");
+
+    conn.batch_execute(
+        "UPDATE inbox_messages SET status = 'delivered', keep_until = 1800000000000000 \
+         WHERE seq % 100 <> 0; ANALYZE inbox_messages",
+    )
+    .expect("deliver most rows");
+    let kept = explain(&mut conn, page_sql);
+    assert!(kept.contains("inbox_due"), "{kept}");
+    assert!(!kept.contains("Seq Scan"), "{kept}");
+
+    let waiting = explain(
+        &mut conn,
+        "SELECT target_id FROM inbox_messages WHERE shard = 3 \
+         AND attempts > 0 AND status <> 'delivered' \
+         AND COALESCE(deliver_after, 0) > 1700000000000000 ORDER BY seq ASC",
+    );
+    assert!(waiting.contains("inbox_retrying"), "{waiting}");
+    let page = storage
+        .read_page(
+            ShardIndex(3),
+            shardbox_storage::conformance::fixtures::t0(),
+            100,
+        )
+        .await
+        .expect("read");
+    // Shard 3 holds seq ≡ 4 (mod 8); of those, seq ≡ 100 (mod 200) stayed pending: 100 rows.
+    assert_eq!(page.messages.len(), 100);
+    assert!(page.messages.iter().all(|m| m.seq % 200 == 100));
+}

@@ -1,0 +1,243 @@
+//! SQLite-specific behaviour beyond the conformance suite: opening, schema versions, errors,
+//! several handles on one file, and the query plans that keep a stage O(page).
+
+use diesel::connection::SimpleConnection;
+use diesel::connection::{Instrumentation, InstrumentationEvent};
+use diesel::sql_types::Text;
+use diesel::{Connection, QueryableByName, RunQueryDsl, SqliteConnection};
+use shardbox_core::storage::WriteBatch;
+use shardbox_core::{InboxStore, ShardIndex, Storage, StorageError};
+use shardbox_storage::conformance::fixtures::{self, command, messages, t0};
+use shardbox_storage::{MigrationMode, SqliteOptions, SqliteStorage};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+fn db_in(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("shardbox.db")
+}
+
+fn raw(path: &Path) -> SqliteConnection {
+    SqliteConnection::establish(path.to_str().expect("utf-8 path")).expect("open raw")
+}
+
+#[tokio::test]
+async fn reopening_keeps_rows_and_names_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    let storage = SqliteStorage::open(&path).await.expect("open");
+    storage
+        .write(messages(vec![command(0, "a", "s1")]))
+        .await
+        .expect("write");
+    assert_eq!(storage.describe(), format!("sqlite {}", path.display()));
+    drop(storage);
+
+    let storage = SqliteStorage::open(&path).await.expect("reopen");
+    let rows = storage.rows().await.expect("rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].message.signal_id.0, "s1");
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_with_advice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    drop(SqliteStorage::open(&path).await.expect("open"));
+    raw(&path)
+        .batch_execute("INSERT INTO __diesel_schema_migrations (version) VALUES ('20990101000000')")
+        .expect("fake a newer migration");
+
+    let err = SqliteStorage::open(&path).await.expect_err("newer schema");
+    match err {
+        StorageError::SchemaMismatch {
+            database,
+            found,
+            advice,
+            ..
+        } => {
+            assert_eq!(database, path.display().to_string());
+            assert!(found.contains("20990101000000"), "{found}");
+            assert!(advice.contains("upgrade"), "{advice}");
+        }
+        other => panic!("expected SchemaMismatch, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn verify_mode_refuses_pending_migrations_and_accepts_a_migrated_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    let verify = SqliteOptions::default().migrations(MigrationMode::Verify);
+    let err = SqliteStorage::open_with(&path, verify.clone())
+        .await
+        .expect_err("fresh file in verify mode");
+    match &err {
+        StorageError::SchemaMismatch { found, .. } => {
+            assert!(found.contains("pending"), "{found}")
+        }
+        other => panic!("expected SchemaMismatch, got {other:?}"),
+    }
+    drop(SqliteStorage::open(&path).await.expect("migrate"));
+    SqliteStorage::open_with(&path, verify)
+        .await
+        .expect("a migrated file passes verification");
+}
+
+#[tokio::test]
+async fn unopenable_paths_are_unavailable_and_named() {
+    let err = SqliteStorage::open("/nonexistent-dir/sub/shardbox.db")
+        .await
+        .expect_err("missing directory");
+    match err {
+        StorageError::Unavailable { database, .. } => {
+            assert_eq!(database, "/nonexistent-dir/sub/shardbox.db")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let err = SqliteStorage::open(":memory:").await.expect_err(":memory:");
+    assert!(
+        matches!(&err, StorageError::Unavailable { reason, .. } if reason.contains("MemoryStorage")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn writes_to_a_read_only_database_are_read_only_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    // Keep a writer open so the WAL index exists for the read-only handle.
+    let writer = SqliteStorage::open(&path).await.expect("open");
+    let uri = format!("file:{}?mode=ro", path.display());
+    let reader = SqliteStorage::open(&uri).await.expect("open read-only");
+    let err = reader
+        .write(messages(vec![command(0, "a", "s1")]))
+        .await
+        .expect_err("read-only write");
+    match err {
+        StorageError::ReadOnly { database, reason } => {
+            assert_eq!(database, uri);
+            assert!(reason.contains("readonly"), "{reason}");
+        }
+        other => panic!("expected ReadOnly, got {other:?}"),
+    }
+    drop(writer);
+}
+
+/// Two handles on one file, as two processes would have: both open at once (one migrates),
+/// and their concurrent writers all succeed without "database is locked".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_on_one_file_open_and_write_concurrently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    let options = SqliteOptions::default()
+        .pool_size(4)
+        .busy_timeout(std::time::Duration::from_secs(30));
+    let (a, b) = tokio::join!(
+        SqliteStorage::open_with(&path, options.clone()),
+        SqliteStorage::open_with(&path, options)
+    );
+    let handles = [Arc::new(a.expect("open a")), Arc::new(b.expect("open b"))];
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let storage = Arc::clone(&handles[t % 2]);
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                let batch = WriteBatch {
+                    events: vec![],
+                    messages: vec![command(t as u32, &format!("t{t}"), &format!("s{i}"))],
+                };
+                storage.write(batch).await.expect("concurrent write");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let counts = handles[0].counts(None).await.expect("counts");
+    assert_eq!(counts.to_deliver, 160);
+    let page = handles[1]
+        .read_page(ShardIndex(3), t0(), 100)
+        .await
+        .expect("read");
+    assert_eq!(page.messages.len(), 20);
+}
+
+#[derive(QueryableByName)]
+struct PlanStep {
+    #[diesel(sql_type = Text)]
+    detail: String,
+}
+
+fn plan(conn: &mut SqliteConnection, sql: &str) -> String {
+    let steps: Vec<PlanStep> = diesel::sql_query(format!("EXPLAIN QUERY PLAN {sql}"))
+        .load(conn)
+        .expect("explain");
+    steps
+        .into_iter()
+        .map(|s| s.detail)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Every statement a stage issues, as diesel sent it (captured by instrumentation).
+static ISSUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn capture() -> Option<Box<dyn Instrumentation>> {
+    Some(Box::new(|event: InstrumentationEvent<'_>| {
+        if let InstrumentationEvent::StartQuery { query, .. } = event {
+            let sql = query.to_string();
+            let sql = sql.split(" -- binds").next().unwrap_or_default().to_owned();
+            ISSUED.lock().unwrap_or_else(|p| p.into_inner()).push(sql);
+        }
+    }))
+}
+
+/// The statements of a stage use the indexes that keep its cost O(page): the SQL the storage
+/// really issues is captured and explained.
+#[tokio::test]
+async fn stage_queries_use_their_indexes() {
+    diesel::connection::set_default_instrumentation(capture).expect("instrumentation");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    let storage = SqliteStorage::open(&path).await.expect("open");
+    storage
+        .write(messages(vec![command(0, "a", "s1")]))
+        .await
+        .expect("write");
+    let lease = fixtures::pick(&storage, 0, "node-a", t0()).await;
+    let page = storage
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    storage.next_due(ShardIndex(0), t0()).await.expect("next");
+    let mut commit = fixtures::stage(
+        &lease,
+        t0(),
+        vec![fixtures::delivered(page.messages[0].seq, t0())],
+    );
+    commit.purge_delivered = 10;
+    storage.commit_stage(commit).await.expect("commit");
+    drop(storage);
+
+    let issued: Vec<String> = ISSUED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let find = |needle: &str| -> String {
+        issued
+            .iter()
+            .find(|q| {
+                q.starts_with("SELECT") && q.contains("`inbox_messages`") && q.contains(needle)
+            })
+            .unwrap_or_else(|| panic!("no SELECT containing {needle:?} in {issued:#?}"))
+            .clone()
+    };
+    let mut conn = raw(&path);
+    let due = plan(&mut conn, &find("`deliver_after` <= ?"));
+    assert!(due.contains("USING INDEX inbox_due"), "{due}");
+    assert!(!due.contains("TEMP B-TREE"), "no sort: {due}");
+    let waiting = plan(&mut conn, &find("attempts > 0"));
+    assert!(waiting.contains("USING INDEX inbox_retrying"), "{waiting}");
+    assert!(!waiting.contains("TEMP B-TREE"), "no sort: {waiting}");
+    let next_due = plan(&mut conn, &find("min("));
+    assert!(next_due.contains("inbox_delayed"), "{next_due}");
+    let purge = plan(&mut conn, &find("`keep_until` <= ?"));
+    assert!(purge.contains("inbox_purge"), "{purge}");
+}
