@@ -64,6 +64,7 @@ pub struct Conveyor {
     writes: WriteBatch,
     purge_delivered: usize,
     waiting: Vec<(EntityKey, DateTime<Utc>)>,
+    extra_dead_letters: Vec<DeadLetter>,
 }
 
 impl Conveyor {
@@ -85,6 +86,7 @@ impl Conveyor {
             writes: WriteBatch::default(),
             purge_delivered: 0,
             waiting,
+            extra_dead_letters: Vec::new(),
         }
     }
 
@@ -159,6 +161,12 @@ impl Conveyor {
         self.writes.messages.extend(messages);
     }
 
+    /// Records a dead letter that is not a row of the page (an emitted event's copy that
+    /// could not be routed to a subscriber), so that it is kept and counted, never lost.
+    pub fn add_dead_letter(&mut self, dead_letter: DeadLetter) {
+        self.extra_dead_letters.push(dead_letter);
+    }
+
     /// Asks the commit to purge up to `limit` delivered rows whose window has passed.
     pub fn purge_delivered(&mut self, limit: usize) {
         self.purge_delivered = self.purge_delivered.max(limit);
@@ -175,7 +183,8 @@ impl Conveyor {
             ..StageReport::default()
         };
         let mut updates = Vec::with_capacity(self.page.len());
-        let mut dead_letters = Vec::new();
+        report.dead_lettered += self.extra_dead_letters.len();
+        let mut dead_letters = self.extra_dead_letters;
         for (message, intent) in self.page.into_iter().zip(self.intents) {
             let change = match intent {
                 Some(Intent::Delivered { keep_until }) => {

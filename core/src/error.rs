@@ -124,6 +124,16 @@ pub enum DeliveryError {
         /// The event type.
         event_type: String,
     },
+    /// A subscriber could not route a posted event (its `route` failed); nothing was written.
+    #[error("`{kind}` could not route event of type `{event_type}`: {reason}; nothing was written — fix the event or the subscriber's route")]
+    Unroutable {
+        /// The subscribing kind.
+        kind: String,
+        /// The event type.
+        event_type: String,
+        /// Why.
+        reason: String,
+    },
     /// A payload could not be serialized.
     #[error("payload of type `{payload_type}` could not be serialized: {reason}")]
     Serialize {

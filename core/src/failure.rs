@@ -121,6 +121,13 @@ impl FailurePolicy {
                 reason: "max_attempts must be at least 1 (the first attempt counts)",
             });
         }
+        if self.backoff == Backoff::Fixed(Duration::ZERO) {
+            return Err(ConfigError::Invalid {
+                field,
+                value: "backoff = Fixed(0s)".into(),
+                reason: "a fixed back-off must be longer than zero, or a failing message burns all its attempts at once",
+            });
+        }
         if let Backoff::Exponential { base, cap } = self.backoff {
             if base.is_zero() || cap < base {
                 return Err(ConfigError::Invalid {
@@ -208,6 +215,11 @@ mod tests {
                 base: Duration::from_secs(5),
                 cap: Duration::from_secs(1),
             },
+            ..FailurePolicy::default()
+        };
+        assert!(p.validate("failure_policy").is_err());
+        let p = FailurePolicy {
+            backoff: Backoff::Fixed(Duration::ZERO),
             ..FailurePolicy::default()
         };
         assert!(p.validate("failure_policy").is_err());

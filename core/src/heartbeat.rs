@@ -30,7 +30,9 @@ impl Heartbeat {
                 tokio::time::sleep(period).await;
                 let until = env.lease_until(env.clock.now());
                 match env.storage.renew(&lease, until).await {
-                    Ok(_) => tracing::trace!(shard = %lease.shard, epoch = %lease.epoch, "lease renewed"),
+                    Ok(_) => {
+                        tracing::trace!(shard = %lease.shard, epoch = %lease.epoch, "lease renewed")
+                    }
                     Err(StorageError::LeaseLost { current, .. }) => {
                         tracing::warn!(shard = %lease.shard, epoch = %lease.epoch, ?current, "heartbeat found the lease lost");
                         flag.store(true, Ordering::SeqCst);

@@ -175,13 +175,20 @@ impl Inbox {
     ) -> Result<SendReceipt, DeliveryError> {
         let now = self.env.clock.now();
         let mut messages = Vec::new();
-        self.env.registry.fan_out(
+        let failures = self.env.registry.fan_out(
             &event,
             now,
             options.deliver_after(now),
             options.expires_at(now),
             &mut messages,
-        )?;
+        );
+        if let Some((kind, reason)) = failures.into_iter().next() {
+            return Err(DeliveryError::Unroutable {
+                kind: kind.to_owned(),
+                event_type: event.event_type,
+                reason,
+            });
+        }
         let signal_id = event.id.clone();
         let batch = WriteBatch {
             events: vec![event],

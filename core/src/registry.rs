@@ -5,7 +5,7 @@
 //! type (each kind gets its own copy, like a consumer group), the kind's `route` picking the
 //! ids within it.
 
-use crate::error::{ConfigError, DeliveryError};
+use crate::error::ConfigError;
 use crate::event::NewEvent;
 use crate::handler::EntityHandler;
 use crate::ids::ShardIndex;
@@ -99,8 +99,10 @@ impl EntityRegistry {
         }
     }
 
-    /// The inbox rows `event` fans out to: one per subscribed kind and routed id, each with
-    /// the event's id as signal id. `deliver_after`/`expires_at` apply to every copy.
+    /// Appends to `out` the inbox rows `event` fans out to: one per subscribed kind and routed
+    /// id, each with the event's id as signal id. `deliver_after`/`expires_at` apply to every
+    /// copy. A subscriber whose `route` fails gets no copy and is returned (kind, reason); the
+    /// other subscribers get theirs.
     pub fn fan_out(
         &self,
         event: &NewEvent,
@@ -108,20 +110,19 @@ impl EntityRegistry {
         deliver_after: Option<DateTime<Utc>>,
         expires_at: Option<DateTime<Utc>>,
         out: &mut Vec<InboxWrite>,
-    ) -> Result<(), DeliveryError> {
+    ) -> Vec<(&'static str, String)> {
+        let mut failures = Vec::new();
         let Some(subscribers) = self.subscribers.get(event.event_type.as_str()) else {
-            return Ok(());
+            return failures;
         };
         for handler in subscribers {
-            let ids = handler.route(event).map_err(|e| DeliveryError::Station {
-                station: "routing".into(),
-                reason: format!(
-                    "`{}` could not route event {} of type `{}`: {e}",
-                    handler.kind(),
-                    event.id,
-                    event.event_type
-                ),
-            })?;
+            let ids = match handler.route(event) {
+                Ok(ids) => ids,
+                Err(e) => {
+                    failures.push((handler.kind(), e.reason));
+                    continue;
+                }
+            };
             for target_id in ids {
                 out.push(self.address(NewMessage {
                     signal_id: event.id.clone(),
@@ -138,7 +139,7 @@ impl EntityRegistry {
                 }));
             }
         }
-        Ok(())
+        failures
     }
 
     /// Whether any kind subscribes to `event_type`.

@@ -15,10 +15,12 @@ use crate::dedup::RecentDeliveries;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use shardbox_core::handler::EntityHandler;
-use shardbox_core::storage::{EntityKey, EntityStateWrite};
+use shardbox_core::message::NewMessage;
+use shardbox_core::storage::{DeadLetter, EntityKey, EntityStateWrite};
 use shardbox_core::{
     Conveyor, DeliveryError, FailureAction, FailureDecision, FailureInfo, HandlerError,
-    InboxMessage, Intent, MessageOutcome, MessageStatus, Station,
+    InboxMessage, Intent, MessageKind, MessageOutcome, MessageStatus, NewEvent, ShardIndex,
+    Station,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -101,6 +103,47 @@ fn hold_behind(intent: &Intent, now: DateTime<Utc>) -> DateTime<Utc> {
     }
 }
 
+/// The dead letter of an emitted event's copy that subscriber `kind` could not route: kept
+/// with the event's payload so an operator can see and replay it.
+fn unroutable_copy(
+    event: &NewEvent,
+    kind: &str,
+    reason: String,
+    emitter: &EntityKey,
+    now: DateTime<Utc>,
+) -> DeadLetter {
+    let message = NewMessage {
+        signal_id: event.id.clone(),
+        kind: MessageKind::Event,
+        target_kind: kind.to_owned(),
+        target_id: String::new(),
+        tenant: event.tenant.clone(),
+        payload: event.payload.clone(),
+        payload_type: event.event_type.clone(),
+        metadata: event.metadata.clone(),
+        received_at: now,
+        deliver_after: None,
+        expires_at: None,
+    };
+    DeadLetter {
+        original: InboxMessage {
+            seq: 0,
+            shard: ShardIndex(0),
+            status: MessageStatus::ToDeliver,
+            attempts: 0,
+            last_error: None,
+            keep_until: None,
+            message,
+        },
+        reason: format!(
+            "event emitted by {}/{} could not be routed to `{kind}`: {reason}",
+            emitter.kind, emitter.id
+        ),
+        attempts: 0,
+        last_attempt_at: now,
+    }
+}
+
 #[async_trait]
 impl Station for LiveDelivery {
     fn name(&self) -> &str {
@@ -173,14 +216,19 @@ impl Station for LiveDelivery {
                     }
                     if !result.events.is_empty() {
                         let mut fan_out = Vec::new();
+                        let mut unroutable = Vec::new();
                         for event in &result.events {
-                            if let Err(e) =
+                            for (kind, reason) in
                                 env.registry.fan_out(event, now, None, None, &mut fan_out)
                             {
-                                tracing::error!(event = %event.id, error = %e, "emitted event could not be routed to a subscriber; it is stored in the event store but not delivered to that kind");
+                                tracing::error!(event = %event.id, kind, %reason, "emitted event could not be routed to a subscriber; its copy goes to the dead letters");
+                                unroutable.push(unroutable_copy(event, kind, reason, &target, now));
                             }
                         }
                         conveyor.emit_events(result.events, fan_out);
+                        for dead in unroutable {
+                            conveyor.add_dead_letter(dead);
+                        }
                     }
                     if !result.commands.is_empty() {
                         let addressed = result

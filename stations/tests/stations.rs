@@ -1049,12 +1049,9 @@ impl Projection for StrictView {
     }
 }
 
-/// Known bug: `EntityRegistry::fan_out` (core/src/registry.rs, the `?` after
-/// `handler.route(event)`) returns at the first subscriber whose routing fails, so every
-/// subscriber registered after it silently gets no copy of the event; live delivery logs the
-/// error as if only "that kind" missed it.
+/// One subscriber that cannot route an emitted event must not cost the others their copy, and
+/// its own copy goes to the dead letters rather than vanishing.
 #[tokio::test]
-#[ignore = "bug: one subscriber's routing failure drops the event for later subscribers (core/src/registry.rs fan_out)"]
 async fn live_fans_out_to_every_other_subscriber_when_one_cannot_route_the_event() {
     let fx = Fixture::build(
         config().build().unwrap(),
@@ -1078,6 +1075,14 @@ async fn live_fans_out_to_every_other_subscriber_when_one_cannot_route_the_event
         .map(|w| (w.message.target_kind.clone(), w.message.target_id.clone()))
         .collect();
     assert_eq!(copies, vec![("totals".to_owned(), "a".to_owned())]);
+    assert_eq!(commit.dead_letters.len(), 1, "the unroutable copy is kept");
+    let dead = &commit.dead_letters[0];
+    assert_eq!(dead.original.message.target_kind, "strict");
+    assert!(
+        dead.reason.contains("could not be routed to `strict`"),
+        "{}",
+        dead.reason
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
