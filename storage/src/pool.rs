@@ -10,14 +10,17 @@
 //! error carries.
 
 use crate::error::{classify_connect, Failure};
-use diesel::r2d2::{Builder, ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::{Builder, ConnectionManager, HandleError, Pool, R2D2Connection};
 use shardbox_core::StorageError;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An r2d2 pool builder with the values r2d2 would panic on clamped: at least one connection,
-/// no more idle connections than connections, a positive checkout timeout.
+/// An r2d2 pool builder with the values r2d2 would panic on clamped (at least one connection,
+/// no more idle connections than connections, a positive checkout timeout), reporting the
+/// pool's background connection failures through `tracing`. Connections are checked (pinged)
+/// at checkout, so that connections a restarted server dropped are replaced, not handed out.
 pub(crate) fn pool_builder<C: R2D2Connection + Send + 'static>(
+    database: &str,
     size: u32,
     min_idle: Option<u32>,
     connection_timeout: Duration,
@@ -27,6 +30,22 @@ pub(crate) fn pool_builder<C: R2D2Connection + Send + 'static>(
         .max_size(size)
         .min_idle(min_idle.map(|idle| idle.min(size)))
         .connection_timeout(connection_timeout.max(Duration::from_millis(1)))
+        .test_on_check_out(true)
+        .error_handler(Box::new(TracePoolErrors {
+            database: database.to_owned(),
+        }))
+}
+
+/// Logs the failures r2d2 meets while opening connections in the background.
+#[derive(Debug)]
+struct TracePoolErrors {
+    database: String,
+}
+
+impl HandleError<diesel::r2d2::Error> for TracePoolErrors {
+    fn handle_error(&self, error: diesel::r2d2::Error) {
+        tracing::warn!(database = %self.database, %error, "could not open a pooled connection");
+    }
 }
 
 /// A connection pool and the name of the database behind it.

@@ -138,6 +138,7 @@ fn connect_blocking(
     drop(conn);
 
     let pool = pool_builder(
+        &name,
         options.pool_size,
         options.min_idle,
         options.connection_timeout,

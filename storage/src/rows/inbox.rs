@@ -114,6 +114,35 @@ impl NewInboxRow {
     }
 }
 
+/// A dead letter with its whole original message (all columns but `id`).
+#[derive(Debug, Insertable, Queryable, Selectable)]
+#[diesel(table_name = dead_letters)]
+#[diesel(treat_none_as_default_value = false)]
+#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+pub(crate) struct DeadLetterRow {
+    pub original_seq: i64,
+    pub shard: i32,
+    pub tenant: String,
+    pub target_kind: String,
+    pub target_id: String,
+    pub signal_id: String,
+    pub kind: String,
+    pub status: String,
+    pub received_at: i64,
+    pub deliver_after: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub keep_until: Option<i64>,
+    pub row_attempts: i32,
+    pub row_last_error: Option<String>,
+    pub attempts: i32,
+    pub reason: String,
+    pub first_attempt_at: Option<i64>,
+    pub last_attempt_at: i64,
+    pub payload: Vec<u8>,
+    pub payload_type: String,
+    pub metadata: String,
+}
+
 impl DeadLetterRow {
     /// The dead letter as core sees it.
     pub(crate) fn into_dead_letter(self) -> Result<DeadLetter, Failure> {
@@ -145,38 +174,7 @@ impl DeadLetterRow {
             last_attempt_at: time(r.last_attempt_at)?,
         })
     }
-}
 
-/// A dead letter with its whole original message (all columns but `id`).
-#[derive(Debug, Insertable, Queryable, Selectable)]
-#[diesel(table_name = dead_letters)]
-#[diesel(treat_none_as_default_value = false)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
-pub(crate) struct DeadLetterRow {
-    pub original_seq: i64,
-    pub shard: i32,
-    pub tenant: String,
-    pub target_kind: String,
-    pub target_id: String,
-    pub signal_id: String,
-    pub kind: String,
-    pub status: String,
-    pub received_at: i64,
-    pub deliver_after: Option<i64>,
-    pub expires_at: Option<i64>,
-    pub keep_until: Option<i64>,
-    pub row_attempts: i32,
-    pub row_last_error: Option<String>,
-    pub attempts: i32,
-    pub reason: String,
-    pub first_attempt_at: Option<i64>,
-    pub last_attempt_at: i64,
-    pub payload: Vec<u8>,
-    pub payload_type: String,
-    pub metadata: String,
-}
-
-impl DeadLetterRow {
     /// The row for a dead letter, with its whole original message.
     pub(crate) fn from_dead_letter(d: DeadLetter) -> Result<Self, Failure> {
         let o = d.original;

@@ -123,7 +123,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
     }
     drop(conn);
 
-    let pool = pool_builder(options.pool_size, None, options.connection_timeout)
+    let pool = pool_builder(&name, options.pool_size, None, options.connection_timeout)
         .connection_customizer(Box::new(pragmas))
         .build(ConnectionManager::<SqliteConnection>::new(url))
         .map_err(|e| classify_connect(e.to_string(), &name))?;
