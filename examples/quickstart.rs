@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use shardbox::core::monitor::{StageInfo, StageReport};
 use shardbox::prelude::*;
+use shardbox::storage::SqliteStorage;
 use shardbox::DeliveryMonitor;
 use std::time::Duration;
 
@@ -109,8 +110,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
 
-    let builder = Shardbox::builder()
-        .memory()
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "shardbox-quickstart.db".into());
+    let builder = if path == ":memory:" {
+        println!("storage: in memory (nothing is kept)");
+        Shardbox::builder().memory()
+    } else {
+        println!(
+            "storage: SQLite file {path} (state accumulates across runs; delete it to start over)"
+        );
+        Shardbox::builder().storage(SqliteStorage::open(&path).await?)
+    };
+    let builder = builder
         .shards(8)
         .dedup_window(Duration::from_secs(60))
         .monitor(PrintStages)

@@ -137,3 +137,18 @@ async fn hostile_client(storage: Arc<dyn Storage>) {
 async fn memory_hostile_client() {
     hostile_client(common::memory()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_hostile_client() {
+    let (storage, _dir) = common::sqlite().await;
+    hostile_client(storage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_hostile_client() {
+    let Some(url) = common::pg_url("postgres_hostile_client") else {
+        return;
+    };
+    let schema = common::PgSchema::new(&url, "hostile");
+    hostile_client(schema.connect(8).await).await;
+}
