@@ -10,8 +10,8 @@ use crate::event::NewEvent;
 use crate::message::{InboxMessage, InboxWrite, MessageStatus};
 use crate::monitor::StageReport;
 use crate::storage::{
-    DeadLetter, EntityKey, EntityStateWrite, Lease, Page, RowChange, RowUpdate, StageCommit,
-    WriteBatch,
+    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, Lease, Page, RowChange, RowUpdate,
+    StageCommit, WriteBatch,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -65,6 +65,7 @@ pub struct Conveyor {
     purge_delivered: usize,
     waiting: Vec<(EntityKey, DateTime<Utc>)>,
     extra_dead_letters: Vec<DeadLetter>,
+    catch_ups: Vec<CatchUpJob>,
 }
 
 impl Conveyor {
@@ -87,6 +88,7 @@ impl Conveyor {
             purge_delivered: 0,
             waiting,
             extra_dead_letters: Vec::new(),
+            catch_ups: Vec::new(),
         }
     }
 
@@ -165,6 +167,12 @@ impl Conveyor {
     /// could not be routed to a subscriber), so that it is kept and counted, never lost.
     pub fn add_dead_letter(&mut self, dead_letter: DeadLetter) {
         self.extra_dead_letters.push(dead_letter);
+    }
+
+    /// Stores an advanced catch-up job with the stage (inside the fenced transaction).
+    pub fn update_catch_up(&mut self, job: CatchUpJob) {
+        self.catch_ups.retain(|j| j.id != job.id);
+        self.catch_ups.push(job);
     }
 
     /// Asks the commit to purge up to `limit` delivered rows whose window has passed.
@@ -262,6 +270,7 @@ impl Conveyor {
             writes: self.writes,
             dead_letters,
             purge_delivered: self.purge_delivered,
+            catch_ups: self.catch_ups,
         };
         (commit, report)
     }

@@ -10,13 +10,13 @@ use crate::event::StoredEvent;
 use crate::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
 use crate::message::{DedupKey, InboxMessage, InboxWrite, MessageStatus};
 use crate::storage::{
-    CatchUpJob, CatchUpStatus, CatchUpStore, CommitReport, DeadLetter, EntityKey, EntityState,
-    EntityStore, EventStore, InboxCounts, InboxStore, Lease, NewCatchUp, Page, RowChange,
-    ShardSession, StageCommit, Storage, WorkRegistry, WriteBatch, WriteReport,
+    CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, CommitReport, DeadLetter, EntityKey,
+    EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease, NewCatchUp, Page,
+    RowChange, ShardSession, StageCommit, Storage, WorkRegistry, WriteBatch, WriteReport,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 #[derive(Default)]
@@ -31,7 +31,7 @@ struct State {
     /// Delivered rows per shard by (keep_until, seq).
     delivered: HashMap<ShardIndex, BTreeSet<(DateTime<Utc>, i64)>>,
     events: Vec<StoredEvent>,
-    event_ids: HashSet<SignalId>,
+    event_seq: HashMap<SignalId, i64>,
     states: HashMap<EntityKey, EntityState>,
     sessions: BTreeMap<ShardIndex, ShardSession>,
     jobs: BTreeMap<i64, CatchUpJob>,
@@ -73,8 +73,9 @@ impl State {
     fn write(&mut self, batch: WriteBatch) -> WriteReport {
         let mut report = WriteReport::default();
         for event in batch.events {
-            if self.event_ids.insert(event.id.clone()) {
+            if !self.event_seq.contains_key(&event.id) {
                 let seq = self.events.len() as i64 + 1;
+                self.event_seq.insert(event.id.clone(), seq);
                 self.events.push(StoredEvent { seq, event });
                 report.events += 1;
             }
@@ -280,6 +281,9 @@ impl InboxStore for MemoryStorage {
             }
         }
         state.dead_letters.extend(commit.dead_letters);
+        for job in commit.catch_ups {
+            state.jobs.insert(job.id, job);
+        }
         let written = state.write(commit.writes);
         let mut purged = 0;
         if commit.purge_delivered > 0 {
@@ -438,6 +442,28 @@ impl EventStore for MemoryStorage {
     async fn last_event_seq(&self) -> Result<i64, StorageError> {
         Ok(self.lock().events.len() as i64)
     }
+
+    async fn event_seqs(&self, ids: &[SignalId]) -> Result<Vec<(SignalId, i64)>, StorageError> {
+        let state = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.event_seq.get(id).map(|seq| (id.clone(), *seq)))
+            .collect())
+    }
+
+    async fn count_events(
+        &self,
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+    ) -> Result<i64, StorageError> {
+        let state = self.lock();
+        Ok(state
+            .events
+            .iter()
+            .filter(|e| event_types.is_empty() || event_types.contains(&e.event.event_type))
+            .filter(|e| since.is_none_or(|t| e.event.occurred_at >= t))
+            .count() as i64)
+    }
 }
 
 #[async_trait]
@@ -466,6 +492,23 @@ impl CatchUpStore for MemoryStorage {
                 running_job: running.id,
             });
         }
+        // Reset the targets and re-fence the affected shards, as the durable backends do.
+        let kind = job.projection_kind.clone();
+        let tenant = job.tenant.clone();
+        state.states.retain(|k, _| {
+            !(k.kind == kind
+                && k.tenant == tenant
+                && match &job.targets {
+                    CatchUpTargets::All => true,
+                    CatchUpTargets::Ids(ids) => ids.contains(&k.id),
+                })
+        });
+        for shard in &job.affected_shards {
+            if let Some(s) = state.sessions.get_mut(shard) {
+                s.epoch = LeaseEpoch(s.epoch.0 + 1);
+                s.lease_until = None;
+            }
+        }
         let id = state.jobs.keys().next_back().copied().unwrap_or(0) + 1;
         let created = CatchUpJob {
             id,
@@ -478,6 +521,25 @@ impl CatchUpStore for MemoryStorage {
         };
         state.jobs.insert(id, created.clone());
         Ok(created)
+    }
+
+    async fn has_pending_replay(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+    ) -> Result<bool, StorageError> {
+        let state = self.lock();
+        Ok(shards.iter().any(|shard| {
+            state.pending.get(shard).is_some_and(|p| {
+                p.iter().any(|seq| {
+                    let r = &state.rows[seq];
+                    r.status == MessageStatus::ToCatchUp
+                        && r.message.target_kind == projection_kind
+                        && r.message.tenant == tenant
+                })
+            })
+        }))
     }
 
     async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError> {

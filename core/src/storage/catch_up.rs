@@ -112,7 +112,20 @@ pub struct CatchUpJob {
 #[async_trait]
 pub trait CatchUpStore: Send + Sync + 'static {
     /// Creates a job in status `Started`, atomically refusing one that overlaps a running job.
+    /// In the same transaction it resets the targets (deletes the entity states of the
+    /// projection kind and tenant — only the listed ids for [`CatchUpTargets::Ids`]) and
+    /// re-fences every affected shard (epoch + 1, lease freed), so that a stage that read its
+    /// page before the job existed cannot commit a live event onto the reset state.
     async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError>;
+
+    /// Whether any replayed row (`to_catch_up`) of `projection_kind`/`tenant` is still
+    /// undelivered in `shards`. Reads only `to_catch_up` rows of those shards.
+    async fn has_pending_replay(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+    ) -> Result<bool, StorageError>;
 
     /// One job by id.
     async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError>;

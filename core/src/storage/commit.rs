@@ -1,5 +1,6 @@
 //! What one stage writes: the [`StageCommit`], applied in one fenced transaction.
 
+use super::catch_up::CatchUpJob;
 use super::entities::EntityStateWrite;
 use super::inbox::{WriteBatch, WriteReport};
 use super::registry::Lease;
@@ -74,6 +75,8 @@ pub struct StageCommit {
     pub dead_letters: Vec<DeadLetter>,
     /// Delete at most this many delivered rows of the shard whose `keep_until` has passed.
     pub purge_delivered: usize,
+    /// Catch-up jobs whose status, cursor and counters this stage advanced (stored as given).
+    pub catch_ups: Vec<CatchUpJob>,
 }
 
 /// What a commit did.

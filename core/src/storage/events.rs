@@ -2,6 +2,7 @@
 
 use crate::error::StorageError;
 use crate::event::StoredEvent;
+use crate::ids::SignalId;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -19,6 +20,16 @@ pub trait EventStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StorageError>;
 
-    /// The highest `seq` in the store (0 when empty).
+    /// The highest `seq` in the store (0 when empty). `seq` is ordered but may have gaps.
     async fn last_event_seq(&self) -> Result<i64, StorageError>;
+
+    /// The `seq` of each of the events `ids` that exists (in no particular order).
+    async fn event_seqs(&self, ids: &[SignalId]) -> Result<Vec<(SignalId, i64)>, StorageError>;
+
+    /// How many events of `event_types` (all if empty) occurred at or after `since`.
+    async fn count_events(
+        &self,
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+    ) -> Result<i64, StorageError>;
 }

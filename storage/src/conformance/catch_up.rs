@@ -3,7 +3,7 @@
 use super::fixtures::*;
 use crate::Inspect;
 use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets, NewCatchUp};
-use shardbox_core::{ShardIndex, Storage, StorageError};
+use shardbox_core::{ShardIndex, Storage, StorageError, WorkerId};
 use std::sync::Arc;
 
 fn spec(kind: &str, tenant: &str, targets: CatchUpTargets) -> NewCatchUp {
@@ -154,4 +154,174 @@ pub async fn concurrent_overlapping_catch_up_starts_one_wins<S: Storage + Inspec
     assert_eq!(winners.len(), 1, "{winners:?}");
     assert_eq!(refused, vec![winners[0].id; STARTERS - 1]);
     assert_eq!(store.running_catch_ups().await.expect("running").len(), 1);
+}
+
+/// Starting a job resets the targets' states (only the listed ids, only that kind and
+/// tenant) and re-fences the affected shards: a lease picked up before the start can no longer
+/// commit, and the shard is free for a new pick-up at once.
+pub async fn catch_up_start_resets_targets_and_refences_shards<S: Storage + Inspect>(store: S) {
+    use shardbox_core::storage::EntityKey;
+    let keep = |kind: &str, tenant: &str, id: &str| EntityKey {
+        kind: kind.into(),
+        tenant: tenant.into(),
+        id: id.into(),
+    };
+    let holder = store
+        .pick_up(ShardIndex(1), &node("a"), WorkerId(0), secs(0), secs(60))
+        .await
+        .expect("pick up")
+        .expect("free");
+    let untouched = store
+        .pick_up(ShardIndex(2), &node("a"), WorkerId(1), secs(0), secs(60))
+        .await
+        .expect("pick up")
+        .expect("free");
+    let mut seed = stage(&holder, secs(0), vec![]);
+    seed.states = vec![
+        state(keep("balances", "", "a"), Some("1")),
+        state(keep("balances", "", "b"), Some("2")),
+        state(keep("balances", "other", "a"), Some("3")),
+        state(keep("ledger", "", "a"), Some("4")),
+    ];
+    store.commit_stage(seed).await.expect("seed states");
+
+    store
+        .start_catch_up(spec("balances", "", ids(&["a"])))
+        .await
+        .expect("start");
+    let all = [
+        keep("balances", "", "a"),
+        keep("balances", "", "b"),
+        keep("balances", "other", "a"),
+        keep("ledger", "", "a"),
+    ];
+    let mut left: Vec<String> = store
+        .load_states(&all)
+        .await
+        .expect("load")
+        .into_iter()
+        .map(|s| format!("{}/{}/{}", s.key.kind, s.key.tenant, s.key.id))
+        .collect();
+    left.sort();
+    assert_eq!(left, ["balances//b", "balances/other/a", "ledger//a"]);
+
+    // Shard 1 is affected: the old lease is fenced off and the shard is free.
+    let refused = store.commit_stage(stage(&holder, secs(1), vec![])).await;
+    assert!(
+        matches!(refused, Err(StorageError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+    let next = store
+        .pick_up(ShardIndex(1), &node("b"), WorkerId(0), secs(1), secs(60))
+        .await
+        .expect("pick up")
+        .expect("the start freed the shard");
+    assert!(next.epoch > holder.epoch);
+    // Shard 2 is not affected: its lease still commits.
+    store
+        .commit_stage(stage(&untouched, secs(1), vec![]))
+        .await
+        .expect("unaffected shard keeps its lease");
+
+    // An `All` job resets every instance of the kind and tenant.
+    store
+        .start_catch_up(spec("ledger", "", CatchUpTargets::All))
+        .await
+        .expect("start all");
+    assert!(store
+        .load_states(&[keep("ledger", "", "a")])
+        .await
+        .expect("load")
+        .is_empty());
+}
+
+/// A stage commit stores the catch-up job it advanced, atomically with the rest; replayed rows
+/// are found by `has_pending_replay` until delivered.
+pub async fn catch_up_progress_commits_with_the_stage<S: Storage + Inspect>(store: S) {
+    let job = store
+        .start_catch_up(spec("balances", "", CatchUpTargets::All))
+        .await
+        .expect("start");
+    let lease = store
+        .pick_up(ShardIndex(3), &node("a"), WorkerId(0), secs(0), secs(60))
+        .await
+        .expect("pick up")
+        .expect("free");
+    assert!(!store
+        .has_pending_replay("balances", "", &[ShardIndex(1), ShardIndex(3)])
+        .await
+        .expect("pending"));
+
+    let mut advanced = job.clone();
+    advanced.status = CatchUpStatus::InProgress;
+    advanced.cursor = 17;
+    advanced.replayed = 5;
+    let replay = with(command(3, "a", "replay-1"), |m| {
+        m.kind = shardbox_core::MessageKind::CatchUp;
+        m.target_kind = "balances".into();
+    });
+    let mut commit = stage(&lease, secs(1), vec![]);
+    commit.catch_ups = vec![advanced.clone()];
+    commit.writes = messages(vec![replay]);
+    store.commit_stage(commit).await.expect("commit");
+    assert_eq!(store.catch_up(job.id).await.expect("get"), Some(advanced));
+    assert!(store
+        .has_pending_replay("balances", "", &[ShardIndex(1), ShardIndex(3)])
+        .await
+        .expect("pending"));
+    assert!(!store
+        .has_pending_replay("balances", "", &[ShardIndex(1)])
+        .await
+        .expect("pending"));
+    assert!(!store
+        .has_pending_replay("ledger", "", &[ShardIndex(3)])
+        .await
+        .expect("pending"));
+
+    // A refused commit leaves the job as it was.
+    let mut stale = lease.clone();
+    stale.epoch = shardbox_core::LeaseEpoch(lease.epoch.0 - 1);
+    let mut commit = stage(&stale, secs(2), vec![]);
+    let mut done = job.clone();
+    done.status = CatchUpStatus::Completed;
+    commit.catch_ups = vec![done];
+    assert!(store.commit_stage(commit).await.is_err());
+    assert_eq!(
+        store.catch_up(job.id).await.expect("get").map(|j| j.cursor),
+        Some(17)
+    );
+}
+
+/// `event_seqs` finds the seq of stored events by id; `count_events` counts by type and time.
+pub async fn event_seqs_and_counts<S: Storage + Inspect>(store: S) {
+    use shardbox_core::SignalId;
+    let batch = shardbox_core::storage::WriteBatch {
+        events: vec![
+            event("e1", "a.event", secs(1)),
+            event("e2", "b.event", secs(2)),
+            event("e3", "a.event", secs(3)),
+        ],
+        messages: vec![],
+    };
+    store.write(batch).await.expect("write");
+    let mut seqs = store
+        .event_seqs(&[
+            SignalId::from("e3"),
+            SignalId::from("e1"),
+            SignalId::from("nope"),
+        ])
+        .await
+        .expect("seqs");
+    seqs.sort();
+    assert_eq!(seqs.len(), 2);
+    let last = store.last_event_seq().await.expect("last");
+    assert_eq!(seqs[1], (SignalId::from("e3"), last));
+    assert!(seqs[0].1 < seqs[1].1);
+    let a = ["a.event".to_string()];
+    assert_eq!(store.count_events(&a, None).await.expect("count"), 2);
+    assert_eq!(
+        store.count_events(&a, Some(secs(2))).await.expect("count"),
+        1
+    );
+    assert_eq!(store.count_events(&[], None).await.expect("count"), 3);
 }

@@ -114,6 +114,7 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
         writes: WriteBatch::default(),
         dead_letters: Vec::new(),
         purge_delivered: 0,
+        catch_ups: Vec::new(),
     }
 }
 

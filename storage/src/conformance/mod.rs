@@ -34,7 +34,11 @@ mod events;
 mod inbox;
 mod registry;
 
-pub use catch_up::{catch_up_lifecycle, concurrent_overlapping_catch_up_starts_one_wins};
+pub use catch_up::{
+    catch_up_lifecycle, catch_up_progress_commits_with_the_stage,
+    catch_up_start_resets_targets_and_refences_shards,
+    concurrent_overlapping_catch_up_starts_one_wins, event_seqs_and_counts,
+};
 pub use commit::{
     commit_is_all_or_nothing, delivered_rows_kept_until_window_then_purged,
     retry_reports_waiting_target,
@@ -83,6 +87,9 @@ macro_rules! conformance_suite {
             entity_state_versions_and_delete,
             catch_up_lifecycle,
             concurrent_overlapping_catch_up_starts_one_wins,
+            catch_up_start_resets_targets_and_refences_shards,
+            catch_up_progress_commits_with_the_stage,
+            event_seqs_and_counts,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {

@@ -33,6 +33,30 @@ macro_rules! catch_up_units {
                         }));
                     }
                 }
+                // Reset the targets' states and re-fence the affected shards (see the trait).
+                {
+                    use $crate::schema::entity_states::dsl as es;
+                    let reset = es::entity_states
+                        .filter(es::kind.eq(&job.projection_kind))
+                        .filter(es::tenant.eq(&job.tenant));
+                    match &job.targets {
+                        shardbox_core::storage::CatchUpTargets::All => {
+                            diesel::delete(reset).execute(conn)?;
+                        }
+                        shardbox_core::storage::CatchUpTargets::Ids(ids) => {
+                            for chunk in ids.chunks(INSERT_CHUNK) {
+                                diesel::delete(reset.filter(es::id.eq_any(chunk))).execute(conn)?;
+                            }
+                        }
+                    }
+                    use $crate::schema::shard_sessions::dsl as ss;
+                    let shards: Vec<i32> = job.affected_shards.iter().map(|s| s.as_i32()).collect();
+                    for chunk in shards.chunks(INSERT_CHUNK) {
+                        diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
+                            .set((ss::epoch.eq(ss::epoch + 1), ss::lease_until.eq(None::<i64>)))
+                            .execute(conn)?;
+                    }
+                }
                 let mut created = CatchUpJob {
                     id: 0,
                     updated_at: job.created_at,
@@ -74,22 +98,50 @@ macro_rules! catch_up_units {
                 .collect()
         }
 
+        /// Stores the job as given, inside the caller's transaction.
+        pub(crate) fn store_catch_up(conn: &mut Conn, job: &CatchUpJob) -> Result<(), Failure> {
+            let row = NewCatchUpRow::from_job(job)?;
+            let updated = diesel::update(catch_ups::table.find(job.id))
+                .set(&row)
+                .execute(conn)?;
+            if updated == 1 {
+                Ok(())
+            } else {
+                Err(Failure::corrupt(format!(
+                    "catch-up job {} does not exist",
+                    job.id
+                )))
+            }
+        }
+
         /// `CatchUpStore::update_catch_up`: stores the job as given.
         pub(crate) fn update_catch_up(conn: &mut Conn, job: CatchUpJob) -> Result<(), Failure> {
-            let row = NewCatchUpRow::from_job(&job)?;
-            <Conn as Dialect>::write_transaction(conn, |conn| {
-                let updated = diesel::update(catch_ups::table.find(job.id))
-                    .set(&row)
-                    .execute(conn)?;
-                if updated == 1 {
-                    Ok(())
-                } else {
-                    Err(Failure::corrupt(format!(
-                        "catch-up job {} does not exist",
-                        job.id
-                    )))
+            <Conn as Dialect>::write_transaction(conn, |conn| store_catch_up(conn, &job))
+        }
+
+        /// `CatchUpStore::has_pending_replay`: one indexed probe per shard on
+        /// (shard, status, seq), reading only `to_catch_up` rows.
+        pub(crate) fn has_pending_replay(
+            conn: &mut Conn,
+            projection_kind: String,
+            tenant: String,
+            shards: Vec<ShardIndex>,
+        ) -> Result<bool, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            for shard in shards {
+                let found: Option<i64> = im::inbox_messages
+                    .filter(im::shard.eq(shard.as_i32()))
+                    .filter(im::status.eq(MessageStatus::ToCatchUp.as_str()))
+                    .filter(im::target_kind.eq(&projection_kind))
+                    .filter(im::tenant.eq(&tenant))
+                    .select(im::seq)
+                    .first(conn)
+                    .optional()?;
+                if found.is_some() {
+                    return Ok(true);
                 }
-            })
+            }
+            Ok(false)
         }
 
         /// `CatchUpStore::purge_catch_ups`: completed jobs finished before `before`.

@@ -33,11 +33,15 @@ macro_rules! commit_units {
                     writes,
                     dead_letters,
                     purge_delivered,
+                    catch_ups,
                 } = commit;
                 fence(conn, &lease, lease_until)?;
                 update_rows(conn, lease.shard, updates)?;
                 store_states(conn, states, now)?;
                 insert_dead_letters(conn, dead_letters)?;
+                for job in catch_ups {
+                    store_catch_up(conn, &job)?;
+                }
                 let mut written = WriteReport::default();
                 insert_messages(conn, writes.messages, &mut written)?;
                 let purged = purge(conn, lease.shard, now, purge_delivered)?;

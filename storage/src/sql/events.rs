@@ -34,6 +34,44 @@ macro_rules! event_units {
                 .collect()
         }
 
+        /// `EventStore::event_seqs` (by the unique index on `id`).
+        pub(crate) fn event_seqs(
+            conn: &mut Conn,
+            ids: Vec<shardbox_core::SignalId>,
+        ) -> Result<Vec<(shardbox_core::SignalId, i64)>, Failure> {
+            use $crate::schema::events::dsl as ev;
+            let mut found = Vec::with_capacity(ids.len());
+            let ids: Vec<String> = ids.into_iter().map(|id| id.0).collect();
+            for chunk in ids.chunks(INSERT_CHUNK) {
+                let rows: Vec<(String, i64)> = ev::events
+                    .filter(ev::id.eq_any(chunk))
+                    .select((ev::id, ev::seq))
+                    .load(conn)?;
+                found.extend(
+                    rows.into_iter()
+                        .map(|(id, seq)| (shardbox_core::SignalId(id), seq)),
+                );
+            }
+            Ok(found)
+        }
+
+        /// `EventStore::count_events`.
+        pub(crate) fn count_events(
+            conn: &mut Conn,
+            event_types: Vec<String>,
+            since: Option<DateTime<Utc>>,
+        ) -> Result<i64, Failure> {
+            use $crate::schema::events::dsl as ev;
+            let mut query = ev::events.count().into_boxed();
+            if !event_types.is_empty() {
+                query = query.filter(ev::event_type.eq_any(event_types));
+            }
+            if let Some(since) = since {
+                query = query.filter(ev::occurred_at.ge(micros(since)));
+            }
+            Ok(query.get_result(conn)?)
+        }
+
         /// `EventStore::last_event_seq`.
         pub(crate) fn last_event_seq(conn: &mut Conn) -> Result<i64, Failure> {
             let last: Option<i64> = events::table

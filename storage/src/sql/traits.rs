@@ -124,6 +124,28 @@ macro_rules! storage_impls {
             async fn last_event_seq(&self) -> Result<i64, shardbox_core::StorageError> {
                 self.db.run($units::last_event_seq).await
             }
+
+            async fn event_seqs(
+                &self,
+                ids: &[shardbox_core::SignalId],
+            ) -> Result<Vec<(shardbox_core::SignalId, i64)>, shardbox_core::StorageError> {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let ids = ids.to_vec();
+                self.db.run(move |conn| $units::event_seqs(conn, ids)).await
+            }
+
+            async fn count_events(
+                &self,
+                event_types: &[String],
+                since: Option<chrono::DateTime<chrono::Utc>>,
+            ) -> Result<i64, shardbox_core::StorageError> {
+                let event_types = event_types.to_vec();
+                self.db
+                    .run(move |conn| $units::count_events(conn, event_types, since))
+                    .await
+            }
         }
 
         #[async_trait::async_trait]
@@ -150,6 +172,22 @@ macro_rules! storage_impls {
             ) -> Result<shardbox_core::storage::CatchUpJob, shardbox_core::StorageError> {
                 self.db
                     .run(move |conn| $units::start_catch_up(conn, job))
+                    .await
+            }
+
+            async fn has_pending_replay(
+                &self,
+                projection_kind: &str,
+                tenant: &str,
+                shards: &[shardbox_core::ShardIndex],
+            ) -> Result<bool, shardbox_core::StorageError> {
+                let (kind, tenant, shards) = (
+                    projection_kind.to_owned(),
+                    tenant.to_owned(),
+                    shards.to_vec(),
+                );
+                self.db
+                    .run(move |conn| $units::has_pending_replay(conn, kind, tenant, shards))
                     .await
             }
 
