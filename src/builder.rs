@@ -12,7 +12,7 @@ use shardbox_core::{
     FailurePolicy, Inbox, NodeId, Projection, Reactor, ShardStrategy, StableHashStrategy, Storage,
     SystemClock,
 };
-use shardbox_stations::{Cleanup, LiveDelivery, RecentDeliveries};
+use shardbox_stations::{CatchUpStation, Cleanup, LiveDelivery, RecentDeliveries};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +89,8 @@ impl ShardboxBuilder {
         workers => workers: usize);
     config_setter!(/// This node's id (default generated).
         node_id => node_id: NodeId);
+    config_setter!(/// How long completed catch-up jobs are kept (default 24 h).
+        catch_up_retention => catch_up_retention: Duration);
     config_setter!(/// Failure policy of kinds without their own.
         failure_policy => failure_policy: FailurePolicy);
 
@@ -136,7 +138,7 @@ impl ShardboxBuilder {
         self
     }
 
-    /// Edits the station pipeline (default: `live-delivery`, `cleanup`).
+    /// Edits the station pipeline (default: `catch-up`, `live-delivery`, `cleanup`).
     pub fn stations(mut self, edit: impl FnOnce(&mut Pipeline) + Send + 'static) -> Self {
         self.pipeline_edits.push(Box::new(edit));
         self
@@ -156,6 +158,7 @@ impl ShardboxBuilder {
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
         pipeline
+            .push(CatchUpStation::new())
             .push(LiveDelivery::new(recent))
             .push(Cleanup::new());
         for edit in self.pipeline_edits {

@@ -46,10 +46,12 @@
 #![forbid(unsafe_code)]
 
 mod builder;
+mod catch_up;
 mod pipeline;
 mod shardbox;
 
 pub use builder::ShardboxBuilder;
+pub use catch_up::CatchUpHandle;
 pub use pipeline::Pipeline;
 pub use shardbox::{Node, Shardbox};
 
@@ -58,7 +60,7 @@ pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
 
 pub use shardbox_core::{
-    Aggregate, Backoff, Clock, Context, DeliveryConfig, DeliveryError, DeliveryMonitor,
+    Aggregate, CatchUp, CatchUpProgress, Backoff, Clock, Context, DeliveryConfig, DeliveryError, DeliveryMonitor,
     DeliveryReport, EventSource, ExhaustedOutcome, FailureAction, FailurePolicy, HandlerError,
     ManualClock, Message, NodeId, Outgoing, Projection, Reactor, SendOptions, SendReceipt,
     ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError, SystemClock,
@@ -67,7 +69,7 @@ pub use shardbox_core::{
 /// The names most applications need.
 pub mod prelude {
     pub use crate::{
-        Aggregate, Context, EventSource, HandlerError, Message, Outgoing, Projection, Reactor,
+        Aggregate, CatchUp, Context, EventSource, HandlerError, Message, Outgoing, Projection, Reactor,
         SendOptions, Shardbox,
     };
 }

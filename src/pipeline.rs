@@ -1,7 +1,7 @@
 //! The station pipeline: an ordered, user-editable list of stations.
 //!
-//! The default pipeline is `live-delivery` then `cleanup`; a catch-up station goes in front of
-//! them, and user stations (metrics, audit, rate limiting, filters) anywhere.
+//! The default pipeline is `catch-up`, `live-delivery`, then `cleanup`; user stations
+//! (metrics, audit, rate limiting, filters) go anywhere.
 
 use shardbox_core::Station;
 use std::sync::Arc;

@@ -88,7 +88,14 @@ impl Shardbox {
 
     /// Starts this node's workers on the current tokio runtime. The same call on every node.
     pub fn start(&self) -> Node {
-        LocalRunner::start(self.delivery.clone())
+        let node = LocalRunner::start(self.delivery.clone());
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = me.resume_catch_ups().await {
+                tracing::warn!(error = %e, "could not check running catch-ups; they resume at the next start");
+            }
+        });
+        node
     }
 
     /// Serves one shard now, on the calling task (tests, manual driving).

@@ -29,6 +29,8 @@ pub struct DeliveryConfig {
     pub workers: usize,
     /// This node's id (appears in logs and the lock table). Default: generated.
     pub node_id: NodeId,
+    /// How long completed catch-up jobs are kept before they are purged. Default 24 h.
+    pub catch_up_retention: Duration,
     /// Failure policy of kinds without their own.
     pub failure_policy: FailurePolicy,
     /// Failure policies per entity kind.
@@ -47,6 +49,7 @@ impl Default for DeliveryConfig {
             poll_interval: Duration::from_secs(1),
             workers: 4,
             node_id: NodeId::generate(),
+            catch_up_retention: Duration::from_secs(24 * 3600),
             failure_policy: FailurePolicy::default(),
             kind_policies: HashMap::new(),
         }
@@ -169,6 +172,8 @@ impl DeliveryConfigBuilder {
         workers: usize);
     setter!(/// Sets [`DeliveryConfig::node_id`].
         node_id: NodeId);
+    setter!(/// Sets [`DeliveryConfig::catch_up_retention`].
+        catch_up_retention: Duration);
     setter!(/// Sets [`DeliveryConfig::failure_policy`].
         failure_policy: FailurePolicy);
 

@@ -99,6 +99,11 @@ impl DeliveryEnv {
         self.stopping.store(true, Ordering::SeqCst);
     }
 
+    /// Lets deliveries run again after a stop (a runner starting anew).
+    pub fn clear_stop(&self) {
+        self.stopping.store(false, Ordering::SeqCst);
+    }
+
     /// Whether a stop was asked for.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)

@@ -44,6 +44,7 @@ pub mod storage;
 pub mod strategy;
 pub mod wakeups;
 
+pub use catch_up::{CatchUp, CatchUpProgress};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{DeliveryConfig, DeliveryConfigBuilder};
 pub use conveyor::{Conveyor, Intent};

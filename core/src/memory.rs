@@ -528,15 +528,20 @@ impl CatchUpStore for MemoryStorage {
         projection_kind: &str,
         tenant: &str,
         shards: &[ShardIndex],
+        cursor: i64,
     ) -> Result<bool, StorageError> {
         let state = self.lock();
         Ok(shards.iter().any(|shard| {
             state.pending.get(shard).is_some_and(|p| {
                 p.iter().any(|seq| {
                     let r = &state.rows[seq];
+                    let m = &r.message;
+                    if m.target_kind != projection_kind || m.tenant != tenant {
+                        return false;
+                    }
                     r.status == MessageStatus::ToCatchUp
-                        && r.message.target_kind == projection_kind
-                        && r.message.tenant == tenant
+                        || (m.kind == crate::message::MessageKind::Event
+                            && state.event_seq.get(&m.signal_id).is_some_and(|e| *e <= cursor))
                 })
             })
         }))

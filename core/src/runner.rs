@@ -49,6 +49,7 @@ impl LocalRunner {
     /// Starts `config.workers` workers and the poller on the current tokio runtime.
     pub fn start(delivery: Arc<Delivery>) -> RunnerHandle {
         let env = delivery.env().clone();
+        env.clear_stop();
         let (tx, rx) = mpsc::unbounded_channel();
         let queue = Arc::new(WakeQueue {
             wakeups: ShardWakeups::new(env.registry.shard_count()),

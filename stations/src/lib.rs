@@ -3,21 +3,24 @@
 //! The stock stations of the Shardbox delivery pipeline:
 //!
 //! ```text
-//!  page ─► [catch-up] ─► LiveDelivery ─► Cleanup ─► commit
+//!  page ─► CatchUpStation ─► LiveDelivery ─► Cleanup ─► commit
 //! ```
 //!
 //! - [`LiveDelivery`] groups the page by target, drops duplicates, keeps per-target order,
 //!   calls each target's handler once with its batch and applies the failure policy.
 //! - [`Cleanup`] purges delivered rows whose deduplication window has passed.
 //!
-//! The catch-up station joins the front of the pipeline with the catch-up feature.
+//! - [`CatchUpStation`] drives catch-up jobs and holds live traffic of the projections being
+//!   rebuilt until the replay passes it.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod catch_up;
 mod cleanup;
 mod dedup;
 mod live;
 
+pub use catch_up::{tick_message, CatchUpStation, TICK_TYPE};
 pub use cleanup::Cleanup;
 pub use dedup::RecentDeliveries;
 pub use live::LiveDelivery;

@@ -160,7 +160,9 @@ impl Station for LiveDelivery {
         let mut decided: Vec<(usize, Intent)> = Vec::new();
         let mut batches: BTreeMap<EntityKey, Vec<usize>> = BTreeMap::new();
         let mut seen = HashSet::new();
-        for (i, m) in conveyor.open_with_status(MessageStatus::ToDeliver) {
+        for (i, m) in conveyor.open().filter(|(_, m)| {
+            matches!(m.status, MessageStatus::ToDeliver | MessageStatus::ToCatchUp)
+        }) {
             if m.is_expired(now) {
                 decided.push((i, Intent::Expired));
                 continue;
@@ -257,7 +259,10 @@ impl Station for LiveDelivery {
                     .get(n)
                     .cloned()
                     .unwrap_or(MessageOutcome::NotAttempted);
+                let replayed = conveyor.page()[i].status == MessageStatus::ToCatchUp;
                 let intent = match outcome {
+                    // Replayed rows carry job-unique signals: nothing to deduplicate later.
+                    MessageOutcome::Handled if replayed => Intent::Delivered { keep_until: None },
                     MessageOutcome::Handled => Intent::Delivered {
                         keep_until: keep_until(conveyor),
                     },
@@ -272,7 +277,7 @@ impl Station for LiveDelivery {
                         until: behind.unwrap_or(now),
                     },
                 };
-                if matches!(intent, Intent::Delivered { .. }) {
+                if matches!(intent, Intent::Delivered { .. }) && !replayed {
                     let m = &conveyor.page()[i];
                     self.recent.remember(m.dedup_key(), m.seq);
                 }

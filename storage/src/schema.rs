@@ -128,3 +128,5 @@ diesel::table! {
         metadata -> Text,
     }
 }
+
+diesel::allow_tables_to_appear_in_same_query!(inbox_messages, events);

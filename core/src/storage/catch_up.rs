@@ -118,13 +118,16 @@ pub trait CatchUpStore: Send + Sync + 'static {
     /// page before the job existed cannot commit a live event onto the reset state.
     async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError>;
 
-    /// Whether any replayed row (`to_catch_up`) of `projection_kind`/`tenant` is still
-    /// undelivered in `shards`. Reads only `to_catch_up` rows of those shards.
+    /// Whether, in `shards`, a replayed row (`to_catch_up`) of `projection_kind`/`tenant` is
+    /// still undelivered, or a live event row of that kind whose event `seq <= cursor` (one the
+    /// replay already applied, so it must be dropped, not delivered) is still pending. A job
+    /// completes only when neither is left. Reads only pending rows of those shards.
     async fn has_pending_replay(
         &self,
         projection_kind: &str,
         tenant: &str,
         shards: &[ShardIndex],
+        cursor: i64,
     ) -> Result<bool, StorageError>;
 
     /// One job by id.

@@ -248,7 +248,7 @@ pub async fn catch_up_progress_commits_with_the_stage<S: Storage + Inspect>(stor
         .expect("pick up")
         .expect("free");
     assert!(!store
-        .has_pending_replay("balances", "", &[ShardIndex(1), ShardIndex(3)])
+        .has_pending_replay("balances", "", &[ShardIndex(1), ShardIndex(3)], 0)
         .await
         .expect("pending"));
 
@@ -266,15 +266,35 @@ pub async fn catch_up_progress_commits_with_the_stage<S: Storage + Inspect>(stor
     store.commit_stage(commit).await.expect("commit");
     assert_eq!(store.catch_up(job.id).await.expect("get"), Some(advanced));
     assert!(store
-        .has_pending_replay("balances", "", &[ShardIndex(1), ShardIndex(3)])
+        .has_pending_replay("balances", "", &[ShardIndex(1), ShardIndex(3)], 0)
         .await
         .expect("pending"));
     assert!(!store
-        .has_pending_replay("balances", "", &[ShardIndex(1)])
+        .has_pending_replay("balances", "", &[ShardIndex(1)], 0)
         .await
         .expect("pending"));
     assert!(!store
-        .has_pending_replay("ledger", "", &[ShardIndex(3)])
+        .has_pending_replay("ledger", "", &[ShardIndex(3)], 0)
+        .await
+        .expect("pending"));
+
+    // A live event row of the kind whose event the replay covered (seq <= cursor) is pending
+    // work too; one whose event lies beyond the cursor is not.
+    let live = shardbox_core::storage::WriteBatch {
+        events: vec![event("live-1", "balances.event", secs(1))],
+        messages: vec![with(command(1, "b", "live-1"), |m| {
+            m.kind = shardbox_core::MessageKind::Event;
+            m.target_kind = "balances".into();
+        })],
+    };
+    store.write(live).await.expect("write live event");
+    let seq = store.last_event_seq().await.expect("last");
+    assert!(store
+        .has_pending_replay("balances", "", &[ShardIndex(1)], seq)
+        .await
+        .expect("pending"));
+    assert!(!store
+        .has_pending_replay("balances", "", &[ShardIndex(1)], seq - 1)
         .await
         .expect("pending"));
 

@@ -119,16 +119,34 @@ macro_rules! catch_up_units {
             <Conn as Dialect>::write_transaction(conn, |conn| store_catch_up(conn, &job))
         }
 
-        /// `CatchUpStore::has_pending_replay`: one indexed probe per shard on
-        /// (shard, status, seq), reading only `to_catch_up` rows.
+        /// `CatchUpStore::has_pending_replay`: two indexed probes per shard on
+        /// (shard, status, seq), reading only pending rows.
         pub(crate) fn has_pending_replay(
             conn: &mut Conn,
             projection_kind: String,
             tenant: String,
             shards: Vec<ShardIndex>,
+            cursor: i64,
         ) -> Result<bool, Failure> {
+            use $crate::schema::events::dsl as ev;
             use $crate::schema::inbox_messages::dsl as im;
             for shard in shards {
+                // Live event rows the replay already covered, found through the unique
+                // index on events.id.
+                let covered: Option<i64> = im::inbox_messages
+                    .inner_join(ev::events.on(ev::id.eq(im::signal_id)))
+                    .filter(im::shard.eq(shard.as_i32()))
+                    .filter(im::status.eq(MessageStatus::ToDeliver.as_str()))
+                    .filter(im::kind.eq(shardbox_core::MessageKind::Event.as_str()))
+                    .filter(im::target_kind.eq(&projection_kind))
+                    .filter(im::tenant.eq(&tenant))
+                    .filter(ev::seq.le(cursor))
+                    .select(im::seq)
+                    .first(conn)
+                    .optional()?;
+                if covered.is_some() {
+                    return Ok(true);
+                }
                 let found: Option<i64> = im::inbox_messages
                     .filter(im::shard.eq(shard.as_i32()))
                     .filter(im::status.eq(MessageStatus::ToCatchUp.as_str()))

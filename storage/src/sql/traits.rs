@@ -5,8 +5,9 @@
 //! unit of work of the backend's `units` module.
 
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
-/// `Storage` and [`crate::Inspect`] for `$storage` (a struct with a `db: Db<Conn>` field and a
-/// `describe_backend()` method) over the unit functions of module `$units`.
+/// `Storage` and [`crate::Inspect`] for `$storage` (a struct with a `db: Db<Conn>` field and
+/// `describe_backend()` and `write_listener_backend()` methods) over the unit functions of
+/// module `$units`.
 macro_rules! storage_impls {
     ($storage:ty, $units:ident) => {
         #[async_trait::async_trait]
@@ -180,6 +181,7 @@ macro_rules! storage_impls {
                 projection_kind: &str,
                 tenant: &str,
                 shards: &[shardbox_core::ShardIndex],
+                cursor: i64,
             ) -> Result<bool, shardbox_core::StorageError> {
                 let (kind, tenant, shards) = (
                     projection_kind.to_owned(),
@@ -187,7 +189,9 @@ macro_rules! storage_impls {
                     shards.to_vec(),
                 );
                 self.db
-                    .run(move |conn| $units::has_pending_replay(conn, kind, tenant, shards))
+                    .run(move |conn| {
+                        $units::has_pending_replay(conn, kind, tenant, shards, cursor)
+                    })
                     .await
             }
 
@@ -228,6 +232,10 @@ macro_rules! storage_impls {
         impl shardbox_core::Storage for $storage {
             fn describe(&self) -> String {
                 self.describe_backend()
+            }
+
+            fn write_listener(&self) -> Option<&dyn shardbox_core::WriteListener> {
+                self.write_listener_backend()
             }
         }
 

@@ -1,0 +1,139 @@
+//! Starting and watching catch-ups from the facade.
+
+use crate::shardbox::Shardbox;
+use shardbox_core::catch_up::CatchUp;
+use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp};
+use shardbox_core::{CatchUpProgress, DeliveryError, Message, Projection, ShardIndex, StorageError};
+use shardbox_stations::tick_message;
+use std::time::Duration;
+
+/// A running (or finished) catch-up job.
+#[derive(Debug, Clone)]
+pub struct CatchUpHandle {
+    id: i64,
+    shardbox: Shardbox,
+}
+
+impl CatchUpHandle {
+    /// The job id.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The job's progress now: events replayed of (estimated) total, rate, ETA, status.
+    pub async fn progress(&self) -> Result<CatchUpProgress, DeliveryError> {
+        self.shardbox.catch_up_progress(self.id).await
+    }
+
+    /// Waits until the job completes, checking every 20 ms, at most `timeout`; returns the
+    /// last progress seen (check its `status`).
+    pub async fn wait(&self, timeout: Duration) -> Result<CatchUpProgress, DeliveryError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let progress = self.progress().await?;
+            if progress.status == CatchUpStatus::Completed
+                || tokio::time::Instant::now() >= deadline
+            {
+                return Ok(progress);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Shardbox {
+    /// Rebuilds projection `P` — all instances or chosen ids, from a point in time — from the
+    /// event store while live traffic flows. The targets' state is reset at once; their live
+    /// events are held until the replay has passed them (or dropped when the replay already
+    /// applied them), so the end state equals a fresh fold over the history.
+    ///
+    /// Refused with [`StorageError::CatchUpOverlap`] if a running catch-up of `P` overlaps.
+    pub async fn catch_up<P: Projection>(
+        &self,
+        request: CatchUp,
+    ) -> Result<CatchUpHandle, DeliveryError> {
+        let env = self.env();
+        if env.registry.handler(P::KIND).is_none() {
+            return Err(DeliveryError::UnknownKind {
+                kind: P::KIND.to_owned(),
+            });
+        }
+        let mut affected: Vec<ShardIndex> = match &request.targets {
+            CatchUpTargets::All => (0..env.config.shard_count).map(ShardIndex).collect(),
+            CatchUpTargets::Ids(ids) => ids
+                .iter()
+                .map(|id| env.registry.shard_of(P::KIND, id))
+                .collect(),
+        };
+        affected.sort_unstable();
+        affected.dedup();
+        let types = [<P::Event as Message>::TYPE.to_owned()];
+        let total = env.storage.count_events(&types, request.since).await?;
+        let now = env.clock.now();
+        let zero_targets = matches!(&request.targets, CatchUpTargets::Ids(ids) if ids.is_empty());
+        let mut job = env
+            .storage
+            .start_catch_up(NewCatchUp {
+                projection_kind: P::KIND.to_owned(),
+                tenant: request.tenant,
+                targets: request.targets,
+                since: request.since,
+                affected_shards: affected,
+                total_estimate: if zero_targets { 0 } else { total },
+                created_at: now,
+            })
+            .await?;
+        tracing::info!(job = job.id, kind = P::KIND, total_estimate = job.spec.total_estimate, "catch-up started");
+        if zero_targets {
+            job.status = CatchUpStatus::Completed;
+            job.finished_at = Some(now);
+            job.updated_at = now;
+            env.storage.update_catch_up(&job).await?;
+        } else {
+            let tick = tick_message(env, &job, None);
+            let report = env
+                .storage
+                .write(shardbox_core::storage::WriteBatch {
+                    events: vec![],
+                    messages: vec![tick],
+                })
+                .await?;
+            env.notify(&report.shards);
+        }
+        Ok(CatchUpHandle {
+            id: job.id,
+            shardbox: self.clone(),
+        })
+    }
+
+    /// The progress of catch-up job `id`.
+    pub async fn catch_up_progress(&self, id: i64) -> Result<CatchUpProgress, DeliveryError> {
+        let env = self.env();
+        let job = env.storage.catch_up(id).await?.ok_or_else(|| {
+            StorageError::Corrupt(format!(
+                "catch-up job {id} does not exist (completed jobs are purged after catch_up_retention)"
+            ))
+        })?;
+        Ok(CatchUpProgress::of(&job, env.clock.now()))
+    }
+
+    /// Makes sure every running catch-up has its tick row (a job whose start crashed before
+    /// the first tick was written would otherwise wait forever). Idempotent.
+    pub(crate) async fn resume_catch_ups(&self) -> Result<(), DeliveryError> {
+        let env = self.env();
+        let jobs = env.storage.running_catch_ups().await?;
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let ticks = jobs.iter().map(|j| tick_message(env, j, None)).collect();
+        let report = env
+            .storage
+            .write(shardbox_core::storage::WriteBatch {
+                events: vec![],
+                messages: ticks,
+            })
+            .await?;
+        env.notify(&report.shards);
+        Ok(())
+    }
+}

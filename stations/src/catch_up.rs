@@ -1,0 +1,284 @@
+//! The catch-up station: drives catch-up jobs and keeps live traffic of the projections being
+//! rebuilt from overtaking (or doubling) the replay.
+//!
+//! ```text
+//!  tick row of job J (in J's home shard) ─► one replay step:
+//!      Started/InProgress: read catch_up_page_size events after the cursor, write one
+//!                          `to_catch_up` row per routed target, advance the cursor, tick again
+//!      Finalizing:         replayed rows left? tick again after a poll interval : complete
+//!  live event row of a target J rebuilds ─► its event seq <= J's cursor ? drop (covered by the
+//!                                           replay) : hold until the replay passes it
+//!  replayed rows ─► left for live delivery (handled like live events, in seq order)
+//! ```
+//!
+//! Every step commits with the stage, under the home shard's lease: the tick row is consumed,
+//! the next tick, the replayed rows and the job's new cursor are written in one transaction, so
+//! a crash mid-catch-up resumes from the last committed step on whichever node next serves
+//! the home shard. The job list is read at each pick-up of a shard (starting a job re-fences
+//! its shards, forcing a new pick-up) and at every stage while jobs run.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use shardbox_core::catch_up::{
+    apply_step, covers, decide_live_row, decide_step, replay_signal, tick_signal, LiveRowDecision,
+    StepDecision, TICK_KIND,
+};
+use shardbox_core::message::{InboxWrite, NewMessage};
+use shardbox_core::storage::CatchUpJob;
+use shardbox_core::{
+    Conveyor, DeliveryEnv, DeliveryError, Intent, LeaseEpoch, MessageKind, MessageStatus,
+    ShardIndex, SignalId, Station,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tracing::Instrument;
+
+/// The stable type name of tick payloads.
+pub const TICK_TYPE: &str = "shardbox.catch-up.tick";
+
+/// The control row that makes job `job` take its next replay step at `due`.
+pub fn tick_message(env: &DeliveryEnv, job: &CatchUpJob, due: Option<DateTime<Utc>>) -> InboxWrite {
+    env.registry.address(NewMessage {
+        signal_id: SignalId(tick_signal(job.id, job.cursor)),
+        kind: MessageKind::Command,
+        target_kind: TICK_KIND.to_owned(),
+        target_id: job.id.to_string(),
+        tenant: String::new(),
+        payload: b"{}".to_vec(),
+        payload_type: TICK_TYPE.to_owned(),
+        metadata: Default::default(),
+        received_at: env.clock.now(),
+        deliver_after: due,
+        expires_at: None,
+    })
+}
+
+/// Serves catch-up jobs; goes first in the pipeline.
+#[derive(Default)]
+pub struct CatchUpStation {
+    /// Per shard: the running jobs read under a lease epoch.
+    jobs: Mutex<HashMap<ShardIndex, (LeaseEpoch, Arc<Vec<CatchUpJob>>)>>,
+    last_purge: Mutex<Option<DateTime<Utc>>>,
+}
+
+impl std::fmt::Debug for CatchUpStation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CatchUpStation")
+    }
+}
+
+impl CatchUpStation {
+    /// The station.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The running jobs as this stage must see them.
+    async fn running(&self, conveyor: &Conveyor) -> Result<Arc<Vec<CatchUpJob>>, DeliveryError> {
+        let lease = conveyor.lease();
+        {
+            let cache = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((epoch, jobs)) = cache.get(&lease.shard) {
+                // No job ran when this lease was picked up, and a job start re-fences the
+                // shard: none can have started since.
+                if *epoch == lease.epoch && jobs.is_empty() {
+                    return Ok(jobs.clone());
+                }
+            }
+        }
+        let env = conveyor.env();
+        let jobs = Arc::new(env.storage.running_catch_ups().await?);
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(lease.shard, (lease.epoch, jobs.clone()));
+        self.purge_completed(env).await;
+        Ok(jobs)
+    }
+
+    /// Purges completed jobs past their retention, at most once per tenth of the retention.
+    async fn purge_completed(&self, env: &DeliveryEnv) {
+        let now = env.clock.now();
+        let retention = chrono::Duration::from_std(env.config.catch_up_retention)
+            .unwrap_or(chrono::Duration::days(1));
+        {
+            let mut last = self.last_purge.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| now - t < retention / 10) {
+                return;
+            }
+            *last = Some(now);
+        }
+        match env.storage.purge_catch_ups(now - retention).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(purged = n, "completed catch-up jobs purged"),
+            Err(e) => tracing::warn!(error = %e, "purging completed catch-up jobs failed"),
+        }
+    }
+
+    /// One replay step of job `job_id`, driven by the tick row at `index`.
+    async fn tick(
+        &self,
+        conveyor: &mut Conveyor,
+        index: usize,
+        job_id: i64,
+    ) -> Result<(), DeliveryError> {
+        let env = conveyor.env().clone();
+        let now = conveyor.now();
+        let Some(job) = env.storage.catch_up(job_id).await? else {
+            conveyor.record(index, Intent::Delivered { keep_until: None });
+            return Ok(());
+        };
+        if !job.status.is_running() {
+            conveyor.record(index, Intent::Delivered { keep_until: None });
+            return Ok(());
+        }
+        let kind = job.spec.projection_kind.clone();
+        let Some(handler) = env.registry.handler(&kind).cloned() else {
+            let poll = chrono::Duration::from_std(env.config.poll_interval)
+                .unwrap_or(chrono::Duration::seconds(1));
+            tracing::warn!(job = job.id, %kind, "projection of a catch-up is not registered on this node; waiting for a node that has it");
+            conveyor.record(index, Intent::Hold { until: now + poll });
+            return Ok(());
+        };
+        let page_size = env.config.catch_up_page_size;
+        let (decision, replayed) = match job.status {
+            shardbox_core::storage::CatchUpStatus::Finalizing => {
+                let pending = env
+                    .storage
+                    .has_pending_replay(
+                        &kind,
+                        &job.spec.tenant,
+                        &job.spec.affected_shards,
+                        job.cursor,
+                    )
+                    .await?;
+                (decide_step(&job, &[], page_size, u64::from(pending)), 0)
+            }
+            _ => {
+                let types: Vec<String> = handler.event_type().map(str::to_owned).into_iter().collect();
+                let events = env
+                    .storage
+                    .read_events(job.cursor, &types, job.spec.since, page_size)
+                    .await?;
+                let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+                let mut rows = Vec::new();
+                for stored in &events {
+                    let ids = match handler.route(&stored.event) {
+                        Ok(ids) => ids,
+                        Err(e) => {
+                            tracing::error!(job = job.id, event = %stored.event.id, error = %e, "replayed event could not be routed; skipped");
+                            continue;
+                        }
+                    };
+                    for id in ids {
+                        if !covers(&job, &stored.event.tenant, &id) {
+                            continue;
+                        }
+                        rows.push(env.registry.address(NewMessage {
+                            signal_id: SignalId(replay_signal(job.id, &stored.event.id.0)),
+                            kind: MessageKind::CatchUp,
+                            target_kind: kind.clone(),
+                            target_id: id,
+                            tenant: stored.event.tenant.clone(),
+                            payload: stored.event.payload.clone(),
+                            payload_type: stored.event.event_type.clone(),
+                            metadata: stored.event.metadata.clone(),
+                            received_at: now,
+                            deliver_after: None,
+                            expires_at: None,
+                        }));
+                    }
+                }
+                let span = tracing::info_span!("catch-up page", job = job.id, %kind, after = job.cursor, events = events.len(), rows = rows.len());
+                async {
+                    tracing::debug!("replaying");
+                }
+                .instrument(span)
+                .await;
+                conveyor.emit_messages(rows);
+                (decide_step(&job, &seqs, page_size, 0), events.len())
+            }
+        };
+        let next = apply_step(&job, &decision, replayed, now);
+        match decision {
+            StepDecision::Replay { .. } => {
+                conveyor.emit_messages(vec![tick_message(&env, &next, None)]);
+            }
+            StepDecision::AwaitDelivery => {
+                let poll = chrono::Duration::from_std(env.config.poll_interval)
+                    .unwrap_or(chrono::Duration::seconds(1));
+                conveyor.emit_messages(vec![tick_message(&env, &next, Some(now + poll))]);
+            }
+            StepDecision::Complete => {
+                tracing::info!(job = job.id, %kind, replayed = next.replayed, "catch-up completed");
+            }
+        }
+        if next != job {
+            conveyor.update_catch_up(next);
+        }
+        // Removed (not kept) so that the next tick, which may carry the same signal, can be
+        // written in the same commit.
+        conveyor.record(index, Intent::Delivered { keep_until: None });
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Station for CatchUpStation {
+    fn name(&self) -> &str {
+        "catch-up"
+    }
+
+    async fn process(&self, conveyor: &mut Conveyor) -> Result<(), DeliveryError> {
+        let ticks: Vec<(usize, Option<i64>)> = conveyor
+            .open()
+            .filter(|(_, m)| m.message.target_kind == TICK_KIND)
+            .map(|(i, m)| (i, m.message.target_id.parse().ok()))
+            .collect();
+        for (index, job_id) in ticks {
+            match job_id {
+                Some(id) => self.tick(conveyor, index, id).await?,
+                None => conveyor.record(
+                    index,
+                    Intent::Drop {
+                        reason: "catch-up tick with a job id that is not a number".into(),
+                    },
+                ),
+            }
+        }
+
+        let jobs = self.running(conveyor).await?;
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let covered: Vec<(usize, SignalId, i64)> = conveyor
+            .open_with_status(MessageStatus::ToDeliver)
+            .filter(|(_, m)| m.message.kind == MessageKind::Event)
+            .filter_map(|(i, m)| {
+                jobs.iter()
+                    .find(|j| {
+                        j.spec.projection_kind == m.message.target_kind
+                            && covers(j, &m.message.tenant, &m.message.target_id)
+                    })
+                    .map(|j| (i, m.message.signal_id.clone(), j.cursor))
+            })
+            .collect();
+        if covered.is_empty() {
+            return Ok(());
+        }
+        let env = conveyor.env().clone();
+        let ids: Vec<SignalId> = covered.iter().map(|(_, id, _)| id.clone()).collect();
+        let seqs: HashMap<SignalId, i64> = env.storage.event_seqs(&ids).await?.into_iter().collect();
+        let poll = chrono::Duration::from_std(env.config.poll_interval)
+            .unwrap_or(chrono::Duration::seconds(1));
+        let now = conveyor.now();
+        for (index, id, cursor) in covered {
+            let intent = match decide_live_row(cursor, seqs.get(&id).copied()) {
+                LiveRowDecision::Covered => Intent::Duplicate,
+                LiveRowDecision::Hold => Intent::Hold { until: now + poll },
+            };
+            conveyor.record(index, intent);
+        }
+        Ok(())
+    }
+}
