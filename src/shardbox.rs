@@ -67,6 +67,17 @@ impl Shardbox {
         self.inbox.send::<A>(id, command, options).await
     }
 
+    /// Sends many commands to instances of `A` in one write (bulk loads); see
+    /// [`Inbox::send_many`](shardbox_core::Inbox::send_many).
+    pub async fn send_many<A: Aggregate>(
+        &self,
+        commands: &[(&str, A::Command)],
+    ) -> Result<shardbox_core::storage::WriteReport, DeliveryError> {
+        self.inbox
+            .send_many::<A>(commands, SendOptions::default())
+            .await
+    }
+
     /// Posts `event` produced by `source` to every subscribed kind.
     pub async fn post<E: Message>(
         &self,
@@ -175,5 +186,9 @@ impl Shardbox {
     /// The delivery environment (registry, storage, monitor, clock).
     pub fn env(&self) -> &Arc<DeliveryEnv> {
         &self.env
+    }
+
+    pub(crate) fn delivery(&self) -> &Arc<Delivery> {
+        &self.delivery
     }
 }

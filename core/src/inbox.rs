@@ -131,6 +131,53 @@ impl Inbox {
         self.send_message(message).await
     }
 
+    /// Sends many commands to instances of aggregate `A` in one write (one transaction on the
+    /// durable backends): the way to load work in bulk. Each command gets its own fresh signal
+    /// id unless `options.signal_id` is set, in which case `"{id}/{n}"` is used for the n-th.
+    pub async fn send_many<A: Aggregate>(
+        &self,
+        commands: &[(&str, A::Command)],
+        options: SendOptions,
+    ) -> Result<WriteReport, DeliveryError> {
+        if self.env.registry.handler(A::KIND).is_none() {
+            return Err(DeliveryError::UnknownKind {
+                kind: A::KIND.to_owned(),
+            });
+        }
+        let now = self.env.clock.now();
+        let mut messages = Vec::with_capacity(commands.len());
+        for (n, (id, command)) in commands.iter().enumerate() {
+            let signal_id = match &options.signal_id {
+                Some(base) => SignalId(format!("{base}/{n}")),
+                None => SignalId::generate(),
+            };
+            messages.push(self.env.registry.address(NewMessage {
+                signal_id,
+                kind: MessageKind::Command,
+                target_kind: A::KIND.to_owned(),
+                target_id: (*id).to_owned(),
+                tenant: options.tenant.clone(),
+                payload: serialize(command)?,
+                payload_type: <A::Command as Message>::TYPE.to_owned(),
+                metadata: options.metadata.clone(),
+                received_at: now,
+                deliver_after: options.deliver_after(now),
+                expires_at: options.expires_at(now),
+            }));
+        }
+        let report = self
+            .env
+            .storage
+            .write(WriteBatch {
+                events: Vec::new(),
+                messages,
+            })
+            .await?;
+        self.env.metrics.record_write(&report);
+        self.env.notify(&report.shards);
+        Ok(report)
+    }
+
     /// Sends an already serialized command. The target kind must be registered.
     pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
         if self.env.registry.handler(&message.target_kind).is_none() {

@@ -1,0 +1,128 @@
+//! Command-line flags of the benchmark.
+
+/// How to run the benchmark.
+pub const USAGE: &str =
+    "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
+[--workload live|latency|scale|catch-up|cluster] [--n N] [--targets T] [--shards S] \
+[--page-size P] [--nodes K] [--rate R] [--secs D] [--batch B (default: page size)]";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Live,
+    Latency,
+    Scale,
+    CatchUp,
+    Cluster,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Live => "live",
+            Workload::Latency => "latency",
+            Workload::Scale => "scale",
+            Workload::CatchUp => "catch-up",
+            Workload::Cluster => "cluster",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub backend: Backend,
+    pub workload: Workload,
+    pub n: usize,
+    pub targets: usize,
+    pub shards: u32,
+    pub page_size: usize,
+    pub nodes: usize,
+    pub rate: u64,
+    pub secs: u64,
+    /// Commands per send (`send_many`); 1 sends one by one.
+    pub batch: usize,
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
+    let v = value.ok_or_else(|| format!("{flag} needs a value"))?;
+    v.replace('_', "")
+        .parse()
+        .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
+}
+
+impl Args {
+    pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+        let mut a = Args {
+            backend: Backend::Sqlite,
+            workload: Workload::Live,
+            n: 0,
+            targets: 1_000,
+            shards: 16,
+            page_size: 256,
+            nodes: 3,
+            rate: 1_000,
+            secs: 10,
+            batch: 0,
+        };
+        let mut n = None;
+        while let Some(flag) = it.next() {
+            match flag.as_str() {
+                "--bench" => {} // cargo bench passes it to harness = false targets
+                "--backend" => {
+                    a.backend = match it.next().as_deref() {
+                        Some("memory") => Backend::Memory,
+                        Some("sqlite") => Backend::Sqlite,
+                        Some("postgres") => Backend::Postgres,
+                        other => return Err(format!("--backend: unknown backend {other:?}")),
+                    }
+                }
+                "--workload" => {
+                    a.workload = match it.next().as_deref() {
+                        Some("live") => Workload::Live,
+                        Some("latency") => Workload::Latency,
+                        Some("scale") => Workload::Scale,
+                        Some("catch-up") => Workload::CatchUp,
+                        Some("cluster") => Workload::Cluster,
+                        other => return Err(format!("--workload: unknown workload {other:?}")),
+                    }
+                }
+                "--n" => n = Some(number("--n", it.next())?),
+                "--targets" => a.targets = number("--targets", it.next())?,
+                "--shards" => a.shards = number("--shards", it.next())?,
+                "--page-size" => a.page_size = number("--page-size", it.next())?,
+                "--nodes" => a.nodes = number("--nodes", it.next())?,
+                "--rate" => a.rate = number("--rate", it.next())?,
+                "--secs" => a.secs = number("--secs", it.next())?,
+                "--batch" => a.batch = number("--batch", it.next())?,
+                other => return Err(format!("unknown flag `{other}`")),
+            }
+        }
+        a.n = n.unwrap_or(match a.workload {
+            Workload::CatchUp => 200_000,
+            _ => 100_000,
+        });
+        if a.batch == 0 {
+            a.batch = a.page_size;
+        }
+        if a.n == 0 || a.targets == 0 || a.shards == 0 || a.page_size == 0 || a.nodes == 0 {
+            return Err("--n, --targets, --shards, --page-size and --nodes must be > 0".into());
+        }
+        Ok(a)
+    }
+}

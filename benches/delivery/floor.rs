@@ -1,0 +1,126 @@
+//! The floor: the least work any durable inbox must do for `n` messages on the same database,
+//! measured in the same run — insert the rows in batches of the page size inside
+//! transactions, read them back in pages on the delivery index, delete them in batches.
+//! Written with diesel directly, no Shardbox code in the path.
+
+use crate::args::Backend;
+use crate::backend::Db;
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use std::time::Instant;
+
+#[derive(QueryableByName)]
+struct Seq {
+    #[diesel(sql_type = BigInt)]
+    seq: i64,
+}
+
+fn insert_sql(from: usize, to: usize, shards: u32, targets: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO inbox_messages (shard, signal_id, target_kind, target_id, tenant, kind, status, received_at, payload, payload_type, metadata) VALUES ",
+    );
+    for i in from..to {
+        if i > from {
+            sql.push(',');
+        }
+        let shard = (i as u64 % u64::from(shards)) as u32;
+        sql.push_str(&format!(
+            "({shard}, 'floor-{i}', 'floor', 't{}', '', 'command', 'to_deliver', 0, X'6e756c6c', 'bench.bump', '{{}}')",
+            i % targets
+        ));
+    }
+    sql
+}
+
+/// The three steps on one concrete connection type (diesel's `sql_query` is not generic
+/// over backends without its private specialisation bounds, so this is stamped per type).
+macro_rules! floor_run {
+    ($name:ident, $conn:ty) => {
+        fn $name(conn: &mut $conn, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
+            let started = Instant::now();
+            let mut from = 0;
+            while from < n {
+                let to = (from + page).min(n);
+                let sql = insert_sql(from, to, shards, targets);
+                conn.transaction::<_, diesel::result::Error, _>(|c| c.batch_execute(&sql))
+                    .map_err(|e| format!("floor insert: {e}"))?;
+                from = to;
+            }
+            let mut left = n;
+            while left > 0 {
+                let mut progressed = false;
+                for shard in 0..shards {
+                    let seqs: Vec<Seq> = diesel::sql_query(format!(
+                        "SELECT seq FROM inbox_messages WHERE shard = {shard} AND status = 'to_deliver' ORDER BY seq LIMIT {page}"
+                    ))
+                    .load(conn)
+                    .map_err(|e| format!("floor read: {e}"))?;
+                    if seqs.is_empty() {
+                        continue;
+                    }
+                    progressed = true;
+                    left -= seqs.len();
+                    let list: Vec<String> = seqs.iter().map(|s| s.seq.to_string()).collect();
+                    let sql = format!("DELETE FROM inbox_messages WHERE seq IN ({})", list.join(","));
+                    conn.transaction::<_, diesel::result::Error, _>(|c| c.batch_execute(&sql))
+                        .map_err(|e| format!("floor delete: {e}"))?;
+                }
+                if !progressed {
+                    return Err(format!("floor: {left} rows went missing"));
+                }
+            }
+            Ok(n as f64 / started.elapsed().as_secs_f64())
+        }
+    };
+}
+
+floor_run!(run_sqlite, diesel::SqliteConnection);
+floor_run!(run_pg, diesel::PgConnection);
+
+/// Messages per second of the floor on `db` (whose schema must already exist).
+pub fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
+    match db.backend {
+        Backend::Sqlite => {
+            let path = db.sqlite_path();
+            let mut c = diesel::SqliteConnection::establish(&path.to_string_lossy())
+                .map_err(|e| format!("floor: {e}"))?;
+            c.batch_execute(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
+            )
+            .map_err(|e| format!("floor: {e}"))?;
+            run_sqlite(&mut c, n, shards, targets, page)
+        }
+        Backend::Postgres => {
+            let (url, schema) = db.pg().cloned().unwrap_or_default();
+            let mut c = diesel::PgConnection::establish(&url).map_err(|e| format!("floor: {e}"))?;
+            c.batch_execute(&format!("SET search_path TO \"{schema}\""))
+                .map_err(|e| format!("floor: {e}"))?;
+            run_pg(&mut c, n, shards, targets, page)
+        }
+        // Memory has no database: its floor is the same three steps on plain collections.
+        Backend::Memory => {
+            let started = Instant::now();
+            let mut rows: std::collections::BTreeMap<(u32, usize), Vec<u8>> = Default::default();
+            for chunk_start in (0..n).step_by(page) {
+                for i in chunk_start..(chunk_start + page).min(n) {
+                    rows.insert(((i as u64 % u64::from(shards)) as u32, i), b"null".to_vec());
+                }
+            }
+            while !rows.is_empty() {
+                for shard in 0..shards {
+                    let keys: Vec<_> = rows
+                        .range((shard, 0)..(shard + 1, 0))
+                        .take(page)
+                        .map(|(k, _)| *k)
+                        .collect();
+                    for k in keys {
+                        rows.remove(&k);
+                    }
+                }
+            }
+            let _ = targets;
+            Ok(n as f64 / started.elapsed().as_secs_f64())
+        }
+    }
+}

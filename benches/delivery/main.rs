@@ -1,0 +1,59 @@
+//! The delivery benchmark: how close Shardbox's delivery comes to the least work any durable
+//! inbox must do on the same database, plus latency, scale, catch-up and cluster workloads.
+//!
+//! ```text
+//! cargo bench --bench delivery -- --backend sqlite --workload live [--n 100000]
+//!     [--targets 1000] [--shards 16] [--page-size 256] [--nodes 3] [--rate 1000] [--secs 10]
+//! ```
+//!
+//! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
+//! `n`, `msgs_per_s`, `floor_per_s`, `ratio`, `p50_ms`, `p99_ms`, `peak_rss_mib`,
+//! `duplicates`, `lost`. PostgreSQL runs read `SHARDBOX_PG_URL` and work in a schema of their
+//! own, dropped at the end.
+
+mod args;
+mod backend;
+mod floor;
+mod model;
+mod report;
+mod workloads;
+
+use args::{Args, Workload};
+use report::Report;
+
+fn main() {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}\n\n{}", args::USAGE);
+            std::process::exit(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result: Result<Report, String> = runtime.block_on(async {
+        match args.workload {
+            Workload::Live => workloads::live(&args).await,
+            Workload::Latency => workloads::latency(&args).await,
+            Workload::Scale => workloads::scale(&args).await,
+            Workload::CatchUp => workloads::catch_up(&args).await,
+            Workload::Cluster => workloads::cluster(&args).await,
+        }
+    });
+    match result {
+        Ok(report) => report.print(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+}

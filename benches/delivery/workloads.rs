@@ -1,0 +1,339 @@
+//! The workloads: live, latency, scale, catch-up, cluster.
+
+use crate::args::{Args, Backend};
+use crate::backend::Db;
+use crate::floor;
+use crate::model::{Booked, Bump, Counter, Ledger, LATENCY};
+use crate::report::Report;
+use hdrhistogram::Histogram;
+use shardbox::core::message::{InboxWrite, MessageKind, NewMessage};
+use shardbox::core::storage::{CatchUpStatus, WriteBatch};
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::{CatchUp, NodeId};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn shardbox(storage: Arc<dyn Storage>, a: &Args, node: &str) -> Result<Shardbox, String> {
+    Shardbox::builder()
+        .shared_storage(storage)
+        .node_id(NodeId(node.to_owned()))
+        .shards(a.shards)
+        .page_size(a.page_size)
+        .workers(4)
+        .poll_interval(Duration::from_millis(200))
+        .aggregate::<Counter>()
+        .projection::<Ledger>()
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn target(i: usize, targets: usize) -> String {
+    format!("c-{}", i % targets)
+}
+
+/// Sends `n` bumps from 4 tasks, round-robin over the targets, `batch` per write.
+async fn send_all(sb: &Shardbox, n: usize, targets: usize, batch: usize) -> Result<(), String> {
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let sb = sb.clone();
+        tasks.push(tokio::spawn(async move {
+            // Each task sends its share in batches of `batch` commands, one write each.
+            let mine: Vec<String> = (t..n).step_by(4).map(|i| target(i, targets)).collect();
+            for chunk in mine.chunks(batch) {
+                let commands: Vec<(&str, Bump)> =
+                    chunk.iter().map(|id| (id.as_str(), Bump)).collect();
+                sb.send_many::<Counter>(&commands)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok(())
+}
+
+/// Waits until `count` messages were delivered over `nodes`, at most `limit`.
+async fn until_delivered(nodes: &[Shardbox], count: u64, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let delivered: u64 = nodes.iter().map(|s| s.metrics().delivered).sum();
+        if delivered >= count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {delivered} of {count} delivered in {limit:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Lost and double-applied messages: each target's counter against what was sent to it.
+async fn check(sb: &Shardbox, n: usize, targets: usize) -> Result<(u64, u64), String> {
+    let (mut lost, mut duplicates) = (0u64, 0u64);
+    for t in 0..targets.min(n) {
+        let expected = (n / targets + usize::from(t < n % targets)) as u64;
+        let got = sb
+            .aggregate_state::<Counter>(&target(t, targets))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_or(0, |c| c.count);
+        lost += expected.saturating_sub(got);
+        duplicates += got.saturating_sub(expected);
+    }
+    Ok((lost, duplicates))
+}
+
+/// One live run on `storage`: msgs/s from the first send to the last commit.
+async fn live_run(storage: Arc<dyn Storage>, a: &Args) -> Result<(f64, u64, u64), String> {
+    let sb = shardbox(storage, a, "bench-0").await?;
+    let node = sb.start();
+    let started = Instant::now();
+    send_all(&sb, a.n, a.targets, a.batch).await?;
+    until_delivered(
+        std::slice::from_ref(&sb),
+        a.n as u64,
+        Duration::from_secs(3600),
+    )
+    .await?;
+    let rate = a.n as f64 / started.elapsed().as_secs_f64();
+    node.shutdown().await.map_err(|e| e.to_string())?;
+    let (lost, duplicates) = check(&sb, a.n, a.targets).await?;
+    Ok((rate, lost, duplicates))
+}
+
+fn report(a: &Args, db: &Db) -> Report {
+    Report {
+        workload: a.workload.name(),
+        backend: db.backend.name(),
+        n: a.n,
+        ..Report::default()
+    }
+}
+
+pub async fn live(a: &Args) -> Result<Report, String> {
+    let db = Db::new(a.backend)?;
+    let storage = db.storage(8).await?;
+    let floor = floor::measure(&db, a.n, a.shards, a.targets, a.page_size)?;
+    eprintln!("floor: {floor:.0} msgs/s; running live…");
+    let (rate, lost, duplicates) = live_run(storage, a).await?;
+    let mut r = report(a, &db);
+    r.msgs_per_s = rate;
+    r.floor_per_s = floor;
+    r.lost = lost;
+    r.duplicates = duplicates;
+    Ok(r)
+}
+
+pub async fn latency(a: &Args) -> Result<Report, String> {
+    let db = Db::new(a.backend)?;
+    let nodes = if a.backend == Backend::Postgres { 2 } else { 1 };
+    let mut boxes = Vec::new();
+    let mut handles = Vec::new();
+    for i in 0..nodes {
+        let sb = shardbox(db.storage(4).await?, a, &format!("bench-{i}")).await?;
+        handles.push(sb.start());
+        boxes.push(sb);
+    }
+    *LATENCY.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some(Histogram::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?);
+    let total = (a.rate * a.secs) as usize;
+    let period = Duration::from_secs_f64(1.0 / a.rate as f64);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let started = Instant::now();
+    for i in 0..total {
+        tick.tick().await;
+        // The sender is always the first node; with two nodes, half the shards are served by
+        // the other one and woken through the database's notifications.
+        boxes[0]
+            .send::<Counter>(&target(i, a.targets), &Bump)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    until_delivered(&boxes, total as u64, Duration::from_secs(120)).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let h = LATENCY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .ok_or("latency histogram missing")?;
+    for node in handles {
+        node.shutdown().await.map_err(|e| e.to_string())?;
+    }
+    let (lost, duplicates) = check(&boxes[0], total, a.targets).await?;
+    let mut r = report(a, &db);
+    r.n = total;
+    r.msgs_per_s = total as f64 / elapsed;
+    r.p50_ms = h.value_at_quantile(0.5) as f64 / 1000.0;
+    r.p99_ms = h.value_at_quantile(0.99) as f64 / 1000.0;
+    r.max_ms = h.max() as f64 / 1000.0;
+    r.lost = lost;
+    r.duplicates = duplicates;
+    r.extra.push(("nodes", nodes as f64));
+    r.extra.push(("offered_per_s", a.rate as f64));
+    Ok(r)
+}
+
+/// Writes `count` rows that are pending but due tomorrow, spread over every shard.
+async fn prefill(storage: &Arc<dyn Storage>, count: usize, shards: u32) -> Result<(), String> {
+    let due = chrono::Utc::now() + chrono::Duration::days(1);
+    let mut written = 0;
+    while written < count {
+        let batch: Vec<InboxWrite> = (written..(written + 10_000).min(count))
+            .map(|i| InboxWrite {
+                shard: shardbox::ShardIndex((i as u64 % u64::from(shards)) as u32),
+                message: NewMessage {
+                    signal_id: format!("later-{i}").into(),
+                    kind: MessageKind::Command,
+                    target_kind: Counter::KIND.into(),
+                    target_id: format!("later-{i}"),
+                    tenant: String::new(),
+                    payload: b"null".to_vec(),
+                    payload_type: <Bump as Message>::TYPE.into(),
+                    metadata: Default::default(),
+                    received_at: chrono::Utc::now(),
+                    deliver_after: Some(due),
+                    expires_at: None,
+                },
+            })
+            .collect();
+        written += batch.len();
+        storage
+            .write(WriteBatch {
+                events: vec![],
+                messages: batch,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+pub async fn scale(a: &Args) -> Result<Report, String> {
+    let mut rates = Vec::new();
+    let mut r = None;
+    for pending in [10_000usize, 1_000_000] {
+        let db = Db::new(a.backend)?;
+        let storage = db.storage(8).await?;
+        eprintln!("prefilling {pending} pending rows due later…");
+        prefill(&storage, pending, a.shards).await?;
+        let (rate, lost, duplicates) = live_run(storage, a).await?;
+        eprintln!("{pending} pending: {rate:.0} msgs/s");
+        rates.push(rate);
+        let rep = r.get_or_insert_with(|| report(a, &db));
+        rep.lost += lost;
+        rep.duplicates += duplicates;
+        rep.msgs_per_s = rate;
+    }
+    let mut r = r.ok_or("no run")?;
+    r.extra.push(("rate_10k_pending", rates[0]));
+    r.extra.push(("rate_1m_pending", rates[1]));
+    r.extra.push(("scale_ratio", rates[1] / rates[0]));
+    Ok(r)
+}
+
+pub async fn catch_up(a: &Args) -> Result<Report, String> {
+    let db = Db::new(a.backend)?;
+    let storage = db.storage(8).await?;
+    // History written straight to the event store, 5,000 events per transaction.
+    let now = chrono::Utc::now();
+    let mut written = 0;
+    while written < a.n {
+        let events = (written..(written + 5_000).min(a.n))
+            .map(|i| shardbox::core::NewEvent {
+                id: format!("h-{i}").into(),
+                event_type: <Booked as Message>::TYPE.into(),
+                source: EventSource::external(target(i, a.targets)),
+                tenant: String::new(),
+                occurred_at: now,
+                payload: serde_json::to_vec(&Booked { amount: 1 }).unwrap_or_default(),
+                metadata: Default::default(),
+            })
+            .collect::<Vec<_>>();
+        written += events.len();
+        storage
+            .write(WriteBatch {
+                events,
+                messages: vec![],
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let sb = shardbox(storage, a, "bench-0").await?;
+    let node = sb.start();
+    let started = Instant::now();
+    let job = sb
+        .catch_up::<Ledger>(CatchUp::all())
+        .await
+        .map_err(|e| e.to_string())?;
+    let done = job
+        .wait(Duration::from_secs(3600))
+        .await
+        .map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed().as_secs_f64();
+    node.shutdown().await.map_err(|e| e.to_string())?;
+    if done.status != CatchUpStatus::Completed {
+        return Err(format!("catch-up did not complete: {done:?}"));
+    }
+    let mut events = 0u64;
+    for t in 0..a.targets.min(a.n) {
+        events += sb
+            .projection_state::<Ledger>(&target(t, a.targets))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_or(0, |l| l.events);
+    }
+    let mut r = report(a, &db);
+    r.msgs_per_s = a.n as f64 / elapsed;
+    r.lost = (a.n as u64).saturating_sub(events);
+    r.duplicates = events.saturating_sub(a.n as u64);
+    r.extra.push(("replayed", done.replayed as f64));
+    Ok(r)
+}
+
+pub async fn cluster(a: &Args) -> Result<Report, String> {
+    if a.backend != Backend::Postgres {
+        return Err("the cluster workload needs --backend postgres".into());
+    }
+    let mut rates = Vec::new();
+    for nodes in [1, a.nodes] {
+        let db = Db::new(a.backend)?;
+        let mut boxes = Vec::new();
+        let mut handles = Vec::new();
+        for i in 0..nodes {
+            let sb = shardbox(db.storage(4).await?, a, &format!("bench-{i}")).await?;
+            handles.push(sb.start());
+            boxes.push(sb);
+        }
+        let started = Instant::now();
+        send_all(&boxes[0], a.n, a.targets, a.batch).await?;
+        until_delivered(&boxes, a.n as u64, Duration::from_secs(3600)).await?;
+        let rate = a.n as f64 / started.elapsed().as_secs_f64();
+        for h in handles {
+            h.shutdown().await.map_err(|e| e.to_string())?;
+        }
+        let (lost, duplicates) = check(&boxes[0], a.n, a.targets).await?;
+        if lost + duplicates > 0 {
+            return Err(format!(
+                "{nodes} nodes: lost {lost}, duplicates {duplicates}"
+            ));
+        }
+        eprintln!("{nodes} node(s): {rate:.0} msgs/s");
+        rates.push(rate);
+    }
+    let db = Db::new(a.backend)?;
+    let mut r = report(a, &db);
+    r.msgs_per_s = rates[1];
+    r.extra.push(("rate_1_node", rates[0]));
+    r.extra.push(("rate_n_nodes", rates[1]));
+    r.extra.push(("nodes", a.nodes as f64));
+    r.extra.push(("cluster_ratio", rates[1] / rates[0]));
+    Ok(r)
+}
