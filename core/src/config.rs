@@ -35,6 +35,14 @@ pub struct DeliveryConfig {
     pub failure_policy: FailurePolicy,
     /// Failure policies per entity kind.
     pub kind_policies: HashMap<String, FailurePolicy>,
+    /// Whether a message whose TTL ran out is also kept in the dead letters (reason
+    /// `expired`), besides being counted. Default `false`: expired messages are removed.
+    pub dead_letter_expired: bool,
+    /// How often a running node looks for messages whose TTL passed before they were due
+    /// (delayed, backed off, or waiting behind their target) and expires them, in every shard
+    /// no other node holds (10 ms..=24 h). Default 30 s. Due messages are expired as soon as a
+    /// stage reads them, whatever this says.
+    pub ttl_sweep_interval: Duration,
 }
 
 impl Default for DeliveryConfig {
@@ -52,6 +60,8 @@ impl Default for DeliveryConfig {
             catch_up_retention: Duration::from_secs(24 * 3600),
             failure_policy: FailurePolicy::default(),
             kind_policies: HashMap::new(),
+            dead_letter_expired: false,
+            ttl_sweep_interval: Duration::from_secs(30),
         }
     }
 }
@@ -129,6 +139,15 @@ impl DeliveryConfig {
                 "must be 1..=128 characters",
             ));
         }
+        if self.ttl_sweep_interval < Duration::from_millis(10)
+            || self.ttl_sweep_interval > Duration::from_secs(24 * 3600)
+        {
+            return Err(invalid(
+                "ttl_sweep_interval",
+                self.ttl_sweep_interval,
+                "must be 10ms..=24h (each sweep costs one query per node)",
+            ));
+        }
         self.failure_policy.validate("failure_policy")?;
         for policy in self.kind_policies.values() {
             policy.validate("kind_policies")?;
@@ -176,6 +195,10 @@ impl DeliveryConfigBuilder {
         catch_up_retention: Duration);
     setter!(/// Sets [`DeliveryConfig::failure_policy`].
         failure_policy: FailurePolicy);
+    setter!(/// Sets [`DeliveryConfig::dead_letter_expired`].
+        dead_letter_expired: bool);
+    setter!(/// Sets [`DeliveryConfig::ttl_sweep_interval`].
+        ttl_sweep_interval: Duration);
 
     /// Gives `kind` its own failure policy.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
@@ -207,6 +230,8 @@ mod tests {
         assert_eq!(c.shard_count, 16);
         assert_eq!(c.page_size, 256);
         assert_eq!(c.dedup_window, Duration::from_secs(60));
+        assert_eq!(c.ttl_sweep_interval, Duration::from_secs(30));
+        assert!(!c.dead_letter_expired);
     }
 
     #[test]
@@ -233,6 +258,14 @@ mod tests {
                 "poll_interval",
             ),
             (b().workers(0), "workers"),
+            (
+                b().ttl_sweep_interval(Duration::from_millis(5)),
+                "ttl_sweep_interval",
+            ),
+            (
+                b().ttl_sweep_interval(Duration::from_secs(25 * 3600)),
+                "ttl_sweep_interval",
+            ),
             (b().node_id(NodeId(String::new())), "node_id"),
             (
                 b().failure_policy(FailurePolicy {

@@ -4,6 +4,10 @@
 //! Each row of the page gets at most one [`Intent`] (a later station may replace an earlier
 //! one). A row that no station claims is held for one poll interval and reported, so that an
 //! incomplete pipeline slows a shard down but never spins on it or loses a row.
+//!
+//! Targets that must wait come with the page: behind a retry until its time, behind a
+//! blocked message for one poll interval at a time (so that they go on soon after an
+//! operator unblocks it); [`Conveyor::waiting`] gives both.
 
 use crate::delivery::DeliveryEnv;
 use crate::event::NewEvent;
@@ -49,8 +53,23 @@ pub enum Intent {
         /// Why.
         reason: String,
     },
-    /// Its time to live ran out before delivery.
+    /// Failed for the last time under a `block` policy: keep it with status `blocked`; its
+    /// target stops until an operator requeues or drops it.
+    Block {
+        /// Why.
+        reason: String,
+    },
+    /// Its time to live ran out before delivery: removed and counted (and dead-lettered with
+    /// reason `expired` when `dead_letter_expired` is set).
     Expired,
+}
+
+/// The reason of a dead letter whose time to live ran out.
+pub const EXPIRED_REASON: &str = "expired";
+
+/// The configured poll interval as a chrono duration.
+fn poll_interval(env: &DeliveryEnv) -> chrono::Duration {
+    chrono::Duration::from_std(env.config.poll_interval).unwrap_or(chrono::Duration::seconds(1))
 }
 
 /// One page of a shard on its way through the stations.
@@ -64,6 +83,7 @@ pub struct Conveyor {
     writes: WriteBatch,
     purge_delivered: usize,
     waiting: Vec<(EntityKey, DateTime<Utc>)>,
+    blocked: Vec<EntityKey>,
     extra_dead_letters: Vec<DeadLetter>,
     catch_ups: Vec<CatchUpJob>,
 }
@@ -73,9 +93,12 @@ impl Conveyor {
     pub fn new(env: Arc<DeliveryEnv>, lease: Lease, now: DateTime<Utc>, page: Page) -> Self {
         let Page {
             messages: mut page,
-            waiting,
+            mut waiting,
+            blocked,
         } = page;
         page.sort_by_key(|m| m.seq);
+        let recheck = now + poll_interval(&env);
+        waiting.extend(blocked.iter().map(|target| (target.clone(), recheck)));
         let intents = vec![None; page.len()];
         Conveyor {
             env,
@@ -87,6 +110,7 @@ impl Conveyor {
             writes: WriteBatch::default(),
             purge_delivered: 0,
             waiting,
+            blocked,
             extra_dead_letters: Vec::new(),
             catch_ups: Vec::new(),
         }
@@ -112,10 +136,16 @@ impl Conveyor {
         &self.page
     }
 
-    /// Targets whose earlier failed message waits for its retry, with the retry time: their
-    /// messages in this page must be held until then (per-target order).
+    /// Targets whose earlier failed message waits for its retry, with the retry time, and
+    /// blocked targets, with the time one poll interval from now: their messages in this
+    /// page must be held until then (per-target order).
     pub fn waiting(&self) -> &[(EntityKey, DateTime<Utc>)] {
         &self.waiting
+    }
+
+    /// Targets of the shard stopped by a blocked message (also in [`Conveyor::waiting`]).
+    pub fn blocked(&self) -> &[EntityKey] {
+        &self.blocked
     }
 
     /// The rows no station has claimed yet, with their index in the page.
@@ -183,8 +213,8 @@ impl Conveyor {
     /// Turns the recorded decisions into one commit renewing the lease to `lease_until`, and
     /// the stage's counters (without `purged`, known only after the commit).
     pub fn into_commit(self, lease_until: DateTime<Utc>) -> (StageCommit, StageReport) {
-        let hold_for = chrono::Duration::from_std(self.env.config.poll_interval)
-            .unwrap_or(chrono::Duration::seconds(1));
+        let hold_for = poll_interval(&self.env);
+        let dead_letter_expired = self.env.config.dead_letter_expired;
         let mut report = StageReport {
             page_len: self.page.len(),
             fanned_out: self.writes.messages.len(),
@@ -223,10 +253,25 @@ impl Conveyor {
                     dead_letters.push(DeadLetter {
                         attempts: message.attempts.saturating_add(1),
                         reason,
+                        first_attempt_at: Some(message.first_failed_at.unwrap_or(self.now)),
                         last_attempt_at: self.now,
                         original: message.clone(),
                     });
                     RowChange::Remove
+                }
+                Some(Intent::Block { reason }) => {
+                    report.blocked += 1;
+                    tracing::warn!(
+                        seq = message.seq,
+                        target = %message.message.target_id,
+                        kind = %message.message.target_kind,
+                        %reason,
+                        "message blocked its target; an operator must requeue or drop it"
+                    );
+                    RowChange::Block {
+                        attempts: message.attempts.saturating_add(1),
+                        error: reason,
+                    }
                 }
                 Some(Intent::Drop { reason }) => {
                     report.dropped += 1;
@@ -241,6 +286,16 @@ impl Conveyor {
                 }
                 Some(Intent::Expired) => {
                     report.expired += 1;
+                    if dead_letter_expired {
+                        report.dead_lettered += 1;
+                        dead_letters.push(DeadLetter {
+                            attempts: message.attempts,
+                            reason: EXPIRED_REASON.to_owned(),
+                            first_attempt_at: message.first_failed_at,
+                            last_attempt_at: self.now,
+                            original: message.clone(),
+                        });
+                    }
                     RowChange::Remove
                 }
                 None => {
@@ -321,6 +376,7 @@ mod tests {
             epoch: LeaseEpoch(7),
             picked_at: t0(),
             lease_until: t0() + secs(30),
+            taken_over: false,
         }
     }
 
@@ -331,6 +387,7 @@ mod tests {
             status,
             attempts,
             last_error: None,
+            first_failed_at: None,
             keep_until: None,
             message: NewMessage {
                 signal_id: SignalId(format!("sig-{seq}")),
@@ -355,7 +412,7 @@ mod tests {
             t0(),
             Page {
                 messages: rows,
-                waiting: Vec::new(),
+                ..Page::default()
             },
         )
     }
@@ -471,6 +528,7 @@ mod tests {
                 original: dead,
                 reason: "gave up".into(),
                 attempts: 5,
+                first_attempt_at: Some(t0()),
                 last_attempt_at: t0(),
             }]
         );
@@ -483,6 +541,7 @@ mod tests {
                 retried: 1,
                 dead_lettered: 1,
                 dropped: 1,
+                blocked: 0,
                 expired: 1,
                 held: 2,
                 purged: 0,
@@ -506,7 +565,7 @@ mod tests {
             t0(),
             Page {
                 messages: vec![row(1, MessageStatus::ToCatchUp, 2)],
-                waiting: Vec::new(),
+                ..Page::default()
             },
         );
         let (commit, report) = c.into_commit(t0() + secs(30));

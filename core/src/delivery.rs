@@ -3,11 +3,12 @@
 //! ```text
 //! deliver(shard):
 //!   pick up the lease ──refused──► monitor.on_pick_up_refused, return
-//!   loop: read a due page ──empty──► break
+//!   loop: read a due page ──empty──► expire not-due rows if a TTL sweep asked; break
 //!         Conveyor through every station
 //!         commit intents + states + events + fan-out, renewing the lease (fenced by epoch)
 //!         monitor.should_continue? ──no──► break
 //!   release; re-check for rows that arrived meanwhile (and go again if any)
+//!   next_due(shard)? ──► a timer wakes the shard then (see `due`)
 //! ```
 //!
 //! A worker whose lease was taken commits nothing ([`StorageError::LeaseLost`]); the new owner
@@ -15,8 +16,10 @@
 
 use crate::clock::Clock;
 use crate::config::DeliveryConfig;
-use crate::conveyor::Conveyor;
+use crate::conveyor::{Conveyor, Intent};
+use crate::due::DueTimers;
 use crate::error::{DeliveryError, StorageError};
+use crate::expiry::ExpiryRequests;
 use crate::heartbeat::Heartbeat;
 use crate::ids::{ShardIndex, WorkerId};
 use crate::metrics::DeliveryMetrics;
@@ -24,7 +27,7 @@ use crate::monitor::{DeliveryMonitor, StageInfo, StageReport};
 use crate::observer::ShardObserver;
 use crate::registry::EntityRegistry;
 use crate::station::Station;
-use crate::storage::{Lease, Storage};
+use crate::storage::{Lease, Page, Storage};
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -46,6 +49,8 @@ pub struct DeliveryEnv {
     pub clock: Arc<dyn Clock>,
     /// Counters of this delivery.
     pub metrics: DeliveryMetrics,
+    pub(crate) due_timers: DueTimers,
+    pub(crate) expiry: ExpiryRequests,
     observers: RwLock<Vec<Arc<dyn ShardObserver>>>,
     stopping: AtomicBool,
 }
@@ -66,6 +71,8 @@ impl DeliveryEnv {
             config,
             monitor,
             clock,
+            due_timers: DueTimers::default(),
+            expiry: ExpiryRequests::default(),
             observers: RwLock::new(Vec::new()),
             stopping: AtomicBool::new(false),
         }
@@ -94,9 +101,11 @@ impl DeliveryEnv {
         }
     }
 
-    /// Asks running deliveries to stop after their current stage.
+    /// Asks running deliveries to stop after their current stage, and cancels the timers
+    /// waiting to wake shards with delayed rows.
     pub fn request_stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.due_timers.cancel_all();
     }
 
     /// Lets deliveries run again after a stop (a runner starting anew).
@@ -188,7 +197,10 @@ impl Delivery {
                 tracing::trace!(%shard, "shard held by another worker");
                 return Ok(report);
             };
-            env.metrics.record_pick_up();
+            env.metrics.record_pick_up(lease.taken_over);
+            if lease.taken_over {
+                tracing::info!(%shard, epoch = %lease.epoch, "took over a lease that expired without a release");
+            }
             report.picked_up = true;
             let epoch = lease.epoch;
             let end = match self.drain(&mut lease, &mut report).await {
@@ -216,7 +228,89 @@ impl Delivery {
             let now = env.clock.now();
             let late = env.storage.read_page(shard, now, 1).await?;
             if late.messages.is_empty() {
+                self.wake_when_due(shard, now).await;
                 return Ok(report);
+            }
+        }
+    }
+
+    /// Sets a timer that wakes `shard` when its next delayed row is due, if it has one.
+    async fn wake_when_due(&self, shard: ShardIndex, now: DateTime<Utc>) {
+        match self.env.storage.next_due(shard, now).await {
+            Ok(Some(at)) if !self.env.is_stopping() => {
+                self.env.due_timers.schedule(&self.env, shard, at)
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(%shard, error = %e, "could not read the next due time; the shard waits for the next poll")
+            }
+        }
+    }
+
+    /// Asks for a TTL sweep now: finds the shards holding messages whose TTL has passed (due
+    /// or not) and wakes them; the worker that serves each one next expires them under its
+    /// lease. Returns the shards. The node runner calls this every `ttl_sweep_interval`.
+    pub async fn request_expiry(&self) -> Result<Vec<ShardIndex>, DeliveryError> {
+        let env = &self.env;
+        let shards = env.storage.expired_shards(env.clock.now()).await?;
+        env.expiry.request(&shards);
+        env.notify(&shards);
+        Ok(shards)
+    }
+
+    /// A TTL sweep on the calling task: asks as [`Delivery::request_expiry`] does, then
+    /// serves each of those shards as `worker` (shards another worker holds are left to it).
+    pub async fn sweep_expired(&self, worker: WorkerId) -> Result<DeliveryReport, DeliveryError> {
+        let mut total = DeliveryReport::default();
+        for shard in self.request_expiry().await? {
+            let r = self.deliver(shard, worker).await?;
+            total.picked_up |= r.picked_up;
+            total.lease_lost |= r.lease_lost;
+            total.stages += r.stages;
+            total.totals.add(&r.totals);
+        }
+        Ok(total)
+    }
+
+    /// Expires, under `lease`, the rows of its shard whose TTL has passed, a page at a time,
+    /// each page in one fenced stage commit (counted as a stage).
+    async fn expire(
+        &self,
+        lease: &mut Lease,
+        report: &mut DeliveryReport,
+    ) -> Result<(), DeliveryError> {
+        let env = &self.env;
+        loop {
+            let started = Instant::now();
+            let now = env.clock.now();
+            let rows = env
+                .storage
+                .read_expired(lease.shard, now, env.config.page_size)
+                .await?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let more = rows.len() >= env.config.page_size;
+            let len = rows.len();
+            let page = Page {
+                messages: rows,
+                ..Page::default()
+            };
+            let mut conveyor = Conveyor::new(env.clone(), lease.clone(), now, page);
+            for i in 0..len {
+                conveyor.record(i, Intent::Expired);
+            }
+            let (commit, mut stage) = conveyor.into_commit(env.lease_until(env.clock.now()));
+            let committed = env.storage.commit_stage(commit).await?;
+            *lease = committed.lease;
+            stage.purged = committed.purged;
+            stage.elapsed = started.elapsed();
+            tracing::debug!(shard = %lease.shard, expired = stage.expired, "TTL sweep committed");
+            report.stages += 1;
+            report.totals.add(&stage);
+            env.metrics.record_stage(&stage);
+            if !more {
+                return Ok(());
             }
         }
     }
@@ -238,6 +332,12 @@ impl Delivery {
                 .read_page(lease.shard, now, env.config.page_size)
                 .await?;
             if page.messages.is_empty() {
+                if env.expiry.take(lease.shard) {
+                    if let Err(e) = self.expire(lease, report).await {
+                        env.expiry.restore(lease.shard);
+                        return Err(e);
+                    }
+                }
                 return Ok(DrainEnd::Drained);
             }
             let info = StageInfo {

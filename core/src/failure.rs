@@ -1,8 +1,13 @@
 //! The failure policy: what happens to a message whose handling failed.
 //!
 //! A pure decision: given how many attempts have failed, the handler's own retry wish and the
-//! time, [`FailurePolicy::decide`] says retry at a time, dead-letter or drop. The station that
-//! calls it writes the decision; nothing here does I/O.
+//! time, [`FailurePolicy::decide`] says retry at a time, dead-letter, drop or block. The station
+//! that calls it writes the decision; nothing here does I/O.
+//!
+//! ```text
+//!  attempt n fails ─► n < max_attempts ─► RetryAt(now + max(backoff(n), requested) capped)
+//!                  └► n = max_attempts ─► on_exhausted: DeadLetter │ Drop │ Block
+//! ```
 
 use crate::error::ConfigError;
 use chrono::{DateTime, Utc};
@@ -50,6 +55,9 @@ pub enum ExhaustedOutcome {
     DeadLetter,
     /// Count it, log it and delete it; the target goes on.
     Drop,
+    /// Keep it in the Inbox with status `blocked`: its target stops (later messages wait, in
+    /// order) until an operator requeues or drops it; other targets go on.
+    Block,
 }
 
 /// What to do with a failed message now.
@@ -61,6 +69,8 @@ pub enum FailureDecision {
     DeadLetter,
     /// Delete (counted and logged).
     Drop,
+    /// Block the target until an operator acts.
+    Block,
 }
 
 /// Attempts, back-off and the outcome when attempts are used up.
@@ -102,6 +112,7 @@ impl FailurePolicy {
             return match self.on_exhausted {
                 ExhaustedOutcome::DeadLetter => FailureDecision::DeadLetter,
                 ExhaustedOutcome::Drop => FailureDecision::Drop,
+                ExhaustedOutcome::Block => FailureDecision::Block,
             };
         }
         let backoff = self.backoff.delay(attempts);
@@ -181,6 +192,16 @@ mod tests {
             ..p
         };
         assert_eq!(dl.decide(3, None, t0()), FailureDecision::DeadLetter);
+        let block = FailurePolicy {
+            on_exhausted: ExhaustedOutcome::Block,
+            ..p
+        };
+        assert!(matches!(
+            block.decide(2, None, t0()),
+            FailureDecision::RetryAt(_)
+        ));
+        assert_eq!(block.decide(3, None, t0()), FailureDecision::Block);
+        assert_eq!(block.decide(9, None, t0()), FailureDecision::Block);
     }
 
     #[test]

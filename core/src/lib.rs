@@ -24,9 +24,11 @@ pub mod clock;
 pub mod config;
 pub mod conveyor;
 pub mod delivery;
+mod due;
 pub mod entity;
 pub mod error;
 pub mod event;
+pub mod expiry;
 pub mod failure;
 pub mod handler;
 mod heartbeat;
@@ -66,6 +68,7 @@ pub use registry::EntityRegistry;
 pub use runner::{LocalRunner, RunnerHandle};
 pub use station::Station;
 pub use storage::{
-    CatchUpStore, EntityStore, EventStore, InboxStore, Lease, Storage, WorkRegistry,
+    CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, Lease, Storage,
+    WorkRegistry,
 };
 pub use strategy::{ShardStrategy, StableHashStrategy};

@@ -9,10 +9,13 @@ use crate::error::StorageError;
 use crate::event::StoredEvent;
 use crate::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
 use crate::message::{DedupKey, InboxMessage, InboxWrite, MessageStatus};
+use crate::storage::unblocked_reason;
 use crate::storage::{
-    CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, CommitReport, DeadLetter, EntityKey,
-    EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease, NewCatchUp, Page,
-    RowChange, ShardSession, StageCommit, Storage, WorkRegistry, WriteBatch, WriteReport,
+    BlockedTarget, CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, CommitReport,
+    DeadLetter, DeadLetterFilter, DeadLetterId, DeadLetterStore, EntityKey, EntityState,
+    EntityStore, EventStore, InboxCounts, InboxStore, Lease, NewCatchUp, Page, Requeue,
+    RequeueReport, RowChange, ShardSession, StageCommit, Storage, StoredDeadLetter, Unblock,
+    UnblockReport, WorkRegistry, WriteBatch, WriteReport,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -28,6 +31,10 @@ struct State {
     pending: HashMap<ShardIndex, BTreeSet<i64>>,
     /// Undelivered rows with failed attempts per shard.
     retrying: HashMap<ShardIndex, BTreeSet<i64>>,
+    /// Blocked rows per shard, in seq order (not pending).
+    blocked: HashMap<ShardIndex, BTreeSet<i64>>,
+    /// Pending rows with a TTL, by (expires_at, seq).
+    expiring: BTreeSet<(DateTime<Utc>, i64)>,
     /// Delivered rows per shard by (keep_until, seq).
     delivered: HashMap<ShardIndex, BTreeSet<(DateTime<Utc>, i64)>>,
     events: Vec<StoredEvent>,
@@ -35,7 +42,16 @@ struct State {
     states: HashMap<EntityKey, EntityState>,
     sessions: BTreeMap<ShardIndex, ShardSession>,
     jobs: BTreeMap<i64, CatchUpJob>,
-    dead_letters: Vec<DeadLetter>,
+    dead_letters: BTreeMap<DeadLetterId, DeadLetter>,
+    next_dead_letter: i64,
+}
+
+fn target_of(m: &InboxMessage) -> EntityKey {
+    EntityKey {
+        kind: m.message.target_kind.clone(),
+        tenant: m.message.tenant.clone(),
+        id: m.message.target_id.clone(),
+    }
 }
 
 impl State {
@@ -54,6 +70,9 @@ impl State {
         };
         self.keys.insert(key, seq);
         self.pending.entry(w.shard).or_default().insert(seq);
+        if let Some(at) = w.message.expires_at {
+            self.expiring.insert((at, seq));
+        }
         report.written += 1;
         report.shards.push(w.shard);
         self.rows.insert(
@@ -64,6 +83,7 @@ impl State {
                 status,
                 attempts: 0,
                 last_error: None,
+                first_failed_at: None,
                 keep_until: None,
                 message: w.message,
             },
@@ -91,16 +111,43 @@ impl State {
     fn remove(&mut self, seq: i64) -> Option<InboxMessage> {
         let row = self.rows.remove(&seq)?;
         self.keys.remove(&row.dedup_key());
-        if let Some(p) = self.pending.get_mut(&row.shard) {
-            p.remove(&seq);
-        }
-        if let Some(r) = self.retrying.get_mut(&row.shard) {
-            r.remove(&seq);
+        self.unpend(&row);
+        if let Some(b) = self.blocked.get_mut(&row.shard) {
+            b.remove(&seq);
         }
         if let (Some(d), Some(k)) = (self.delivered.get_mut(&row.shard), row.keep_until) {
             d.remove(&(k, seq));
         }
         Some(row)
+    }
+
+    /// Takes `row` out of the pending indexes (it was delivered, blocked or removed).
+    fn unpend(&mut self, row: &InboxMessage) {
+        if let Some(p) = self.pending.get_mut(&row.shard) {
+            p.remove(&row.seq);
+        }
+        if let Some(r) = self.retrying.get_mut(&row.shard) {
+            r.remove(&row.seq);
+        }
+        if let Some(at) = row.message.expires_at {
+            self.expiring.remove(&(at, row.seq));
+        }
+    }
+
+    fn add_dead_letter(&mut self, letter: DeadLetter) {
+        self.next_dead_letter += 1;
+        self.dead_letters
+            .insert(DeadLetterId(self.next_dead_letter), letter);
+    }
+
+    /// The ids of the dead letters `filter` selects, oldest first, at most its limit.
+    fn select_dead_letters(&self, filter: &DeadLetterFilter) -> Vec<DeadLetterId> {
+        self.dead_letters
+            .iter()
+            .filter(|(id, l)| filter.matches(**id, l))
+            .map(|(id, _)| *id)
+            .take(filter.limit.unwrap_or(usize::MAX))
+            .collect()
     }
 
     fn epoch_of(&self, shard: ShardIndex) -> Option<LeaseEpoch> {
@@ -148,7 +195,7 @@ impl MemoryStorage {
 
     /// The dead letters, oldest first.
     pub fn dead_letters(&self) -> Vec<DeadLetter> {
-        self.lock().dead_letters.clone()
+        self.lock().dead_letters.values().cloned().collect()
     }
 
     /// Every row of the Inbox, in seq order (for tests and inspection).
@@ -188,17 +235,17 @@ impl InboxStore for MemoryStorage {
         if let Some(retrying) = state.retrying.get(&shard) {
             for seq in retrying {
                 let row = &state.rows[seq];
-                if let Some(at) = row.message.deliver_after.filter(|at| *at > now) {
-                    let m = &row.message;
-                    page.waiting.push((
-                        EntityKey {
-                            kind: m.target_kind.clone(),
-                            tenant: m.tenant.clone(),
-                            id: m.target_id.clone(),
-                        },
-                        at,
-                    ));
+                if row.is_expired(now) {
+                    continue;
                 }
+                if let Some(at) = row.message.deliver_after.filter(|at| *at > now) {
+                    page.waiting.push((target_of(row), at));
+                }
+            }
+        }
+        if let Some(blocked) = state.blocked.get(&shard) {
+            for seq in blocked {
+                page.blocked.push(target_of(&state.rows[seq]));
             }
         }
         Ok(page)
@@ -232,8 +279,8 @@ impl InboxStore for MemoryStorage {
                     };
                     row.status = MessageStatus::Delivered;
                     row.keep_until = Some(keep_until);
-                    state.pending.entry(shard).or_default().remove(&u.seq);
-                    state.retrying.entry(shard).or_default().remove(&u.seq);
+                    let row = row.clone();
+                    state.unpend(&row);
                     state
                         .delivered
                         .entry(shard)
@@ -251,7 +298,21 @@ impl InboxStore for MemoryStorage {
                     row.message.deliver_after = Some(at);
                     row.attempts = attempts;
                     row.last_error = Some(error);
+                    row.first_failed_at.get_or_insert(commit.now);
                     state.retrying.entry(shard).or_default().insert(u.seq);
+                }
+                RowChange::Block { attempts, error } => {
+                    let Some(row) = state.rows.get_mut(&u.seq) else {
+                        continue;
+                    };
+                    row.status = MessageStatus::Blocked;
+                    row.message.deliver_after = Some(commit.now);
+                    row.attempts = attempts;
+                    row.last_error = Some(error);
+                    row.first_failed_at.get_or_insert(commit.now);
+                    let row = row.clone();
+                    state.unpend(&row);
+                    state.blocked.entry(shard).or_default().insert(u.seq);
                 }
                 RowChange::Hold { until } => {
                     if let Some(row) = state.rows.get_mut(&u.seq) {
@@ -280,7 +341,9 @@ impl InboxStore for MemoryStorage {
                 }
             }
         }
-        state.dead_letters.extend(commit.dead_letters);
+        for letter in commit.dead_letters {
+            state.add_dead_letter(letter);
+        }
         for job in commit.catch_ups {
             state.jobs.insert(job.id, job);
         }
@@ -342,9 +405,45 @@ impl InboxStore for MemoryStorage {
                 MessageStatus::ToDeliver => c.to_deliver += 1,
                 MessageStatus::Delivered => c.delivered += 1,
                 MessageStatus::ToCatchUp => c.to_catch_up += 1,
+                MessageStatus::Blocked => c.blocked += 1,
             }
         }
         Ok(c)
+    }
+
+    async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
+        let state = self.lock();
+        let mut shards: Vec<ShardIndex> = state
+            .expiring
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, seq)| state.rows[seq].shard)
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        Ok(shards)
+    }
+
+    async fn read_expired(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxMessage>, StorageError> {
+        let state = self.lock();
+        let mut seqs: Vec<i64> = state
+            .expiring
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, seq)| *seq)
+            .filter(|seq| state.rows[seq].shard == shard)
+            .collect();
+        seqs.sort_unstable();
+        Ok(seqs
+            .into_iter()
+            .take(limit)
+            .map(|seq| state.rows[&seq].clone())
+            .collect())
     }
 }
 
@@ -370,6 +469,8 @@ impl WorkRegistry for MemoryStorage {
         if session.lease_until.is_some_and(|until| until > now) {
             return Ok(None);
         }
+        // Released leases are unset; a set one that has passed lost its holder.
+        let taken_over = session.lease_until.is_some();
         session.epoch = LeaseEpoch(session.epoch.0 + 1);
         session.node_id = Some(node_id.clone());
         session.worker_id = Some(worker_id);
@@ -382,6 +483,7 @@ impl WorkRegistry for MemoryStorage {
             epoch: session.epoch,
             picked_at: now,
             lease_until,
+            taken_over,
         }))
     }
 
@@ -541,7 +643,10 @@ impl CatchUpStore for MemoryStorage {
                     }
                     r.status == MessageStatus::ToCatchUp
                         || (m.kind == crate::message::MessageKind::Event
-                            && state.event_seq.get(&m.signal_id).is_some_and(|e| *e <= cursor))
+                            && state
+                                .event_seq
+                                .get(&m.signal_id)
+                                .is_some_and(|e| *e <= cursor))
                 })
             })
         }))
@@ -582,6 +687,152 @@ impl CatchUpStore for MemoryStorage {
             .jobs
             .retain(|_, j| j.status.is_running() || j.finished_at.is_none_or(|t| t >= before));
         Ok(before_len - state.jobs.len())
+    }
+}
+
+#[async_trait]
+impl DeadLetterStore for MemoryStorage {
+    async fn list_dead_letters(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<StoredDeadLetter>, StorageError> {
+        let state = self.lock();
+        Ok(state
+            .select_dead_letters(filter)
+            .into_iter()
+            .map(|id| StoredDeadLetter {
+                id,
+                letter: state.dead_letters[&id].clone(),
+            })
+            .collect())
+    }
+
+    async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StorageError> {
+        let state = self.lock();
+        Ok(state
+            .dead_letters
+            .iter()
+            .filter(|(id, l)| filter.matches(**id, l))
+            .count() as u64)
+    }
+
+    async fn requeue_dead_letters(
+        &self,
+        requeue: Vec<Requeue>,
+        _now: DateTime<Utc>,
+    ) -> Result<RequeueReport, StorageError> {
+        let mut state = self.lock();
+        let mut report = RequeueReport::default();
+        for Requeue { id, shard } in requeue {
+            let Some(letter) = state.dead_letters.get(&id) else {
+                report.missing += 1;
+                continue;
+            };
+            if letter.original.message.target_id.is_empty() {
+                report.skipped += 1;
+                continue;
+            }
+            let mut message = letter.original.message.clone();
+            message.deliver_after = None;
+            message.expires_at = None;
+            state.dead_letters.remove(&id);
+            let mut written = WriteReport::default();
+            state.insert(InboxWrite { shard, message }, &mut written);
+            report.requeued += written.written;
+            report.already_in_inbox += written.duplicates;
+            report.shards.extend(written.shards);
+        }
+        report.shards.sort_unstable();
+        report.shards.dedup();
+        Ok(report)
+    }
+
+    async fn purge_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StorageError> {
+        let mut state = self.lock();
+        let ids = state.select_dead_letters(filter);
+        for id in &ids {
+            state.dead_letters.remove(id);
+        }
+        Ok(ids.len() as u64)
+    }
+
+    async fn blocked_targets(&self, limit: usize) -> Result<Vec<BlockedTarget>, StorageError> {
+        let state = self.lock();
+        let mut seqs: Vec<i64> = state.blocked.values().flatten().copied().collect();
+        seqs.sort_unstable();
+        Ok(seqs
+            .into_iter()
+            .take(limit)
+            .map(|seq| {
+                let row = &state.rows[&seq];
+                BlockedTarget {
+                    target: target_of(row),
+                    shard: row.shard,
+                    seq,
+                    signal_id: row.message.signal_id.clone(),
+                    attempts: row.attempts,
+                    last_error: row.last_error.clone(),
+                    first_failed_at: row.first_failed_at,
+                    blocked_at: row.message.deliver_after,
+                }
+            })
+            .collect())
+    }
+
+    async fn unblock_target(
+        &self,
+        target: &EntityKey,
+        action: Unblock,
+        now: DateTime<Utc>,
+    ) -> Result<UnblockReport, StorageError> {
+        let mut state = self.lock();
+        let seqs: Vec<i64> = state
+            .blocked
+            .values()
+            .flatten()
+            .copied()
+            .filter(|seq| target_of(&state.rows[seq]) == *target)
+            .collect();
+        let mut report = UnblockReport::default();
+        for seq in seqs {
+            let Some(row) = state.rows.get(&seq).cloned() else {
+                continue;
+            };
+            report.unblocked += 1;
+            report.shards.push(row.shard);
+            match action {
+                Unblock::Requeue => {
+                    if let Some(b) = state.blocked.get_mut(&row.shard) {
+                        b.remove(&seq);
+                    }
+                    if let Some(r) = state.rows.get_mut(&seq) {
+                        r.status = MessageStatus::ToDeliver;
+                        r.attempts = 0;
+                        r.last_error = None;
+                        r.first_failed_at = None;
+                        r.message.deliver_after = None;
+                        r.message.expires_at = None;
+                    }
+                    state.pending.entry(row.shard).or_default().insert(seq);
+                }
+                Unblock::Drop => {
+                    state.remove(seq);
+                }
+                Unblock::DeadLetter => {
+                    state.remove(seq);
+                    state.add_dead_letter(DeadLetter {
+                        reason: unblocked_reason(row.last_error.as_deref()),
+                        attempts: row.attempts,
+                        first_attempt_at: row.first_failed_at,
+                        last_attempt_at: now,
+                        original: row,
+                    });
+                }
+            }
+        }
+        report.shards.sort_unstable();
+        report.shards.dedup();
+        Ok(report)
     }
 }
 

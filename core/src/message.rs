@@ -54,6 +54,9 @@ pub enum MessageStatus {
     Delivered,
     /// Replayed history waiting for a catch-up to deliver it.
     ToCatchUp,
+    /// Exhausted its attempts under a `block` policy: never read by pages; its target's later
+    /// messages wait until an operator requeues or drops it.
+    Blocked,
 }
 
 impl MessageStatus {
@@ -63,6 +66,7 @@ impl MessageStatus {
             MessageStatus::ToDeliver => "to_deliver",
             MessageStatus::Delivered => "delivered",
             MessageStatus::ToCatchUp => "to_catch_up",
+            MessageStatus::Blocked => "blocked",
         }
     }
 
@@ -72,6 +76,7 @@ impl MessageStatus {
             "to_deliver" => MessageStatus::ToDeliver,
             "delivered" => MessageStatus::Delivered,
             "to_catch_up" => MessageStatus::ToCatchUp,
+            "blocked" => MessageStatus::Blocked,
             _ => return None,
         })
     }
@@ -162,6 +167,8 @@ pub struct InboxMessage {
     pub attempts: u32,
     /// The error of the last failed attempt.
     pub last_error: Option<String>,
+    /// When the first failed attempt failed (kept across retries, cleared by a requeue).
+    pub first_failed_at: Option<DateTime<Utc>>,
     /// For delivered rows: kept until this time for deduplication.
     pub keep_until: Option<DateTime<Utc>>,
     /// The message as it was written.
@@ -202,6 +209,7 @@ mod tests {
             MessageStatus::ToDeliver,
             MessageStatus::Delivered,
             MessageStatus::ToCatchUp,
+            MessageStatus::Blocked,
         ] {
             assert_eq!(MessageStatus::parse(s.as_str()), Some(s));
         }

@@ -6,9 +6,17 @@
 //! `shardbox_duplicates_total` (dropped by stations) and `shardbox_write_duplicates_total`
 //! (ignored at write), `shardbox_retries_total`, `shardbox_dead_lettered_total`,
 //! `shardbox_dropped_total`, `shardbox_expired_total`, `shardbox_held_total`,
+//! `shardbox_blocked_total` (targets blocked by a message), `shardbox_unblocked_total`
+//! (blocked messages an operator requeued, dropped or dead-lettered),
+//! `shardbox_requeued_total` (dead letters put back into the Inbox),
 //! `shardbox_stages_total`, `shardbox_purged_total`, `shardbox_written_total`,
-//! `shardbox_lease_pick_ups_total`, `shardbox_lease_refusals_total`,
+//! `shardbox_lease_pick_ups_total`, `shardbox_lease_takeovers_total` (pick-ups of a lease
+//! that had expired without a release), `shardbox_lease_refusals_total`,
 //! `shardbox_lease_losses_total`, and the histogram `shardbox_stage_seconds`.
+//!
+//! An expired message that is also dead-lettered (`dead_letter_expired`) counts in both
+//! `expired` and `dead_lettered`: the first counts what happened to messages, the second
+//! what was written to the dead letters.
 
 use crate::ids::NodeId;
 use crate::monitor::StageReport;
@@ -43,12 +51,20 @@ pub struct MetricsSnapshot {
     pub expired: u64,
     /// Messages held behind a failure or a catch-up.
     pub held: u64,
+    /// Messages that blocked their target.
+    pub blocked: u64,
+    /// Blocked messages an operator requeued, dropped or dead-lettered through this node.
+    pub unblocked: u64,
+    /// Dead letters requeued through this node.
+    pub requeued: u64,
     /// Stages committed.
     pub stages: u64,
     /// Delivered rows purged after their window.
     pub purged: u64,
     /// Shard leases picked up.
     pub lease_pick_ups: u64,
+    /// Pick-ups that took over a lease which had expired without a release.
+    pub lease_takeovers: u64,
     /// Pick-ups refused because another worker held the shard.
     pub lease_refusals: u64,
     /// Leases lost before a commit.
@@ -81,9 +97,13 @@ pub struct DeliveryMetrics {
     dropped: AtomicU64,
     expired: AtomicU64,
     held: AtomicU64,
+    blocked: AtomicU64,
+    unblocked: AtomicU64,
+    requeued: AtomicU64,
     stages: AtomicU64,
     purged: AtomicU64,
     lease_pick_ups: AtomicU64,
+    lease_takeovers: AtomicU64,
     lease_refusals: AtomicU64,
     lease_losses: AtomicU64,
     latency: [AtomicU64; BUCKETS_US.len() + 1],
@@ -110,9 +130,13 @@ impl DeliveryMetrics {
             dropped: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             held: AtomicU64::new(0),
+            blocked: AtomicU64::new(0),
+            unblocked: AtomicU64::new(0),
+            requeued: AtomicU64::new(0),
             stages: AtomicU64::new(0),
             purged: AtomicU64::new(0),
             lease_pick_ups: AtomicU64::new(0),
+            lease_takeovers: AtomicU64::new(0),
             lease_refusals: AtomicU64::new(0),
             lease_losses: AtomicU64::new(0),
             latency: Default::default(),
@@ -144,6 +168,7 @@ impl DeliveryMetrics {
         add(&self.dropped, "shardbox_dropped_total", n, r.dropped as u64);
         add(&self.expired, "shardbox_expired_total", n, r.expired as u64);
         add(&self.held, "shardbox_held_total", n, r.held as u64);
+        add(&self.blocked, "shardbox_blocked_total", n, r.blocked as u64);
         add(&self.purged, "shardbox_purged_total", n, r.purged as u64);
         add(&self.stages, "shardbox_stages_total", n, 1);
         let us = u64::try_from(r.elapsed.as_micros()).unwrap_or(u64::MAX);
@@ -168,13 +193,41 @@ impl DeliveryMetrics {
         );
     }
 
-    /// Counts a lease picked up.
-    pub fn record_pick_up(&self) {
+    /// Counts a lease picked up, and a takeover if it had expired without a release.
+    pub fn record_pick_up(&self, taken_over: bool) {
         add(
             &self.lease_pick_ups,
             "shardbox_lease_pick_ups_total",
             &self.node,
             1,
+        );
+        if taken_over {
+            add(
+                &self.lease_takeovers,
+                "shardbox_lease_takeovers_total",
+                &self.node,
+                1,
+            );
+        }
+    }
+
+    /// Counts blocked messages an operator requeued, dropped or dead-lettered.
+    pub fn record_unblocked(&self, n: usize) {
+        add(
+            &self.unblocked,
+            "shardbox_unblocked_total",
+            &self.node,
+            n as u64,
+        );
+    }
+
+    /// Counts dead letters put back into the Inbox.
+    pub fn record_requeued(&self, n: usize) {
+        add(
+            &self.requeued,
+            "shardbox_requeued_total",
+            &self.node,
+            n as u64,
         );
     }
 
@@ -212,9 +265,13 @@ impl DeliveryMetrics {
             dropped: get(&self.dropped),
             expired: get(&self.expired),
             held: get(&self.held),
+            blocked: get(&self.blocked),
+            unblocked: get(&self.unblocked),
+            requeued: get(&self.requeued),
             stages: get(&self.stages),
             purged: get(&self.purged),
             lease_pick_ups: get(&self.lease_pick_ups),
+            lease_takeovers: get(&self.lease_takeovers),
             lease_refusals: get(&self.lease_refusals),
             lease_losses: get(&self.lease_losses),
             stage_latency: summarize(&buckets),
@@ -263,11 +320,15 @@ mod tests {
                 delivered: 3,
                 duplicates: 1,
                 retried: 2,
+                blocked: 1,
                 elapsed: Duration::from_millis(ms),
                 ..StageReport::default()
             });
         }
-        m.record_pick_up();
+        m.record_pick_up(false);
+        m.record_pick_up(true);
+        m.record_unblocked(2);
+        m.record_requeued(3);
         m.record_refusal();
         m.record_lease_lost();
         m.record_write(&WriteReport {
@@ -282,8 +343,10 @@ mod tests {
         );
         assert_eq!(
             (s.lease_pick_ups, s.lease_refusals, s.lease_losses),
-            (1, 1, 1)
+            (2, 1, 1)
         );
+        assert_eq!(s.lease_takeovers, 1);
+        assert_eq!((s.blocked, s.unblocked, s.requeued), (4, 2, 3));
         assert_eq!((s.written, s.write_duplicates), (5, 2));
         assert_eq!(s.stage_latency.count, 4);
         assert_eq!(s.stage_latency.p50, Duration::from_millis(1));

@@ -37,6 +37,8 @@ pub struct StageReport {
     pub dead_lettered: usize,
     /// Messages dropped by policy.
     pub dropped: usize,
+    /// Messages that blocked their target (exhausted under a `block` policy).
+    pub blocked: usize,
     /// Messages expired by TTL.
     pub expired: usize,
     /// Messages held (waiting behind a failure of their target, or by a catch-up).
@@ -58,6 +60,7 @@ impl StageReport {
         self.retried += other.retried;
         self.dead_lettered += other.dead_lettered;
         self.dropped += other.dropped;
+        self.blocked += other.blocked;
         self.expired += other.expired;
         self.held += other.held;
         self.purged += other.purged;
@@ -90,6 +93,9 @@ pub enum FailureAction {
     DeadLetter,
     /// Drop it now.
     Drop,
+    /// Block its target now: the message stays in the Inbox with status `blocked` until an
+    /// operator requeues or drops it.
+    Block,
     /// Treat it as delivered.
     MarkDelivered,
 }

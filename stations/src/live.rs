@@ -4,7 +4,8 @@
 //!  open to_deliver rows ─► expired? ─► duplicate? (page, recent-delivery cache)
 //!        ─► target waiting behind a retry? (hold) ─► kind registered? (else failure)
 //!        ─► group by target, seq order ─► load states once ─► handler(batch) once per target
-//!        ─► Delivered / RetryAt / DeadLetter / Drop, later rows of a failed target held
+//!        ─► Delivered / RetryAt / DeadLetter / Drop / Block, later rows of a failed target
+//!           held (behind a block: a poll interval at a time, until an operator acts)
 //! ```
 //!
 //! Duplicates already kept as delivered rows never reach a page: the Inbox's unique key
@@ -66,6 +67,7 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
         FailureAction::RetryAt(at) => FailureDecision::RetryAt(at.max(now)),
         FailureAction::DeadLetter => FailureDecision::DeadLetter,
         FailureAction::Drop => FailureDecision::Drop,
+        FailureAction::Block => FailureDecision::Block,
         FailureAction::MarkDelivered => {
             return Intent::Delivered {
                 keep_until: keep_until(conveyor),
@@ -83,6 +85,9 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
         FailureDecision::Drop => Intent::Drop {
             reason: error.reason.clone(),
         },
+        FailureDecision::Block => Intent::Block {
+            reason: error.reason.clone(),
+        },
     }
 }
 
@@ -94,10 +99,16 @@ fn keep_until(conveyor: &Conveyor) -> Option<DateTime<Utc>> {
 }
 
 /// When the rows behind a failed row of the same target are due again.
-fn hold_behind(intent: &Intent, now: DateTime<Utc>) -> DateTime<Utc> {
+fn hold_behind(intent: &Intent, conveyor: &Conveyor) -> DateTime<Utc> {
+    let now = conveyor.now();
     match intent {
         Intent::RetryAt { at, .. } => *at,
         Intent::Hold { until } => *until,
+        // Blocked until an operator acts: look again a poll interval from now.
+        Intent::Block { .. } => {
+            now + chrono::Duration::from_std(conveyor.env().config.poll_interval)
+                .unwrap_or(chrono::Duration::seconds(1))
+        }
         // The failed row left the way (dead letter, drop, delivered): the rest go on at once.
         _ => now,
     }
@@ -132,6 +143,7 @@ fn unroutable_copy(
             status: MessageStatus::ToDeliver,
             attempts: 0,
             last_error: None,
+            first_failed_at: None,
             keep_until: None,
             message,
         },
@@ -140,6 +152,7 @@ fn unroutable_copy(
             emitter.kind, emitter.id
         ),
         attempts: 0,
+        first_attempt_at: None,
         last_attempt_at: now,
     }
 }
@@ -161,7 +174,10 @@ impl Station for LiveDelivery {
         let mut batches: BTreeMap<EntityKey, Vec<usize>> = BTreeMap::new();
         let mut seen = HashSet::new();
         for (i, m) in conveyor.open().filter(|(_, m)| {
-            matches!(m.status, MessageStatus::ToDeliver | MessageStatus::ToCatchUp)
+            matches!(
+                m.status,
+                MessageStatus::ToDeliver | MessageStatus::ToCatchUp
+            )
         }) {
             if m.is_expired(now) {
                 decided.push((i, Intent::Expired));
@@ -270,7 +286,7 @@ impl Station for LiveDelivery {
                         let m = &conveyor.page()[i];
                         tracing::warn!(seq = m.seq, kind = %target.kind, target = %target.id, attempts = m.attempts + 1, %error, "handler failed");
                         let intent = decide(conveyor, m, &error);
-                        behind = Some(hold_behind(&intent, now));
+                        behind = Some(hold_behind(&intent, conveyor));
                         intent
                     }
                     MessageOutcome::NotAttempted => Intent::Hold {

@@ -253,7 +253,7 @@ impl Fixture {
     fn conveyor(&self, messages: Vec<InboxMessage>) -> Conveyor {
         self.conveyor_with(Page {
             messages,
-            waiting: Vec::new(),
+            ..Page::default()
         })
     }
 
@@ -288,6 +288,7 @@ fn command(seq: i64, target: &str, command: &CounterCommand) -> InboxMessage {
         status: MessageStatus::ToDeliver,
         attempts: 0,
         last_error: None,
+        first_failed_at: None,
         keep_until: None,
         message: NewMessage {
             signal_id: SignalId(format!("sig-{seq}")),
@@ -525,6 +526,7 @@ async fn live_holds_a_waiting_target_until_its_retry_time() {
     let mut c = fx.conveyor_with(Page {
         messages: vec![add(1, "a", 10), add(2, "b", 20), add(3, "a", 30)],
         waiting: vec![(counter_key("a"), until)],
+        ..Page::default()
     });
     live().process(&mut c).await.unwrap();
 
@@ -721,6 +723,7 @@ async fn live_dead_letters_an_exhausted_message_and_releases_its_target() {
             original: failing,
             reason: "counter a refuses Fail".into(),
             attempts: 3,
+            first_attempt_at: Some(t0()),
             last_attempt_at: t0(),
         }]
     );
@@ -1257,4 +1260,84 @@ async fn a_message_failing_twice_is_retried_at_the_backoff_times_and_applied_onc
     let report = delivery.deliver(shard, worker).await.unwrap();
     assert_eq!(report.stages, 0);
     assert_eq!(fx.calls().len(), 4);
+}
+
+#[tokio::test]
+async fn live_blocks_an_exhausted_message_under_a_block_policy_and_holds_only_its_target() {
+    let config = config()
+        .failure_policy(policy(ExhaustedOutcome::Block))
+        .poll_interval(Duration::from_millis(700))
+        .build()
+        .unwrap();
+    let fx = Fixture::new(config).await;
+    let failing = fail(1, "a", 2);
+    let mut c = fx.conveyor(vec![failing, add(2, "a", 20), add(3, "b", 30)]);
+    live().process(&mut c).await.unwrap();
+
+    let recheck = t0() + chrono::Duration::milliseconds(700);
+    assert_eq!(
+        intents(&c),
+        vec![
+            Some(Intent::Block {
+                reason: "counter a refuses Fail".into()
+            }),
+            Some(hold(recheck)),
+            Some(delivered()),
+        ],
+        "a's later message waits a poll interval at a time; b goes on"
+    );
+    let (commit, report) = c.into_commit(t0() + secs(30));
+    assert_eq!(
+        commit.updates[0],
+        RowUpdate {
+            seq: 1,
+            change: RowChange::Block {
+                attempts: 3,
+                error: "counter a refuses Fail".into()
+            }
+        }
+    );
+    assert!(commit.dead_letters.is_empty());
+    assert_eq!((report.blocked, report.held, report.delivered), (1, 1, 1));
+}
+
+#[tokio::test]
+async fn live_holds_a_blocked_target_for_one_poll_interval_and_serves_the_rest() {
+    let config = config()
+        .poll_interval(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let fx = Fixture::new(config).await;
+    let mut c = fx.conveyor_with(Page {
+        messages: vec![add(1, "a", 10), add(2, "b", 20), add(3, "a", 30)],
+        blocked: vec![counter_key("a")],
+        ..Page::default()
+    });
+    assert_eq!(c.blocked(), [counter_key("a")]);
+    live().process(&mut c).await.unwrap();
+    let recheck = t0() + chrono::Duration::milliseconds(400);
+    assert_eq!(
+        intents(&c),
+        vec![Some(hold(recheck)), Some(delivered()), Some(hold(recheck))]
+    );
+    assert_eq!(fx.calls(), vec![("counter".into(), "b".into(), vec![2])]);
+}
+
+#[tokio::test]
+async fn a_monitor_can_block_a_target_on_its_first_failure() {
+    struct BlockAtOnce;
+    impl DeliveryMonitor for BlockAtOnce {
+        fn on_handler_failure(&self, _: &FailureInfo<'_>) -> FailureAction {
+            FailureAction::Block
+        }
+    }
+    let fx = Fixture::with_monitor(config().build().unwrap(), Arc::new(BlockAtOnce)).await;
+    let mut c = fx.conveyor(vec![fail(1, "a", 0), add(2, "a", 20)]);
+    live().process(&mut c).await.unwrap();
+    assert!(
+        matches!(c.intent(0), Some(Intent::Block { .. })),
+        "{:?}",
+        c.intent(0)
+    );
+    assert!(matches!(c.intent(1), Some(Intent::Hold { .. })));
 }

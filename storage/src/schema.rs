@@ -17,7 +17,7 @@ diesel::table! {
         tenant -> Text,
         /// `command`, `event` or `catch_up`.
         kind -> Text,
-        /// `to_deliver`, `delivered` or `to_catch_up`.
+        /// `to_deliver`, `delivered`, `to_catch_up` or `blocked`.
         status -> Text,
         received_at -> BigInt,
         deliver_after -> Nullable<BigInt>,
@@ -29,6 +29,8 @@ diesel::table! {
         payload_type -> Text,
         /// JSON object of string values.
         metadata -> Text,
+        /// When the first attempt failed (kept across retries, cleared by a requeue).
+        first_failed_at -> Nullable<BigInt>,
     }
 }
 
@@ -120,12 +122,14 @@ diesel::table! {
         attempts -> Integer,
         /// Why the message is dead (the last error).
         reason -> Text,
-        /// NULL until core reports when the first attempt failed.
+        /// When the first attempt failed; NULL if none did (expired, unroutable).
         first_attempt_at -> Nullable<BigInt>,
         last_attempt_at -> BigInt,
         payload -> Binary,
         payload_type -> Text,
         metadata -> Text,
+        /// `first_failed_at` of the inbox row before the last attempt.
+        row_first_failed_at -> Nullable<BigInt>,
     }
 }
 

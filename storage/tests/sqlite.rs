@@ -241,3 +241,49 @@ async fn stage_queries_use_their_indexes() {
     let purge = plan(&mut conn, &find("`keep_until` <= ?"));
     assert!(purge.contains("inbox_purge"), "{purge}");
 }
+
+/// A file made by the first schema is migrated in place: its rows survive whole, the new
+/// status and column are usable, and `seq` keeps counting past rows already deleted.
+#[tokio::test]
+async fn upgrading_a_first_schema_file_keeps_rows_and_seq() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    let mut conn = raw(&path);
+    conn.batch_execute(include_str!(
+        "../migrations/sqlite/2025-01-01-000001_shardbox_schema/up.sql"
+    ))
+    .expect("first schema");
+    conn.batch_execute(
+        "CREATE TABLE __diesel_schema_migrations (version VARCHAR(50) PRIMARY KEY NOT NULL, \
+         run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP); \
+         INSERT INTO __diesel_schema_migrations (version) VALUES ('20250101000001'); \
+         INSERT INTO inbox_messages (shard, signal_id, target_kind, target_id, tenant, kind, \
+           status, received_at, attempts, last_error, payload, payload_type) VALUES \
+           (0, 'kept', 'account', 'a', '', 'command', 'to_deliver', 1, 2, 'boom', x'7b7d', 't'), \
+           (0, 'gone', 'account', 'b', '', 'command', 'to_deliver', 1, 0, NULL, x'7b7d', 't'); \
+         DELETE FROM inbox_messages WHERE signal_id = 'gone';",
+    )
+    .expect("old rows");
+    drop(conn);
+
+    let storage = SqliteStorage::open(&path).await.expect("open migrates");
+    let rows = storage.rows().await.expect("rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].seq, rows[0].attempts, rows[0].last_error.as_deref()),
+        (1, 2, Some("boom"))
+    );
+    assert_eq!(rows[0].first_failed_at, None);
+    storage
+        .write(messages(vec![command(0, "c", "new")]))
+        .await
+        .expect("write");
+    let rows = storage.rows().await.expect("rows");
+    assert_eq!(
+        rows[1].seq, 3,
+        "seq 2 was used before the upgrade: never again"
+    );
+    raw(&path)
+        .batch_execute("UPDATE inbox_messages SET status = 'blocked' WHERE seq = 1")
+        .expect("the new status is allowed");
+}

@@ -17,10 +17,20 @@ pub enum RowChange {
     },
     /// Delete the row (delivered with no window, dropped, expired, dead-lettered).
     Remove,
-    /// A failed attempt: try again at `at`.
+    /// A failed attempt: try again at `at`. The first failure's time is kept on the row
+    /// (`first_failed_at`, set to the commit's time if unset).
     RetryAt {
         /// Next attempt.
         at: DateTime<Utc>,
+        /// Failed attempts so far, this one included.
+        attempts: u32,
+        /// Why it failed.
+        error: String,
+    },
+    /// Failed for the last time under a `block` policy: status `blocked` (never read by
+    /// pages, its target's later messages wait), attempts and error recorded, `deliver_after`
+    /// set to the commit's time (when it was blocked). Only an operator moves it again.
+    Block {
         /// Failed attempts so far, this one included.
         attempts: u32,
         /// Why it failed.
@@ -43,16 +53,19 @@ pub struct RowUpdate {
     pub change: RowChange,
 }
 
-/// A message that exhausted its attempts, with its origin.
+/// A message that exhausted its attempts (or expired, or could not be routed), with its
+/// origin.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadLetter {
     /// The Inbox row as it was (target, signal, shard, payload, metadata, attempts).
     pub original: InboxMessage,
-    /// Why it is dead.
+    /// Why it is dead (the last error, `expired`, …).
     pub reason: String,
-    /// Failed attempts, the last one included.
+    /// Failed attempts, the last one included (0 for a message that was never attempted).
     pub attempts: u32,
-    /// When the last attempt failed.
+    /// When the first attempt failed (`None` if none did).
+    pub first_attempt_at: Option<DateTime<Utc>>,
+    /// When the last attempt failed (or the message was dead-lettered without an attempt).
     pub last_attempt_at: DateTime<Utc>,
 }
 

@@ -59,6 +59,10 @@ pub struct Page {
     /// `attempts > 0` not yet due): their later messages must wait until the given time, so
     /// that per-target order holds across retries.
     pub waiting: Vec<(EntityKey, DateTime<Utc>)>,
+    /// Targets of the shard with a `blocked` message: their later messages must wait until
+    /// an operator requeues or drops it (they are held a poll interval at a time, so that
+    /// they go on soon after an unblock).
+    pub blocked: Vec<EntityKey>,
 }
 
 /// Rows of the Inbox by status.
@@ -70,10 +74,13 @@ pub struct InboxCounts {
     pub delivered: u64,
     /// Replayed history waiting for a catch-up.
     pub to_catch_up: u64,
+    /// Blocked messages waiting for an operator (not counted as pending: no worker will
+    /// deliver them until they are requeued).
+    pub blocked: u64,
 }
 
 impl InboxCounts {
-    /// Rows not yet delivered.
+    /// Rows not yet delivered that a worker will deliver (blocked rows excluded).
     pub fn pending(&self) -> u64 {
         self.to_deliver + self.to_catch_up
     }
@@ -87,8 +94,9 @@ pub trait InboxStore: Send + Sync + 'static {
     async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError>;
 
     /// Up to `limit` rows of `shard` that are due at `now` (`deliver_after` unset or passed)
-    /// and not delivered, in `seq` order, with the shard's waiting targets (see [`Page`]).
-    /// Costs O(limit + waiting) whatever the size of the Inbox.
+    /// and not delivered (nor blocked), in `seq` order, with the shard's waiting and blocked
+    /// targets (see [`Page`]). Costs O(limit + waiting + blocked) whatever the size of the
+    /// Inbox. A retrying row whose TTL has passed does not make its target wait.
     async fn read_page(
         &self,
         shard: ShardIndex,
@@ -111,4 +119,17 @@ pub trait InboxStore: Send + Sync + 'static {
 
     /// Row counts by status, for one shard or all.
     async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError>;
+
+    /// The shards holding a row that is not delivered nor blocked and whose TTL has passed
+    /// at `now` (`expires_at <= now`), due or not: where a TTL sweep has work. Sorted, each
+    /// once. Costs O(expired rows), not O(Inbox).
+    async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError>;
+
+    /// Up to `limit` such expired rows of `shard`, due or not, in `seq` order.
+    async fn read_expired(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxMessage>, StorageError>;
 }

@@ -6,6 +6,7 @@
 //!  EventStore    read the event store in seq pages
 //!  EntityStore   load framework-kept entity states
 //!  CatchUpStore  catch-up jobs
+//!  DeadLetterStore  operators: dead letters (list, count, requeue, purge), blocked targets
 //! ```
 //!
 //! Writes that must be atomic across tables (a stage commit, an event with its fan-out) go
@@ -14,6 +15,7 @@
 
 mod catch_up;
 mod commit;
+mod dead_letters;
 mod entities;
 mod events;
 mod inbox;
@@ -21,13 +23,19 @@ mod registry;
 
 pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
 pub use commit::{CommitReport, DeadLetter, RowChange, RowUpdate, StageCommit};
+pub use dead_letters::{
+    unblocked_reason, BlockedTarget, DeadLetterFilter, DeadLetterId, DeadLetterStore, Requeue,
+    RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
+};
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, WriteBatch, WriteReport};
 pub use registry::{Lease, ShardSession, WorkRegistry};
 
 /// Every storage capability together: what a delivery needs from a backend.
-pub trait Storage: InboxStore + WorkRegistry + EventStore + EntityStore + CatchUpStore {
+pub trait Storage:
+    InboxStore + WorkRegistry + EventStore + EntityStore + CatchUpStore + DeadLetterStore
+{
     /// A short description of the backend and database for logs (no secrets).
     fn describe(&self) -> String;
 }

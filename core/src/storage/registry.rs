@@ -20,6 +20,9 @@ pub struct Lease {
     pub picked_at: DateTime<Utc>,
     /// When it expires unless renewed.
     pub lease_until: DateTime<Utc>,
+    /// Whether the pick-up took over a lease that had expired without a release (its holder
+    /// crashed or stalled), rather than a free shard.
+    pub taken_over: bool,
 }
 
 /// One row of the lock table, as operators see it.
@@ -43,7 +46,8 @@ pub struct ShardSession {
 #[async_trait]
 pub trait WorkRegistry: Send + Sync + 'static {
     /// Takes the lease of `shard` if it is free or expired at `now`, in one atomic
-    /// compare-and-set, with a new epoch. `None` if someone else holds it.
+    /// compare-and-set, with a new epoch. `None` if someone else holds it. The lease says
+    /// whether it was taken over from an expired holder ([`Lease::taken_over`]).
     async fn pick_up(
         &self,
         shard: ShardIndex,

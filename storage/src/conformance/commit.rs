@@ -197,6 +197,7 @@ pub async fn commit_is_all_or_nothing<S: Storage + Inspect>(store: S) {
             original: r2.clone(),
             reason: "poison".into(),
             attempts: 3,
+            first_attempt_at: Some(t0()),
             last_attempt_at: secs(1),
         }];
         commit.purge_delivered = 10;

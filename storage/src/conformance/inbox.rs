@@ -164,6 +164,7 @@ pub async fn counts_by_status<S: Storage + Inspect>(store: S) {
     ];
     store.write(messages(batch)).await.expect("write");
     let counts = |to_deliver, delivered, to_catch_up| InboxCounts {
+        blocked: 0,
         to_deliver,
         delivered,
         to_catch_up,

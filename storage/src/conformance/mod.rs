@@ -11,7 +11,9 @@
 //! and [`PostgresStorage`]; a new backend is done when it passes, not before. The cases
 //! cover the Inbox (order, paging, delays, deduplication, retries, purge, counts, tenants),
 //! the stage commit (fencing, atomicity), the lock table, the event store, entity states,
-//! catch-up jobs, and concurrent writers, pick-ups and catch-up starts.
+//! catch-up jobs, failures (first-failure times, blocked targets, the operators' dead-letter
+//! and unblock API, TTL expiry reads, lease takeovers), and concurrent writers, pick-ups,
+//! catch-up starts and requeues.
 //!
 //! [`SqliteStorage`]: crate::SqliteStorage
 //! [`PostgresStorage`]: crate::PostgresStorage
@@ -31,6 +33,7 @@ mod catch_up;
 mod commit;
 mod dedup;
 mod events;
+mod failures;
 mod inbox;
 mod registry;
 
@@ -48,6 +51,12 @@ pub use dedup::{
     tenant_isolation,
 };
 pub use events::{entity_state_versions_and_delete, event_store_pages_by_seq_with_filters};
+pub use failures::{
+    blocked_row_stops_only_its_target, concurrent_requeue_of_one_dead_letter_requeues_it_once,
+    dead_letters_are_listed_counted_and_purged_by_filter, expired_rows_are_found_due_or_not,
+    first_failure_time_is_kept_across_retries, pick_up_tells_a_takeover_from_a_free_shard,
+    requeued_dead_letters_return_to_the_inbox, unblock_by_requeue_drop_or_dead_letter,
+};
 pub use inbox::{
     catch_up_rows_interleave_in_seq_order, concurrent_writers_all_succeed, counts_by_status,
     deliver_after_is_respected, paging_with_equal_timestamps_crosses_pages,
@@ -90,6 +99,14 @@ macro_rules! conformance_suite {
             catch_up_start_resets_targets_and_refences_shards,
             catch_up_progress_commits_with_the_stage,
             event_seqs_and_counts,
+            first_failure_time_is_kept_across_retries,
+            blocked_row_stops_only_its_target,
+            unblock_by_requeue_drop_or_dead_letter,
+            dead_letters_are_listed_counted_and_purged_by_filter,
+            requeued_dead_letters_return_to_the_inbox,
+            concurrent_requeue_of_one_dead_letter_requeues_it_once,
+            expired_rows_are_found_due_or_not,
+            pick_up_tells_a_takeover_from_a_free_shard,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {

@@ -8,7 +8,7 @@ use crate::error::Failure;
 use crate::schema::{dead_letters, inbox_messages};
 use diesel::prelude::*;
 use shardbox_core::message::InboxWrite;
-use shardbox_core::storage::DeadLetter;
+use shardbox_core::storage::{DeadLetter, DeadLetterId, StoredDeadLetter};
 use shardbox_core::{InboxMessage, MessageKind, MessageStatus, NewMessage, SignalId};
 
 /// An inbox row as read.
@@ -33,6 +33,7 @@ pub(crate) struct InboxRow {
     pub payload: Vec<u8>,
     pub payload_type: String,
     pub metadata: String,
+    pub first_failed_at: Option<i64>,
 }
 
 impl InboxRow {
@@ -44,6 +45,7 @@ impl InboxRow {
             status: parsed("message status", &self.status, MessageStatus::parse)?,
             attempts: attempts(self.attempts)?,
             last_error: self.last_error,
+            first_failed_at: opt_time(self.first_failed_at)?,
             keep_until: opt_time(self.keep_until)?,
             message: NewMessage {
                 signal_id: SignalId(self.signal_id),
@@ -83,6 +85,7 @@ pub(crate) struct NewInboxRow {
     pub payload: Vec<u8>,
     pub payload_type: String,
     pub metadata: String,
+    pub first_failed_at: Option<i64>,
 }
 
 impl NewInboxRow {
@@ -110,6 +113,27 @@ impl NewInboxRow {
             last_error: None,
             payload: m.payload,
             payload_type: m.payload_type,
+            first_failed_at: None,
+        })
+    }
+}
+
+/// A dead letter as read, with its id.
+#[derive(Debug, Queryable, Selectable)]
+#[diesel(table_name = dead_letters)]
+#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+pub(crate) struct StoredDeadLetterRow {
+    pub id: i64,
+    #[diesel(embed)]
+    pub row: DeadLetterRow,
+}
+
+impl StoredDeadLetterRow {
+    /// The stored dead letter as core sees it.
+    pub(crate) fn into_stored(self) -> Result<StoredDeadLetter, Failure> {
+        Ok(StoredDeadLetter {
+            id: DeadLetterId(self.id),
+            letter: self.row.into_dead_letter()?,
         })
     }
 }
@@ -141,6 +165,7 @@ pub(crate) struct DeadLetterRow {
     pub payload: Vec<u8>,
     pub payload_type: String,
     pub metadata: String,
+    pub row_first_failed_at: Option<i64>,
 }
 
 impl DeadLetterRow {
@@ -154,6 +179,7 @@ impl DeadLetterRow {
                 status: parsed("message status", &r.status, MessageStatus::parse)?,
                 attempts: attempts(r.row_attempts)?,
                 last_error: r.row_last_error,
+                first_failed_at: opt_time(r.row_first_failed_at)?,
                 keep_until: opt_time(r.keep_until)?,
                 message: NewMessage {
                     signal_id: SignalId(r.signal_id),
@@ -171,6 +197,7 @@ impl DeadLetterRow {
             },
             reason: r.reason,
             attempts: attempts(r.attempts)?,
+            first_attempt_at: opt_time(r.first_attempt_at)?,
             last_attempt_at: time(r.last_attempt_at)?,
         })
     }
@@ -194,10 +221,11 @@ impl DeadLetterRow {
             expires_at: opt_micros(m.expires_at),
             keep_until: opt_micros(o.keep_until),
             row_attempts: attempts_column(o.attempts),
+            row_first_failed_at: opt_micros(o.first_failed_at),
             row_last_error: o.last_error,
             attempts: attempts_column(d.attempts),
             reason: d.reason,
-            first_attempt_at: None,
+            first_attempt_at: opt_micros(d.first_attempt_at),
             last_attempt_at: micros(d.last_attempt_at),
             payload: m.payload,
             payload_type: m.payload_type,

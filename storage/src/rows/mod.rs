@@ -11,7 +11,7 @@
 mod inbox;
 mod records;
 
-pub(crate) use inbox::{DeadLetterRow, InboxRow, NewInboxRow};
+pub(crate) use inbox::{DeadLetterRow, InboxRow, NewInboxRow, StoredDeadLetterRow};
 pub(crate) use records::{
     CatchUpRow, EntityStateRow, EventRow, NewCatchUpRow, NewEntityStateRow, NewEventRow, SessionRow,
 };

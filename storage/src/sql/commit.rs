@@ -36,7 +36,7 @@ macro_rules! commit_units {
                     catch_ups,
                 } = commit;
                 fence(conn, &lease, lease_until)?;
-                update_rows(conn, lease.shard, updates)?;
+                update_rows(conn, lease.shard, updates, now)?;
                 store_states(conn, states, now)?;
                 insert_dead_letters(conn, dead_letters)?;
                 for job in catch_ups {
@@ -95,12 +95,15 @@ macro_rules! commit_units {
             conn: &mut Conn,
             shard: ShardIndex,
             updates: Vec<RowUpdate>,
+            now: DateTime<Utc>,
         ) -> Result<(), Failure> {
             use $crate::schema::inbox_messages::dsl as im;
             let s = shard.as_i32();
+            let failed_at = micros(now);
             let mut delivered: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
             let mut held: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
             let mut retried = Vec::new();
+            let mut blocked = Vec::new();
             let mut removed = Vec::new();
             for u in updates {
                 match u.change {
@@ -113,6 +116,9 @@ macro_rules! commit_units {
                         attempts,
                         error,
                     } => retried.push((u.seq, micros(at), rows::attempts_column(attempts), error)),
+                    RowChange::Block { attempts, error } => {
+                        blocked.push((u.seq, rows::attempts_column(attempts), error))
+                    }
                     RowChange::Remove => removed.push(u.seq),
                 }
             }
@@ -151,6 +157,25 @@ macro_rules! commit_units {
                     im::deliver_after.eq(Some(at)),
                     im::attempts.eq(attempts),
                     im::last_error.eq(Some(error)),
+                    im::first_failed_at.eq(first_failed_at(failed_at)),
+                ))
+                .execute(conn)?;
+                expect_rows(conn, shard, &[seq], touched)?;
+            }
+            for (seq, attempts, error) in blocked {
+                let touched = diesel::update(
+                    im::inbox_messages
+                        .filter(im::shard.eq(s))
+                        .filter(im::seq.eq(seq)),
+                )
+                .set((
+                    im::status.eq(MessageStatus::Blocked.as_str()),
+                    // A blocked row is never read by pages: deliver_after records when it
+                    // was blocked.
+                    im::deliver_after.eq(Some(failed_at)),
+                    im::attempts.eq(attempts),
+                    im::last_error.eq(Some(error)),
+                    im::first_failed_at.eq(first_failed_at(failed_at)),
                 ))
                 .execute(conn)?;
                 expect_rows(conn, shard, &[seq], touched)?;
@@ -163,6 +188,15 @@ macro_rules! commit_units {
                 )
                 .execute(conn)?)
             })
+        }
+
+        /// `first_failed_at` kept if set, else `now` (µs): the time of the first failure.
+        fn first_failed_at(
+            now: i64,
+        ) -> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<BigInt>> {
+            // Built as SQL text: diesel has no COALESCE, and the value is a bound-free literal
+            // of an i64, so nothing user-supplied is spliced.
+            sql::<diesel::sql_types::Nullable<BigInt>>(&format!("COALESCE(first_failed_at, {now})"))
         }
 
         /// Runs `statement` over distinct `seqs` in chunks, checking that each chunk touched

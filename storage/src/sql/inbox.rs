@@ -6,7 +6,9 @@
 //!  read_page  one query per pending status on inbox_due (shard, status, seq), LIMIT n,
 //!             merged by seq: stops after n due rows whatever the Inbox size
 //!  waiting    inbox_retrying (shard, seq) WHERE attempts > 0 AND not delivered
+//!  blocked    inbox_due (shard, 'blocked')
 //!  next_due   inbox_delayed  (shard, deliver_after) WHERE deliver_after set AND not delivered
+//!  expired    inbox_expiring (expires_at) WHERE expires_at set AND not delivered
 //! ```
 //!
 //! The literal predicates (`attempts > 0`, `status <> 'delivered'`) are written as SQL text on
@@ -20,6 +22,8 @@ macro_rules! inbox_units {
         const NOT_DELIVERED: &str = "status <> 'delivered'";
         /// The predicate of the partial index over rows that failed at least once.
         const RETRYING: &str = "attempts > 0 AND status <> 'delivered'";
+        /// The predicate of the partial index over rows with a TTL not yet delivered.
+        const EXPIRING: &str = "expires_at IS NOT NULL AND status <> 'delivered'";
 
         /// Inserts inbox rows, ignoring (and counting) duplicates of the dedup key.
         pub(crate) fn insert_messages(
@@ -134,6 +138,8 @@ macro_rules! inbox_units {
                     .filter(im::shard.eq(s))
                     .filter(sql::<Bool>(RETRYING))
                     .filter(sql::<Bool>("COALESCE(deliver_after, 0) > ").bind::<BigInt, _>(now))
+                    // A retrying row whose TTL passed is expired, not waited for.
+                    .filter(im::expires_at.is_null().or(im::expires_at.gt(now)))
                     .order(im::seq.asc())
                     .select((
                         im::target_kind,
@@ -148,8 +154,61 @@ macro_rules! inbox_units {
                         Ok((EntityKey { kind, tenant, id }, rows::time(at)?))
                     })
                     .collect::<Result<Vec<_>, Failure>>()?;
-                Ok(Page { messages, waiting })
+                let blocked: Vec<(String, String, String)> = im::inbox_messages
+                    .filter(im::shard.eq(s))
+                    .filter(im::status.eq(MessageStatus::Blocked.as_str()))
+                    .order(im::seq.asc())
+                    .select((im::target_kind, im::tenant, im::target_id))
+                    .load(conn)?;
+                let blocked = blocked
+                    .into_iter()
+                    .map(|(kind, tenant, id)| EntityKey { kind, tenant, id })
+                    .collect();
+                Ok(Page {
+                    messages,
+                    waiting,
+                    blocked,
+                })
             })
+        }
+
+        /// `InboxStore::expired_shards`: a range of `inbox_expiring` over the expired rows.
+        pub(crate) fn expired_shards(
+            conn: &mut Conn,
+            now: DateTime<Utc>,
+        ) -> Result<Vec<ShardIndex>, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            let shards: Vec<i32> = im::inbox_messages
+                .filter(sql::<Bool>(EXPIRING))
+                .filter(im::expires_at.le(micros(now)))
+                .filter(im::status.ne(MessageStatus::Blocked.as_str()))
+                .select(im::shard)
+                .distinct()
+                .order(im::shard.asc())
+                .load(conn)?;
+            shards.into_iter().map(rows::shard).collect()
+        }
+
+        /// `InboxStore::read_expired`.
+        pub(crate) fn read_expired(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            now: DateTime<Utc>,
+            limit: usize,
+        ) -> Result<Vec<InboxMessage>, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            im::inbox_messages
+                .filter(sql::<Bool>(EXPIRING))
+                .filter(im::expires_at.le(micros(now)))
+                .filter(im::shard.eq(shard.as_i32()))
+                .filter(im::status.ne(MessageStatus::Blocked.as_str()))
+                .order(im::seq.asc())
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select(InboxRow::as_select())
+                .load(conn)?
+                .into_iter()
+                .map(InboxRow::into_message)
+                .collect()
         }
 
         /// `InboxStore::next_due`.
@@ -188,6 +247,7 @@ macro_rules! inbox_units {
                     MessageStatus::ToDeliver => counts.to_deliver += n,
                     MessageStatus::Delivered => counts.delivered += n,
                     MessageStatus::ToCatchUp => counts.to_catch_up += n,
+                    MessageStatus::Blocked => counts.blocked += n,
                 }
             }
             Ok(counts)

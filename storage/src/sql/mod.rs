@@ -18,6 +18,7 @@
 
 pub(crate) mod catch_up;
 pub(crate) mod commit;
+pub(crate) mod dead_letters;
 pub(crate) mod entities;
 pub(crate) mod events;
 pub(crate) mod inbox;
@@ -28,7 +29,7 @@ pub(crate) mod traits;
 use crate::error::Failure;
 
 /// Rows per multi-row `INSERT`, kept well under both backends' bind-parameter limits
-/// (SQLite 32766, PostgreSQL 65535): an inbox row binds 16 values, a dead letter 21.
+/// (SQLite 32766, PostgreSQL 65535): an inbox row binds 17 values, a dead letter 22.
 pub(crate) const INSERT_CHUNK: usize = 1000;
 
 /// Values per `IN (…)` list.
@@ -75,6 +76,7 @@ macro_rules! units {
         $crate::sql::events::event_units!();
         $crate::sql::entities::entity_units!();
         $crate::sql::catch_up::catch_up_units!();
+        $crate::sql::dead_letters::dead_letter_units!();
     };
 }
 pub(crate) use traits::storage_impls;

@@ -3,7 +3,7 @@
 pub(crate) use crate::error::Failure;
 pub(crate) use crate::rows::{
     self, micros, CatchUpRow, DeadLetterRow, EntityStateRow, EventRow, InboxRow, NewCatchUpRow,
-    NewEntityStateRow, NewEventRow, NewInboxRow, SessionRow,
+    NewEntityStateRow, NewEventRow, NewInboxRow, SessionRow, StoredDeadLetterRow,
 };
 pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
 pub(crate) use crate::sql::{Dialect, INSERT_CHUNK, IN_CHUNK};

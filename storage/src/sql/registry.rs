@@ -2,7 +2,8 @@
 //!
 //! A pick-up is one compare-and-set: make sure the shard has a session row (`ON CONFLICT DO
 //! NOTHING`), then `UPDATE … SET epoch = epoch + 1 … WHERE lease is free or expired
-//! RETURNING epoch`. On PostgreSQL a concurrent pick-up blocks on the row lock and re-checks the
+//! RETURNING epoch`, after clearing an expired lease (which tells a takeover from a pick-up of
+//! a free shard). On PostgreSQL a concurrent pick-up blocks on the row lock and re-checks the
 //! `WHERE` against the new row, so exactly one wins; on SQLite the immediate transaction
 //! serialises them. Renew and release are fenced by epoch and node.
 
@@ -26,6 +27,17 @@ macro_rules! registry_units {
                     .on_conflict(ss::shard)
                     .do_nothing()
                     .execute(conn)?;
+                // A lease that is set but has passed lost its holder without a release: clear
+                // it first, so that the pick-up below knows it took the shard over. On
+                // PostgreSQL this locks the row, and a concurrent pick-up then finds it held.
+                let taken_over = diesel::update(
+                    ss::shard_sessions
+                        .filter(ss::shard.eq(s))
+                        .filter(ss::lease_until.le(micros(now))),
+                )
+                .set(ss::lease_until.eq(None::<i64>))
+                .execute(conn)?
+                    == 1;
                 let epoch: Option<i64> = diesel::update(
                     ss::shard_sessions.filter(ss::shard.eq(s)).filter(
                         ss::lease_until
@@ -50,6 +62,7 @@ macro_rules! registry_units {
                     epoch: LeaseEpoch(epoch),
                     picked_at: now,
                     lease_until,
+                    taken_over,
                 }))
             })
         }

@@ -5,7 +5,8 @@
 //! unit of work of the backend's `units` module.
 
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
-/// `Storage` and [`crate::Inspect`] for `$storage` (a struct with a `db: Db<Conn>` field and
+/// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (a struct with a
+/// `db: Db<Conn>` field and
 /// `describe_backend()` and `write_listener_backend()` methods) over the unit functions of
 /// module `$units`.
 macro_rules! storage_impls {
@@ -57,6 +58,95 @@ macro_rules! storage_impls {
                 shard: Option<shardbox_core::ShardIndex>,
             ) -> Result<shardbox_core::storage::InboxCounts, shardbox_core::StorageError> {
                 self.db.run(move |conn| $units::counts(conn, shard)).await
+            }
+
+            async fn expired_shards(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<shardbox_core::ShardIndex>, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::expired_shards(conn, now))
+                    .await
+            }
+
+            async fn read_expired(
+                &self,
+                shard: shardbox_core::ShardIndex,
+                now: chrono::DateTime<chrono::Utc>,
+                limit: usize,
+            ) -> Result<Vec<shardbox_core::InboxMessage>, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::read_expired(conn, shard, now, limit))
+                    .await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl shardbox_core::DeadLetterStore for $storage {
+            async fn list_dead_letters(
+                &self,
+                filter: &shardbox_core::storage::DeadLetterFilter,
+            ) -> Result<Vec<shardbox_core::storage::StoredDeadLetter>, shardbox_core::StorageError>
+            {
+                let filter = filter.clone();
+                self.db
+                    .run(move |conn| $units::list_dead_letters(conn, filter))
+                    .await
+            }
+
+            async fn count_dead_letters(
+                &self,
+                filter: &shardbox_core::storage::DeadLetterFilter,
+            ) -> Result<u64, shardbox_core::StorageError> {
+                let filter = filter.clone();
+                self.db
+                    .run(move |conn| $units::count_dead_letters(conn, filter))
+                    .await
+            }
+
+            async fn requeue_dead_letters(
+                &self,
+                requeue: Vec<shardbox_core::storage::Requeue>,
+                _now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<shardbox_core::storage::RequeueReport, shardbox_core::StorageError> {
+                if requeue.is_empty() {
+                    return Ok(Default::default());
+                }
+                self.db
+                    .run(move |conn| $units::requeue_dead_letters(conn, requeue))
+                    .await
+            }
+
+            async fn purge_dead_letters(
+                &self,
+                filter: &shardbox_core::storage::DeadLetterFilter,
+            ) -> Result<u64, shardbox_core::StorageError> {
+                let filter = filter.clone();
+                self.db
+                    .run(move |conn| $units::purge_dead_letters(conn, filter))
+                    .await
+            }
+
+            async fn blocked_targets(
+                &self,
+                limit: usize,
+            ) -> Result<Vec<shardbox_core::storage::BlockedTarget>, shardbox_core::StorageError>
+            {
+                self.db
+                    .run(move |conn| $units::blocked_targets(conn, limit))
+                    .await
+            }
+
+            async fn unblock_target(
+                &self,
+                target: &shardbox_core::storage::EntityKey,
+                action: shardbox_core::storage::Unblock,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<shardbox_core::storage::UnblockReport, shardbox_core::StorageError> {
+                let target = target.clone();
+                self.db
+                    .run(move |conn| $units::unblock_target(conn, target, action, now))
+                    .await
             }
         }
 

@@ -1,0 +1,88 @@
+//! TTL expiry of messages that no page reads: delayed, backed off, or waiting behind their
+//! target when their time to live runs out, possibly in shards nobody is serving.
+//!
+//! ```text
+//!  due rows            ─► read by a page ─► live delivery records Expired (no sweep needed)
+//!  not-due rows        ─► sweep, every ttl_sweep_interval:
+//!                           expired_shards(now) ─► ExpiryRequests.request(S) ─► notify(S)
+//!                           worker serving S, drained ─► take(S)? ─► read_expired(S)
+//!                           ─► Intent::Expired ─► one fenced stage commit under S's lease
+//! ```
+//!
+//! The sweep only asks: rows are removed (or dead-lettered) by the worker that holds the
+//! shard's lease, in a normal stage commit, never outside one. A shard held by another node
+//! is left to that node, whose own sweep asks its workers the same.
+
+use crate::delivery::Delivery;
+use crate::ids::ShardIndex;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
+
+/// Shards a sweep found expired rows in, waiting for a worker to expire them.
+#[derive(Debug, Default)]
+pub(crate) struct ExpiryRequests {
+    shards: Mutex<BTreeSet<ShardIndex>>,
+}
+
+impl ExpiryRequests {
+    fn lock(&self) -> MutexGuard<'_, BTreeSet<ShardIndex>> {
+        // One set operation per critical section: nothing half done to recover from.
+        self.shards.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks for `shards` to be swept at their next serve.
+    pub(crate) fn request(&self, shards: &[ShardIndex]) {
+        self.lock().extend(shards.iter().copied());
+    }
+
+    /// Whether `shard` was asked for (and forgets the request).
+    pub(crate) fn take(&self, shard: ShardIndex) -> bool {
+        self.lock().remove(&shard)
+    }
+
+    /// Puts a request back (the sweep of `shard` did not commit).
+    pub(crate) fn restore(&self, shard: ShardIndex) {
+        self.lock().insert(shard);
+    }
+}
+
+/// Runs the periodic TTL sweep of `delivery` until `stop` turns true: every
+/// `ttl_sweep_interval`, asks the workers (through the write observers) to expire the rows
+/// whose TTL has passed. The first sweep runs one interval after the start.
+pub async fn sweep_periodically(delivery: Arc<Delivery>, mut stop: watch::Receiver<bool>) {
+    let interval = delivery.env().config.ttl_sweep_interval;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        if *stop.borrow() {
+            break;
+        }
+        match delivery.request_expiry().await {
+            Ok(shards) if !shards.is_empty() => {
+                tracing::debug!(?shards, "TTL sweep: expired messages found");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "TTL sweep failed; trying again next interval"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_taken_once_and_can_be_restored() {
+        let r = ExpiryRequests::default();
+        r.request(&[ShardIndex(1), ShardIndex(3), ShardIndex(1)]);
+        assert!(r.take(ShardIndex(1)));
+        assert!(!r.take(ShardIndex(1)));
+        assert!(!r.take(ShardIndex(2)));
+        r.restore(ShardIndex(2));
+        assert!(r.take(ShardIndex(2)));
+        assert!(r.take(ShardIndex(3)));
+    }
+}
