@@ -93,6 +93,11 @@ impl ShardboxBuilder {
         catch_up_retention => catch_up_retention: Duration);
     config_setter!(/// Failure policy of kinds without their own.
         failure_policy => failure_policy: FailurePolicy);
+    config_setter!(/// Also keep messages whose TTL ran out in the dead letters (default false).
+        dead_letter_expired => dead_letter_expired: bool);
+    config_setter!(/// How often a running node expires messages whose TTL passed before they were due
+        /// (default 30 s).
+        ttl_sweep_interval => ttl_sweep_interval: Duration);
 
     /// Gives entity kind `kind` its own failure policy.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {

@@ -47,6 +47,7 @@
 
 mod builder;
 mod catch_up;
+mod failures;
 mod pipeline;
 mod shardbox;
 
@@ -54,6 +55,11 @@ pub use builder::ShardboxBuilder;
 pub use catch_up::CatchUpHandle;
 pub use pipeline::Pipeline;
 pub use shardbox::{Node, Shardbox};
+
+pub use shardbox_core::storage::{
+    BlockedTarget, DeadLetterFilter, DeadLetterId, RequeueReport, StoredDeadLetter, Unblock,
+    UnblockReport,
+};
 
 pub use shardbox_core as core;
 pub use shardbox_stations as stations;
