@@ -16,7 +16,7 @@ struct Seq {
     seq: i64,
 }
 
-fn insert_sql(from: usize, to: usize, shards: u32, targets: usize) -> String {
+fn insert_sql(from: usize, to: usize, shards: u32, targets: usize, payload: &str) -> String {
     let mut sql = String::from(
         "INSERT INTO inbox_messages (shard, signal_id, target_kind, target_id, tenant, kind, status, received_at, payload, payload_type, metadata) VALUES ",
     );
@@ -26,7 +26,7 @@ fn insert_sql(from: usize, to: usize, shards: u32, targets: usize) -> String {
         }
         let shard = (i as u64 % u64::from(shards)) as u32;
         sql.push_str(&format!(
-            "({shard}, 'floor-{i}', 'floor', 't{}', '', 'command', 'to_deliver', 0, X'6e756c6c', 'bench.bump', '{{}}')",
+            "({shard}, 'floor-{i}', 'floor', 't{}', '', 'command', 'to_deliver', 0, {payload}, 'bench.bump', '{{}}')",
             i % targets
         ));
     }
@@ -36,13 +36,13 @@ fn insert_sql(from: usize, to: usize, shards: u32, targets: usize) -> String {
 /// The three steps on one concrete connection type (diesel's `sql_query` is not generic
 /// over backends without its private specialisation bounds, so this is stamped per type).
 macro_rules! floor_run {
-    ($name:ident, $conn:ty) => {
+    ($name:ident, $conn:ty, $payload:expr) => {
         fn $name(conn: &mut $conn, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
             let started = Instant::now();
             let mut from = 0;
             while from < n {
                 let to = (from + page).min(n);
-                let sql = insert_sql(from, to, shards, targets);
+                let sql = insert_sql(from, to, shards, targets, $payload);
                 conn.transaction::<_, diesel::result::Error, _>(|c| c.batch_execute(&sql))
                     .map_err(|e| format!("floor insert: {e}"))?;
                 from = to;
@@ -75,8 +75,9 @@ macro_rules! floor_run {
     };
 }
 
-floor_run!(run_sqlite, diesel::SqliteConnection);
-floor_run!(run_pg, diesel::PgConnection);
+// The payload `null` as a blob literal in each dialect.
+floor_run!(run_sqlite, diesel::SqliteConnection, "X'6e756c6c'");
+floor_run!(run_pg, diesel::PgConnection, "'\\x6e756c6c'::bytea");
 
 /// Messages per second of the floor on `db` (whose schema must already exist).
 pub fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
