@@ -100,6 +100,10 @@ impl Shardbox {
     /// Starts this node's workers on the current tokio runtime. The same call on every node.
     pub fn start(&self) -> Node {
         let node = LocalRunner::start(self.delivery.clone());
+        // Messages whose TTL passes before they are due are expired by a periodic sweep.
+        tokio::spawn(shardbox_core::expiry::sweep_periodically(
+            self.delivery.clone(),
+        ));
         let me = self.clone();
         tokio::spawn(async move {
             if let Err(e) = me.resume_catch_ups().await {

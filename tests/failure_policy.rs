@@ -872,3 +872,86 @@ on_every_backend!(
     requeued_dead_letters_are_delivered,
     a_lease_takeover_is_counted,
 );
+
+/// Time as the (paused) tokio runtime sees it, so that a running node's timers and the
+/// delivery clock move together without real sleeps.
+struct TokioClock {
+    base: DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap_or_default()
+    }
+}
+
+/// A running node (memory backend, paused tokio time): a delayed message is delivered within
+/// a few milliseconds of its due time although the poll interval is 50 minutes (a due-time
+/// timer wakes its shard), and a message whose TTL passes before it is due is expired by the
+/// periodic sweep.
+#[tokio::test(start_paused = true)]
+async fn a_running_node_delivers_delayed_messages_promptly_and_sweeps_ttl() {
+    let clock = Arc::new(TokioClock {
+        base: t0(),
+        start: tokio::time::Instant::now(),
+    });
+    let sb = Shardbox::builder()
+        .memory()
+        .clock(clock)
+        .shards(4)
+        .lease_duration(Duration::from_secs(3_600))
+        .poll_interval(Duration::from_secs(3_000))
+        .ttl_sweep_interval(Duration::from_secs(20))
+        .aggregate::<Journal>()
+        .build()
+        .await
+        .unwrap();
+    let node = sb.start();
+    let (a, b) = (unique("scheduled"), unique("sleeper"));
+    sb.send_with::<Journal>(
+        &a,
+        &JournalCommand::Flaky {
+            n: 1,
+            fail_first: 0,
+        },
+        SendOptions::default().delay(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let expiring = SendOptions::default()
+        .delay(Duration::from_secs(120))
+        .ttl(Duration::from_secs(10));
+    sb.send_with::<Journal>(
+        &b,
+        &JournalCommand::Flaky {
+            n: 2,
+            fail_first: 0,
+        },
+        expiring,
+    )
+    .await
+    .unwrap();
+
+    tokio::time::sleep(Duration::from_millis(29_990)).await;
+    assert!(applied(&sb, &a).await.is_empty(), "not before it is due");
+    assert_eq!(
+        sb.metrics().expired,
+        1,
+        "the sweep at 20 s expired the sleeper"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        applied(&sb, &a).await,
+        [1],
+        "delivered within 10 ms of its due time"
+    );
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    assert!(
+        applied(&sb, &b).await.is_empty(),
+        "expired, never delivered"
+    );
+    let m = sb.metrics();
+    assert_eq!((m.delivered, m.expired), (1, 1), "{m:?}");
+    node.shutdown().await.unwrap();
+}

@@ -16,13 +16,15 @@
 use crate::delivery::Delivery;
 use crate::ids::ShardIndex;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::watch;
 
-/// Shards a sweep found expired rows in, waiting for a worker to expire them.
+/// Shards a sweep found expired rows in, waiting for a worker to expire them; and which
+/// periodic sweep is the current one.
 #[derive(Debug, Default)]
 pub(crate) struct ExpiryRequests {
     shards: Mutex<BTreeSet<ShardIndex>>,
+    sweeper: AtomicU64,
 }
 
 impl ExpiryRequests {
@@ -47,17 +49,17 @@ impl ExpiryRequests {
     }
 }
 
-/// Runs the periodic TTL sweep of `delivery` until `stop` turns true: every
-/// `ttl_sweep_interval`, asks the workers (through the write observers) to expire the rows
-/// whose TTL has passed. The first sweep runs one interval after the start.
-pub async fn sweep_periodically(delivery: Arc<Delivery>, mut stop: watch::Receiver<bool>) {
-    let interval = delivery.env().config.ttl_sweep_interval;
+/// Runs the periodic TTL sweep of `delivery`: every `ttl_sweep_interval`, asks the workers
+/// (through the write observers) to expire the rows whose TTL has passed. The first sweep
+/// runs one interval after the start. Ends at the first wake-up after the delivery was asked
+/// to stop, or after a newer sweep was started for it (one sweeper per delivery).
+pub async fn sweep_periodically(delivery: Arc<Delivery>) {
+    let env = delivery.env().clone();
+    let me = env.expiry.sweeper.fetch_add(1, Ordering::SeqCst) + 1;
+    let interval = env.config.ttl_sweep_interval;
     loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = tokio::time::sleep(interval) => {}
-        }
-        if *stop.borrow() {
+        tokio::time::sleep(interval).await;
+        if env.is_stopping() || env.expiry.sweeper.load(Ordering::SeqCst) != me {
             break;
         }
         match delivery.request_expiry().await {
