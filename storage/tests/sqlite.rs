@@ -230,9 +230,11 @@ async fn stage_queries_use_their_indexes() {
             .clone()
     };
     let mut conn = raw(&path);
-    let due = plan(&mut conn, &find("`deliver_after` <= ?"));
-    assert!(due.contains("USING INDEX inbox_due"), "{due}");
-    assert!(!due.contains("TEMP B-TREE"), "no sort: {due}");
+    let immediate = plan(&mut conn, &find("`deliver_after` IS NULL"));
+    assert!(immediate.contains("USING INDEX inbox_immediate"), "{immediate}");
+    assert!(!immediate.contains("TEMP B-TREE"), "no sort: {immediate}");
+    let delayed = plan(&mut conn, &find("`deliver_after` <= ?"));
+    assert!(delayed.contains("inbox_delayed"), "{delayed}");
     let waiting = plan(&mut conn, &find("attempts > 0"));
     assert!(waiting.contains("USING INDEX inbox_retrying"), "{waiting}");
     assert!(!waiting.contains("TEMP B-TREE"), "no sort: {waiting}");

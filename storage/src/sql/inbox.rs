@@ -3,8 +3,10 @@
 //! Index use (see the migrations):
 //!
 //! ```text
-//!  read_page  one query per pending status on inbox_due (shard, status, seq), LIMIT n,
-//!             merged by seq: stops after n due rows whatever the Inbox size
+//!  read_page  one query per pending status on inbox_immediate (shard, status, seq) WHERE
+//!             deliver_after IS NULL, LIMIT n, plus the rows whose delay has passed from
+//!             inbox_delayed (shard, deliver_after) up to now, merged by seq: rows due later
+//!             are never read, whatever their number
 //!  waiting    inbox_retrying (shard, seq) WHERE attempts > 0 AND not delivered
 //!  blocked    inbox_due (shard, 'blocked')
 //!  next_due   inbox_delayed  (shard, deliver_after) WHERE deliver_after set AND not delivered
@@ -20,6 +22,8 @@ macro_rules! inbox_units {
     () => {
         /// The predicate of the partial indexes over rows not yet delivered.
         const NOT_DELIVERED: &str = "status <> 'delivered'";
+        /// The predicate of the partial index over rows with a delay, retry or hold.
+        const DELAYED: &str = "deliver_after IS NOT NULL AND status <> 'delivered'";
         /// The predicate of the partial index over rows that failed at least once.
         const RETRYING: &str = "attempts > 0 AND status <> 'delivered'";
         /// The predicate of the partial index over rows with a TTL not yet delivered.
@@ -115,17 +119,35 @@ macro_rules! inbox_units {
             <Conn as Dialect>::read_transaction(conn, |conn| {
                 let mut due: Vec<InboxRow> = Vec::new();
                 for status in [MessageStatus::ToDeliver, MessageStatus::ToCatchUp] {
+                    // Rows without a delay: inbox_immediate, in seq order, stops after a page.
                     due.extend(
                         im::inbox_messages
                             .filter(im::shard.eq(s))
                             .filter(im::status.eq(status.as_str()))
-                            .filter(im::deliver_after.is_null().or(im::deliver_after.le(now)))
+                            .filter(im::deliver_after.is_null())
                             .order(im::seq.asc())
                             .limit(sql_limit)
                             .select(InboxRow::as_select())
                             .load(conn)?,
                     );
                 }
+                // Rows whose delay, retry or hold has passed: inbox_delayed, a range that
+                // ends at `now`, so rows due later are never read. Its predicate is stated
+                // literally so that the partial index is usable.
+                due.extend(
+                    im::inbox_messages
+                        .filter(im::shard.eq(s))
+                        .filter(sql::<Bool>(DELAYED))
+                        .filter(im::deliver_after.le(now))
+                        .filter(
+                            im::status
+                                .eq(MessageStatus::ToDeliver.as_str())
+                                .or(im::status.eq(MessageStatus::ToCatchUp.as_str())),
+                        )
+                        .order((im::deliver_after.asc(), im::seq.asc()))
+                        .select(InboxRow::as_select())
+                        .load(conn)?,
+                );
                 due.sort_unstable_by_key(|r| r.seq);
                 due.truncate(limit);
                 let messages = due
