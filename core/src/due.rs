@@ -24,14 +24,17 @@ use tokio::task::JoinHandle;
 /// that jumps (a test's manual clock, a corrected system clock) is followed.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 
+/// A pending wake-up: when, and the task that will do it.
+type Timer = (DateTime<Utc>, JoinHandle<()>);
+
 /// At most one pending wake-up per shard.
 #[derive(Default)]
 pub(crate) struct DueTimers {
-    timers: Mutex<HashMap<ShardIndex, (DateTime<Utc>, JoinHandle<()>)>>,
+    timers: Mutex<HashMap<ShardIndex, Timer>>,
 }
 
 impl DueTimers {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ShardIndex, (DateTime<Utc>, JoinHandle<()>)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ShardIndex, Timer>> {
         // Each critical section is one map operation: a panic cannot leave it half done.
         self.timers.lock().unwrap_or_else(|p| p.into_inner())
     }
