@@ -3,7 +3,9 @@
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp};
-use shardbox_core::{CatchUpProgress, DeliveryError, Message, Projection, ShardIndex, StorageError};
+use shardbox_core::{
+    CatchUpProgress, DeliveryError, Message, Projection, ShardIndex, StorageError,
+};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 
@@ -83,7 +85,12 @@ impl Shardbox {
                 created_at: now,
             })
             .await?;
-        tracing::info!(job = job.id, kind = P::KIND, total_estimate = job.spec.total_estimate, "catch-up started");
+        tracing::info!(
+            job = job.id,
+            kind = P::KIND,
+            total_estimate = job.spec.total_estimate,
+            "catch-up started"
+        );
         if zero_targets {
             job.status = CatchUpStatus::Completed;
             job.finished_at = Some(now);

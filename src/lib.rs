@@ -66,16 +66,17 @@ pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
 
 pub use shardbox_core::{
-    Aggregate, CatchUp, CatchUpProgress, Backoff, Clock, Context, DeliveryConfig, DeliveryError, DeliveryMonitor,
-    DeliveryReport, EventSource, ExhaustedOutcome, FailureAction, FailurePolicy, HandlerError,
-    ManualClock, Message, NodeId, Outgoing, Projection, Reactor, SendOptions, SendReceipt,
-    ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError, SystemClock,
+    Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, Context, DeliveryConfig, DeliveryError,
+    DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome, FailureAction, FailurePolicy,
+    HandlerError, ManualClock, Message, NodeId, Outgoing, Projection, Reactor, SendOptions,
+    SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError,
+    SystemClock,
 };
 
 /// The names most applications need.
 pub mod prelude {
     pub use crate::{
-        Aggregate, CatchUp, Context, EventSource, HandlerError, Message, Outgoing, Projection, Reactor,
-        SendOptions, Shardbox,
+        Aggregate, CatchUp, Context, EventSource, HandlerError, Message, Outgoing, Projection,
+        Reactor, SendOptions, Shardbox,
     };
 }

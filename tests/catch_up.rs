@@ -111,7 +111,13 @@ async fn corrupt(sb: &Shardbox, ids: &[String]) {
     for (shard, states) in by_shard {
         let now = Utc::now();
         let lease = storage
-            .pick_up(shard, &NodeId("vandal".into()), WorkerId(0), now, now + chrono::Duration::seconds(30))
+            .pick_up(
+                shard,
+                &NodeId("vandal".into()),
+                WorkerId(0),
+                now,
+                now + chrono::Duration::seconds(30),
+            )
             .await
             .unwrap()
             .expect("shard free while no runner runs");
@@ -133,7 +139,10 @@ async fn corrupt(sb: &Shardbox, ids: &[String]) {
 }
 
 async fn ledger(sb: &Shardbox, id: &str) -> Ledger {
-    sb.projection_state::<Ledger>(id).await.unwrap().unwrap_or_default()
+    sb.projection_state::<Ledger>(id)
+        .await
+        .unwrap()
+        .unwrap_or_default()
 }
 
 /// 20,000 historical events over 500 accounts; the ledgers are corrupted; a catch-up of all
@@ -146,9 +155,18 @@ async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool) {
     let mut history = History::default();
     let node = sb.start();
     for i in 0..HISTORY {
-        post(&sb, &mut history, &account(i % ACCOUNTS), (i % 97) as i64 - 40).await;
+        post(
+            &sb,
+            &mut history,
+            &account(i % ACCOUNTS),
+            (i % 97) as i64 - 40,
+        )
+        .await;
     }
-    assert!(node.drain(Duration::from_secs(300)).await.unwrap(), "history delivered");
+    assert!(
+        node.drain(Duration::from_secs(300)).await.unwrap(),
+        "history delivered"
+    );
     node.shutdown().await.unwrap();
     let ids: Vec<String> = (0..ACCOUNTS).map(account).collect();
     corrupt(&sb, &ids).await;
@@ -164,7 +182,10 @@ async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool) {
     } else {
         CatchUp::all()
     };
-    let job = sb.catch_up::<Ledger>(request).await.expect("start catch-up");
+    let job = sb
+        .catch_up::<Ledger>(request)
+        .await
+        .expect("start catch-up");
 
     // 4 tasks keep posting while the catch-up runs, each to its own accounts.
     let history = Arc::new(tokio::sync::Mutex::new(history));
@@ -190,7 +211,10 @@ async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool) {
     // held: wait until nothing at all is pending, not only until nothing is due.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     while sb.storage().counts(None).await.unwrap().pending() > 0 {
-        assert!(tokio::time::Instant::now() < deadline, "everything delivered in time");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "everything delivered in time"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     node.shutdown().await.unwrap();
@@ -199,21 +223,30 @@ async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool) {
     for id in &ids {
         let got = ledger(&sb, id).await;
         if chosen.contains(id) {
-            assert_eq!(got, history.fold(id), "{id} equals the fold over its full history");
+            assert_eq!(
+                got,
+                history.fold(id),
+                "{id} equals the fold over its full history"
+            );
         } else {
             // Untouched by the catch-up: the garbage, plus the live events posted meanwhile.
             assert_eq!(got.seen.first(), Some(&999_999), "{id} was not rebuilt");
         }
     }
     let progress = job.progress().await.unwrap();
-    assert!(progress.replayed >= if subset { 2_000 } else { HISTORY as i64 }, "{progress:?}");
+    assert!(
+        progress.replayed >= if subset { 2_000 } else { HISTORY as i64 },
+        "{progress:?}"
+    );
     assert_eq!(sb.storage().counts(None).await.unwrap().pending(), 0);
 }
 
 /// Equal timestamps at catch-up page boundaries: every event has the same `occurred_at`, and
 /// pages of 7 events replay all of them exactly once.
 async fn equal_timestamps_across_pages(storage: Arc<dyn Storage>) {
-    let clock = Arc::new(ManualClock::new(DateTime::from_timestamp(1_800_000_000, 0).unwrap()));
+    let clock = Arc::new(ManualClock::new(
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+    ));
     let sb = Shardbox::builder()
         .shared_storage(storage)
         .clock(clock.clone())
@@ -233,7 +266,10 @@ async fn equal_timestamps_across_pages(storage: Arc<dyn Storage>) {
         // Finalizing ticks are due one poll interval later.
         clock.advance(chrono::Duration::seconds(1));
     }
-    assert_eq!(job.progress().await.unwrap().status, CatchUpStatus::Completed);
+    assert_eq!(
+        job.progress().await.unwrap().status,
+        CatchUpStatus::Completed
+    );
     for i in 0..3 {
         assert_eq!(ledger(&sb, &account(i)).await, history.fold(&account(i)));
     }
@@ -244,23 +280,40 @@ async fn equal_timestamps_across_pages(storage: Arc<dyn Storage>) {
 /// error; a disjoint one starts; catch-up of an unregistered projection is refused.
 async fn zero_targets_and_overlap(storage: Arc<dyn Storage>) {
     let sb = build(storage, 100).await;
-    let empty = sb.catch_up::<Ledger>(CatchUp::ids(Vec::<String>::new())).await.unwrap();
-    assert_eq!(empty.progress().await.unwrap().status, CatchUpStatus::Completed);
+    let empty = sb
+        .catch_up::<Ledger>(CatchUp::ids(Vec::<String>::new()))
+        .await
+        .unwrap();
+    assert_eq!(
+        empty.progress().await.unwrap().status,
+        CatchUpStatus::Completed
+    );
 
-    let first = sb.catch_up::<Ledger>(CatchUp::ids(["a", "b"])).await.unwrap();
-    let refused = sb.catch_up::<Ledger>(CatchUp::ids(["b", "c"])).await.unwrap_err();
+    let first = sb
+        .catch_up::<Ledger>(CatchUp::ids(["a", "b"]))
+        .await
+        .unwrap();
+    let refused = sb
+        .catch_up::<Ledger>(CatchUp::ids(["b", "c"]))
+        .await
+        .unwrap_err();
     assert!(
         matches!(refused, DeliveryError::Storage(StorageError::CatchUpOverlap { running_job, .. }) if running_job == first.id()),
         "{refused}"
     );
     let refused = sb.catch_up::<Ledger>(CatchUp::all()).await.unwrap_err();
     assert!(refused.to_string().contains("already running"), "{refused}");
-    sb.catch_up::<Ledger>(CatchUp::ids(["c"])).await.expect("disjoint ids start");
+    sb.catch_up::<Ledger>(CatchUp::ids(["c"]))
+        .await
+        .expect("disjoint ids start");
     // Ids that do not exist yet: the job runs and completes with empty ledgers.
     for _ in 0..10 {
         sb.deliver_all().await.unwrap();
     }
-    assert_eq!(first.progress().await.unwrap().status, CatchUpStatus::Completed);
+    assert_eq!(
+        first.progress().await.unwrap().status,
+        CatchUpStatus::Completed
+    );
     assert_eq!(sb.projection_state::<Ledger>("a").await.unwrap(), None);
 
     let other = Shardbox::builder().memory().build().await.unwrap();
@@ -300,7 +353,10 @@ async fn crash_mid_catch_up(storage: Arc<dyn Storage>) {
         .shard_of(shardbox::core::catch_up::TICK_KIND, &job.id().to_string());
     first.deliver(home).await.unwrap();
     let after_one = job.progress().await.unwrap();
-    assert_eq!(after_one.replayed, 10, "one step of 10 events committed: {after_one:?}");
+    assert_eq!(
+        after_one.replayed, 10,
+        "one step of 10 events committed: {after_one:?}"
+    );
     assert_eq!(after_one.status, CatchUpStatus::InProgress);
     drop(first);
 
@@ -312,7 +368,10 @@ async fn crash_mid_catch_up(storage: Arc<dyn Storage>) {
     node.shutdown().await.unwrap();
     assert_eq!(done.replayed, 95, "every event replayed once: {done:?}");
     for i in 0..5 {
-        assert_eq!(ledger(&second, &account(i)).await, history.fold(&account(i)));
+        assert_eq!(
+            ledger(&second, &account(i)).await,
+            history.fold(&account(i))
+        );
     }
 }
 

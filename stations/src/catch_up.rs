@@ -53,11 +53,14 @@ pub fn tick_message(env: &DeliveryEnv, job: &CatchUpJob, due: Option<DateTime<Ut
     })
 }
 
+/// The running jobs as read under one lease epoch of a shard.
+type JobsSeen = (LeaseEpoch, Arc<Vec<CatchUpJob>>);
+
 /// Serves catch-up jobs; goes first in the pipeline.
 #[derive(Default)]
 pub struct CatchUpStation {
     /// Per shard: the running jobs read under a lease epoch.
-    jobs: Mutex<HashMap<ShardIndex, (LeaseEpoch, Arc<Vec<CatchUpJob>>)>>,
+    jobs: Mutex<HashMap<ShardIndex, JobsSeen>>,
     last_purge: Mutex<Option<DateTime<Utc>>>,
 }
 
@@ -155,7 +158,11 @@ impl CatchUpStation {
                 (decide_step(&job, &[], page_size, u64::from(pending)), 0)
             }
             _ => {
-                let types: Vec<String> = handler.event_type().map(str::to_owned).into_iter().collect();
+                let types: Vec<String> = handler
+                    .event_type()
+                    .map(str::to_owned)
+                    .into_iter()
+                    .collect();
                 let events = env
                     .storage
                     .read_events(job.cursor, &types, job.spec.since, page_size)
@@ -268,7 +275,8 @@ impl Station for CatchUpStation {
         }
         let env = conveyor.env().clone();
         let ids: Vec<SignalId> = covered.iter().map(|(_, id, _)| id.clone()).collect();
-        let seqs: HashMap<SignalId, i64> = env.storage.event_seqs(&ids).await?.into_iter().collect();
+        let seqs: HashMap<SignalId, i64> =
+            env.storage.event_seqs(&ids).await?.into_iter().collect();
         let poll = chrono::Duration::from_std(env.config.poll_interval)
             .unwrap_or(chrono::Duration::seconds(1));
         let now = conveyor.now();

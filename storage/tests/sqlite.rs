@@ -231,7 +231,10 @@ async fn stage_queries_use_their_indexes() {
     };
     let mut conn = raw(&path);
     let immediate = plan(&mut conn, &find("`deliver_after` IS NULL"));
-    assert!(immediate.contains("USING INDEX inbox_immediate"), "{immediate}");
+    assert!(
+        immediate.contains("USING INDEX inbox_immediate"),
+        "{immediate}"
+    );
     assert!(!immediate.contains("TEMP B-TREE"), "no sort: {immediate}");
     let delayed = plan(&mut conn, &find("`deliver_after` <= ?"));
     assert!(delayed.contains("inbox_delayed"), "{delayed}");
