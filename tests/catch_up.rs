@@ -145,29 +145,20 @@ async fn ledger(sb: &Shardbox, id: &str) -> Ledger {
         .unwrap_or_default()
 }
 
-/// 20,000 historical events over 500 accounts; the ledgers are corrupted; a catch-up of all
-/// (or of a subset) runs while 4 tasks keep posting. At the end every rebuilt ledger equals
+/// 20,000 historical events over 500 accounts, their live rows still pending; the ledgers are
+/// corrupted; a catch-up of all (or of a subset) runs while 4 tasks keep posting. At the end every rebuilt ledger equals
 /// the fold over its full history; ledgers outside the subset are untouched.
 async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool) {
     const ACCOUNTS: usize = 500;
     const HISTORY: usize = 20_000;
     let sb = build(storage.clone(), 1_000).await;
     let mut history = History::default();
-    let node = sb.start();
+    // History is posted with no worker running: its live rows are still pending when the
+    // catch-up starts, and must be dropped as covered by the replay, never applied twice.
     for i in 0..HISTORY {
-        post(
-            &sb,
-            &mut history,
-            &account(i % ACCOUNTS),
-            (i % 97) as i64 - 40,
-        )
-        .await;
+        let amount = (i % 97) as i64 - 40;
+        post(&sb, &mut history, &account(i % ACCOUNTS), amount).await;
     }
-    assert!(
-        node.drain(Duration::from_secs(300)).await.unwrap(),
-        "history delivered"
-    );
-    node.shutdown().await.unwrap();
     let ids: Vec<String> = (0..ACCOUNTS).map(account).collect();
     corrupt(&sb, &ids).await;
 
@@ -330,9 +321,10 @@ async fn crash_mid_catch_up(storage: Arc<dyn Storage>) {
             false
         }
     }
+    // Both nodes must agree on the shard count (as every node of a deployment must).
     let first = Shardbox::builder()
         .shared_storage(storage.clone())
-        .shards(4)
+        .shards(8)
         .catch_up_page_size(10)
         .monitor(OneStage)
         .projection::<Ledger>()

@@ -432,17 +432,26 @@ async fn live_groups_by_target_and_calls_each_handler_once_in_seq_order() {
 #[tokio::test]
 async fn live_leaves_rows_of_other_statuses_and_claimed_rows_alone() {
     let fx = Fixture::new(config().build().unwrap()).await;
+    // A replayed (catch-up) row is delivered with its target's live rows, in seq order, and
+    // removed at delivery (its signal is unique to the job: nothing to deduplicate later).
     let mut catch_up = add(2, "a", 20);
     catch_up.status = MessageStatus::ToCatchUp;
-    let mut c = fx.conveyor(vec![add(1, "a", 10), catch_up, add(3, "b", 30)]);
+    let mut done = add(4, "c", 40);
+    done.status = MessageStatus::Delivered;
+    let mut c = fx.conveyor(vec![add(1, "a", 10), catch_up, add(3, "b", 30), done]);
     c.record(2, hold(t0() + secs(7)));
     live().process(&mut c).await.unwrap();
 
     assert_eq!(
         intents(&c),
-        vec![Some(delivered()), None, Some(hold(t0() + secs(7)))]
+        vec![
+            Some(delivered()),
+            Some(Intent::Delivered { keep_until: None }),
+            Some(hold(t0() + secs(7))),
+            None
+        ]
     );
-    assert_eq!(fx.calls(), vec![("counter".into(), "a".into(), vec![1])]);
+    assert_eq!(fx.calls(), vec![("counter".into(), "a".into(), vec![1, 2])]);
 }
 
 #[tokio::test]
