@@ -136,6 +136,9 @@ pub struct DeliveryReport {
     pub lease_lost: bool,
     /// Stages committed.
     pub stages: usize,
+    /// Whether the worker let the shard go with due rows left, to serve other shards (see
+    /// [`Delivery::deliver_while`]).
+    pub yielded: bool,
     /// Sum of the stages' counters.
     pub totals: StageReport,
 }
@@ -143,6 +146,7 @@ pub struct DeliveryReport {
 enum DrainEnd {
     Drained,
     Stopped,
+    Yielded,
 }
 
 /// Serves shards: the delivery loop over a pipeline of stations.
@@ -174,6 +178,18 @@ impl Delivery {
         shard: ShardIndex,
         worker: WorkerId,
     ) -> Result<DeliveryReport, DeliveryError> {
+        self.deliver_while(shard, worker, &|| true).await
+    }
+
+    /// As [`Delivery::deliver`], but after each committed stage asks `keep_on` whether to go
+    /// on; if not, releases the shard with its due rows left ([`DeliveryReport::yielded`]),
+    /// so that the worker can serve other shards (the node runner's turns).
+    pub async fn deliver_while(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+        keep_on: &(dyn Fn() -> bool + Sync),
+    ) -> Result<DeliveryReport, DeliveryError> {
         let env = &self.env;
         let mut report = DeliveryReport {
             shard: Some(shard),
@@ -194,7 +210,7 @@ impl Delivery {
             let Some(mut lease) = picked else {
                 env.metrics.record_refusal();
                 env.monitor.on_pick_up_refused(shard);
-                tracing::trace!(%shard, "shard held by another worker");
+                tracing::trace!(%shard, node = %env.config.node_id, "shard held by another worker");
                 return Ok(report);
             };
             env.metrics.record_pick_up(lease.taken_over);
@@ -203,7 +219,7 @@ impl Delivery {
             }
             report.picked_up = true;
             let epoch = lease.epoch;
-            let end = match self.drain(&mut lease, &mut report).await {
+            let end = match self.drain(&mut lease, &mut report, keep_on).await {
                 Ok(end) => end,
                 Err(e) if e.is_lease_lost() => {
                     env.metrics.record_lease_lost();
@@ -214,14 +230,19 @@ impl Delivery {
                 }
                 Err(e) => {
                     if let Err(release) = env.storage.release(&lease).await {
-                        tracing::warn!(%shard, error = %release, "release after failed stage failed; the lease will expire");
+                        tracing::warn!(%shard, node = %env.config.node_id, error = %release, "release after failed stage failed; the lease will expire");
                     }
                     return Err(e);
                 }
             };
             env.storage.release(&lease).await?;
-            if matches!(end, DrainEnd::Stopped) {
-                return Ok(report);
+            match end {
+                DrainEnd::Stopped => return Ok(report),
+                DrainEnd::Yielded => {
+                    report.yielded = true;
+                    return Ok(report);
+                }
+                DrainEnd::Drained => {}
             }
             // Rows written between the last empty read and the release found the shard held;
             // their notification may have been refused, so look once more.
@@ -319,6 +340,7 @@ impl Delivery {
         &self,
         lease: &mut Lease,
         report: &mut DeliveryReport,
+        keep_on: &(dyn Fn() -> bool + Sync),
     ) -> Result<DrainEnd, DeliveryError> {
         let env = &self.env;
         loop {
@@ -369,6 +391,9 @@ impl Delivery {
             env.monitor.on_stage_finished(&info, &stage_report);
             if !env.monitor.should_continue(&info, &stage_report) {
                 return Ok(DrainEnd::Stopped);
+            }
+            if !keep_on() {
+                return Ok(DrainEnd::Yielded);
             }
         }
     }

@@ -12,6 +12,7 @@ use crate::storage::Lease;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 /// A running heartbeat for one lease; stops when dropped.
 pub(crate) struct Heartbeat {
@@ -44,7 +45,9 @@ impl Heartbeat {
                     }
                 }
             }
-        });
+        }
+        // In the stage's span: its log lines name the node, shard and epoch.
+        .in_current_span());
         Heartbeat { task, lost }
     }
 

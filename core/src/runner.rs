@@ -1,81 +1,225 @@
-//! The local runner: tokio worker tasks that serve every shard of a delivery.
+//! The node runner: tokio worker tasks that serve the shards of a delivery, on one node of
+//! possibly many sharing the database.
 //!
 //! ```text
-//!  write ──► observer ──► ShardWakeups ──► queue ──► worker 0..W ──► Delivery::deliver
-//!  poller (every poll_interval): probes each shard for due rows and wakes it
+//!  local write ──────────────┐
+//!  WriteListener (other      ├─► WakeQueue ─► queue ─► worker 0..W ─► Delivery::deliver
+//!  nodes' writes, NOTIFY) ───┘      ▲
+//!  poller, every poll_interval      │ due shards (orphaned ones first)
+//!  (at once after missed writes): lock table ─► plan_round ─► probe each planned shard
 //! ```
 //!
-//! A write wakes its shard's worker at once; the poller is the fallback for delayed rows,
-//! retries and writes made by other processes. Shutdown lets each worker finish its current
-//! stage, release its lease and exit.
+//! A write wakes its shard's worker at once: on this node through the observer, on the other
+//! nodes through the storage's [`WriteListener`](crate::WriteListener) when it has one. The
+//! poller is the fallback for delayed rows, retries and writes nobody heard of. It walks the
+//! shards from this node's own offset ([`ShardCycle`]), skips leased shards and puts shards
+//! whose holder vanished (lease expired, never released) at the front of the queue. A shard
+//! another node holds is left to it: wake-ups for it are ignored until its lease ends or the
+//! next poll round ([`HeldElsewhere`]), because its holder hears the same writes. Idle workers
+//! wait on the queue; the poller sleeps between rounds.
+//!
+//! Every task runs in a span carrying the node id (and the worker), so every log line of
+//! the node names it. Shutdown lets each worker finish its current stage and release its
+//! lease, and stops the listener; other nodes find the freed shards at their next poll.
 
-use crate::delivery::Delivery;
+use crate::cycle::{ending_within, plan_round, should_yield, HeldElsewhere, ShardCycle, Waiting};
+use crate::delivery::{Delivery, DeliveryEnv};
 use crate::error::DeliveryError;
 use crate::ids::{ShardIndex, WorkerId};
+use crate::listener::{ListenerHandle, ListenerStats};
 use crate::observer::ShardObserver;
 use crate::wakeups::ShardWakeups;
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded values stay consistent across a panic (each critical section is a single
+    // step), so recover rather than poison every later wake-up.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The shards waiting for a worker of this node.
 struct WakeQueue {
+    env: Arc<DeliveryEnv>,
     wakeups: ShardWakeups,
-    tx: mpsc::UnboundedSender<ShardIndex>,
+    held: Mutex<HeldElsewhere>,
+    /// Shards, and whether they are orphaned (moved to the front by a take-over that found
+    /// them queued).
+    queue: Mutex<VecDeque<(ShardIndex, bool)>>,
+    ready: Notify,
+    poll_now: Notify,
 }
 
 impl WakeQueue {
-    fn wake(&self, shard: ShardIndex) {
-        if self.wakeups.wake(shard) {
-            // The receiver lives as long as the workers; after shutdown a lost wake is moot.
-            let _ = self.tx.send(shard);
+    fn new(env: Arc<DeliveryEnv>) -> Self {
+        let shards = env.registry.shard_count();
+        WakeQueue {
+            env,
+            wakeups: ShardWakeups::new(shards),
+            held: Mutex::new(HeldElsewhere::new(shards)),
+            queue: Mutex::new(VecDeque::new()),
+            ready: Notify::new(),
+            poll_now: Notify::new(),
         }
     }
+
+    /// Queues `shard` unless it is queued or being served already.
+    fn wake(&self, shard: ShardIndex) {
+        let mut queue = lock(&self.queue);
+        if self.wakeups.wake(shard) {
+            queue.push_back((shard, false));
+            drop(queue);
+            self.ready.notify_one();
+        }
+    }
+
+    /// Claims an orphaned `shard` for a take-over outside the workers: true if it was idle
+    /// (it is now running, served by the caller); if it is queued, it moves to the front.
+    fn claim(&self, shard: ShardIndex) -> bool {
+        let mut queue = lock(&self.queue);
+        if self.wakeups.wake(shard) {
+            return self.wakeups.start(shard);
+        }
+        if let Some(at) = queue.iter().position(|e| e.0 == shard) {
+            queue.remove(at);
+            queue.push_front((shard, true));
+        }
+        false
+    }
+
+    /// Who waits for a worker.
+    fn waiting(&self) -> Waiting {
+        let queue = lock(&self.queue);
+        Waiting {
+            shards: queue.len(),
+            orphaned: queue.front().is_some_and(|e| e.1),
+        }
+    }
+
+    /// The next shard to serve; waits while there is none.
+    async fn next(&self) -> ShardIndex {
+        loop {
+            // Created before the check, so that a wake between the check and the wait leaves
+            // a permit behind instead of being missed.
+            let notified = self.ready.notified();
+            if let Some((shard, _)) = lock(&self.queue).pop_front() {
+                return shard;
+            }
+            notified.await;
+        }
+    }
+
+    /// A worker is done with `shard`. If another node holds it, wake-ups are ignored until
+    /// the next poll round; if the worker yielded it with work left, it goes to the back of
+    /// the queue; otherwise it is queued again if it was woken meanwhile.
+    fn finish(&self, shard: ShardIndex, turn: TurnEnd) {
+        if turn == TurnEnd::HeldElsewhere {
+            let until = self.env.clock.now()
+                + chrono::Duration::from_std(self.env.config.poll_interval)
+                    .unwrap_or(chrono::Duration::seconds(1));
+            lock(&self.held).mark(shard, until);
+            self.wakeups.finish_held_elsewhere(shard);
+            return;
+        }
+        let mut queue = lock(&self.queue);
+        let again = self.wakeups.finish(shard);
+        if again || (turn == TurnEnd::Yielded && self.wakeups.wake(shard)) {
+            queue.push_back((shard, false));
+            drop(queue);
+            self.ready.notify_one();
+        }
+    }
+}
+
+/// How a worker's turn on a shard ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurnEnd {
+    /// Served until no due row was left (or failed; the poll retries it).
+    Done,
+    /// Let go with due rows left, for other shards.
+    Yielded,
+    /// Another worker holds it (pick-up refused or lease lost).
+    HeldElsewhere,
 }
 
 impl ShardObserver for WakeQueue {
     fn on_write(&self, shards: &[ShardIndex]) {
-        for &s in shards {
-            self.wake(s);
+        let now = self.env.clock.now();
+        for &shard in shards {
+            if !lock(&self.held).is_held(shard, now) {
+                self.wake(shard);
+            }
         }
+    }
+
+    fn on_missed_writes(&self) {
+        self.poll_now.notify_one();
     }
 }
 
-/// Starts local workers for a delivery.
+/// Starts the workers of a node.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LocalRunner;
 
 impl LocalRunner {
-    /// Starts `config.workers` workers and the poller on the current tokio runtime.
+    /// Starts `config.workers` workers, the poller and — if the storage can hear other
+    /// processes' writes — the listener, on the current tokio runtime.
     pub fn start(delivery: Arc<Delivery>) -> RunnerHandle {
         let env = delivery.env().clone();
         env.clear_stop();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let queue = Arc::new(WakeQueue {
-            wakeups: ShardWakeups::new(env.registry.shard_count()),
-            tx,
-        });
+        let queue = Arc::new(WakeQueue::new(env.clone()));
         env.observe(queue.clone());
-        let rx = Arc::new(Mutex::new(rx));
+        let node = env.config.node_id.clone();
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         for w in 0..env.config.workers {
             let worker = WorkerId(w as u32);
-            tasks.push(tokio::spawn(work(
-                delivery.clone(),
-                queue.clone(),
-                rx.clone(),
-                stop_rx.clone(),
-                worker,
-            )));
+            let span = tracing::info_span!("worker", node = %node, worker = %worker);
+            tasks.push(tokio::spawn(
+                work(delivery.clone(), queue.clone(), stop_rx.clone(), worker).instrument(span),
+            ));
         }
-        tasks.push(tokio::spawn(poll(delivery.clone(), queue.clone(), stop_rx)));
+        let cycle = ShardCycle::for_node(&node, env.registry.shard_count());
+        let (free_tx, free_rx) = watch::channel(cycle.iter().collect());
+        let span = tracing::info_span!("poller", node = %node);
+        tasks.push(tokio::spawn(
+            poll(delivery.clone(), queue.clone(), stop_rx.clone(), free_rx).instrument(span),
+        ));
+        let span = tracing::info_span!("lease_watch", node = %node);
+        tasks.push(tokio::spawn(
+            watch_leases(delivery.clone(), queue.clone(), stop_rx, free_tx).instrument(span),
+        ));
+        let listener = listen(&env, queue);
         // Everything written before the start is found by the first poll, at once.
-        tracing::info!(node = %env.config.node_id, workers = env.config.workers, shards = env.registry.shard_count(), "local runner started");
+        tracing::info!(
+            node = %node,
+            workers = env.config.workers,
+            shards = env.registry.shard_count(),
+            first_shard = %cycle.offset(),
+            listening = listener.is_some(),
+            "node runner started"
+        );
         RunnerHandle {
             delivery,
             stop: stop_tx,
             tasks,
+            listener,
+        }
+    }
+}
+
+/// Starts the storage's write listener, if it has one, feeding `queue`.
+fn listen(env: &DeliveryEnv, queue: Arc<WakeQueue>) -> Option<ListenerHandle> {
+    let listener = env.storage.write_listener()?;
+    match listener.listen(&env.config.node_id, env.registry.shard_count(), queue) {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::warn!(node = %env.config.node_id, error = %e, "could not listen for other nodes' writes; finding them by polling");
+            None
         }
     }
 }
@@ -83,72 +227,198 @@ impl LocalRunner {
 async fn work(
     delivery: Arc<Delivery>,
     queue: Arc<WakeQueue>,
-    rx: Arc<Mutex<mpsc::UnboundedReceiver<ShardIndex>>>,
     mut stop: watch::Receiver<bool>,
     worker: WorkerId,
 ) {
-    let node = delivery.env().config.node_id.clone();
     loop {
-        let next = {
-            let mut rx = rx.lock().await;
-            tokio::select! {
-                biased;
-                _ = stop.changed() => None,
-                shard = rx.recv() => shard,
-            }
+        let shard = tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            shard = queue.next() => shard,
         };
-        let Some(shard) = next else { break };
         if *stop.borrow() {
             break;
         }
-        if !queue.wakeups.start(shard) {
-            continue;
-        }
-        match delivery.deliver(shard, worker).await {
-            Ok(report) => {
-                tracing::trace!(%node, %worker, %shard, stages = report.stages, "shard served")
-            }
-            Err(e) => {
-                tracing::warn!(%node, %worker, %shard, error = %e, "delivery failed; the shard is retried at the next poll");
-            }
-        }
-        if queue.wakeups.finish(shard) {
-            let _ = queue.tx.send(shard);
+        if queue.wakeups.start(shard) {
+            serve(&delivery, &queue, shard, worker).await;
         }
     }
-    tracing::debug!(%node, %worker, "worker stopped");
+    tracing::debug!("worker stopped");
 }
 
-async fn poll(delivery: Arc<Delivery>, queue: Arc<WakeQueue>, mut stop: watch::Receiver<bool>) {
+/// One turn on `shard` (already started in the wake-up states): at least one stage, then on
+/// while nobody needs the worker more (see [`should_yield`]); then tells the queue how it
+/// ended.
+async fn serve(delivery: &Delivery, queue: &WakeQueue, shard: ShardIndex, worker: WorkerId) {
+    let turn = delivery.env().config.poll_interval;
+    let started = tokio::time::Instant::now();
+    let keep_on = || !should_yield(started.elapsed(), queue.waiting(), turn);
+    let end = match delivery.deliver_while(shard, worker, &keep_on).await {
+        Ok(report) => {
+            if report.lease_lost {
+                tracing::info!(%shard, "lease lost to another worker; leaving the shard to it");
+            }
+            tracing::trace!(%shard, stages = report.stages, picked_up = report.picked_up, yielded = report.yielded, "shard served");
+            if !report.picked_up || report.lease_lost {
+                TurnEnd::HeldElsewhere
+            } else if report.yielded {
+                TurnEnd::Yielded
+            } else {
+                TurnEnd::Done
+            }
+        }
+        Err(e) => {
+            tracing::warn!(%shard, error = %e, "delivery failed; the shard is retried at the next poll");
+            TurnEnd::Done
+        }
+    };
+    queue.finish(shard, end);
+}
+
+/// Takes over `shard`, whose holder's lease ran out, if it has due rows: served at once on
+/// the calling task rather than queued behind the workers' turns — its messages have already
+/// waited a lease duration. If a worker of this node has it queued, it moves to the front.
+async fn take_over(delivery: &Delivery, queue: &WakeQueue, shard: ShardIndex) {
+    let env = delivery.env();
+    if env.is_stopping() {
+        return;
+    }
+    match env.storage.read_page(shard, env.clock.now(), 1).await {
+        Ok(page) if !page.messages.is_empty() => {
+            if queue.claim(shard) {
+                tracing::debug!(%shard, "lease ran out without a release; taking the shard over");
+                let worker = WorkerId(u32::try_from(env.config.workers).unwrap_or(u32::MAX));
+                serve(delivery, queue, shard, worker).await;
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(%shard, error = %e, "could not probe an orphaned shard; the next poll tries again"),
+    }
+}
+
+/// Every poll interval: reads the lock table, marks the shards other nodes hold, takes over
+/// orphaned shards, sets a timer for other nodes' leases that end soon, and hands the poller
+/// the free shards to probe. Kept apart from the probing, which can be slow, so that a dead
+/// node's shards are taken over one lease after its last renewal whatever else is going on.
+async fn watch_leases(
+    delivery: Arc<Delivery>,
+    queue: Arc<WakeQueue>,
+    mut stop: watch::Receiver<bool>,
+    free: watch::Sender<Vec<ShardIndex>>,
+) {
     let env = delivery.env().clone();
+    let me = &env.config.node_id;
+    let interval = env.config.poll_interval;
+    let cycle = ShardCycle::for_node(me, env.registry.shard_count());
     loop {
+        let started = tokio::time::Instant::now();
         let now = env.clock.now();
-        for s in 0..env.registry.shard_count() {
-            let shard = ShardIndex(s);
-            match env.storage.read_page(shard, now, 1).await {
-                Ok(page) if !page.messages.is_empty() => queue.wake(shard),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(%shard, error = %e, "poll failed; trying again next interval");
-                    break;
+        match env.storage.sessions().await {
+            Ok(sessions) => {
+                let plan = plan_round(&cycle, &sessions, me, now);
+                lock(&queue.held).refresh(&plan.held_elsewhere);
+                // A lease of another node that ends before the next look or two is looked at
+                // the moment it ends: if its holder died, the shard waits one lease duration.
+                for (left, shard) in ending_within(&plan.held_elsewhere, now, 2 * interval) {
+                    let at = started + left + Duration::from_millis(1);
+                    spawn_take_over(&delivery, &queue, shard, Some(at));
                 }
+                let mut probe = Vec::with_capacity(plan.probe.len());
+                for (shard, orphaned) in plan.probe {
+                    if orphaned {
+                        spawn_take_over(&delivery, &queue, shard, None);
+                    } else {
+                        probe.push(shard);
+                    }
+                }
+                free.send_replace(probe);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the lock table; probing every shard");
+                free.send_replace(cycle.iter().collect());
             }
         }
         tokio::select! {
-            _ = stop.changed() => break,
-            _ = tokio::time::sleep(env.config.poll_interval) => {}
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep_until(started + interval) => {}
         }
     }
 }
 
-/// A running local runner.
+/// Every poll interval (or at once after missed writes): probes the free shards, in this
+/// node's cycle order, and queues those with due rows.
+async fn poll(
+    delivery: Arc<Delivery>,
+    queue: Arc<WakeQueue>,
+    mut stop: watch::Receiver<bool>,
+    mut free: watch::Receiver<Vec<ShardIndex>>,
+) {
+    let env = delivery.env().clone();
+    loop {
+        let started = tokio::time::Instant::now();
+        let shards = free.borrow_and_update().clone();
+        for shard in shards {
+            if !probe(&env, &queue, shard).await {
+                break;
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep_until(started + env.config.poll_interval) => {}
+            _ = queue.poll_now.notified() => {}
+        }
+    }
+}
+
+/// Runs [`take_over`] of `shard` on a task of its own, at `at` or at once.
+fn spawn_take_over(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    shard: ShardIndex,
+    at: Option<tokio::time::Instant>,
+) {
+    let (delivery, queue) = (delivery.clone(), queue.clone());
+    tokio::spawn(
+        async move {
+            if let Some(at) = at {
+                tokio::time::sleep_until(at).await;
+            }
+            take_over(&delivery, &queue, shard).await;
+        }
+        .in_current_span(),
+    );
+}
+
+/// Queues `shard` if it has a due row. Returns false if the storage failed (the round is cut
+/// short; the next one tries again).
+async fn probe(env: &DeliveryEnv, queue: &WakeQueue, shard: ShardIndex) -> bool {
+    match env.storage.read_page(shard, env.clock.now(), 1).await {
+        Ok(page) if !page.messages.is_empty() => {
+            queue.wake(shard);
+            true
+        }
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(%shard, error = %e, "poll failed; trying again next interval");
+            false
+        }
+    }
+}
+
+/// A running node: its workers, poller and listener.
 pub struct RunnerHandle {
     delivery: Arc<Delivery>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    listener: Option<ListenerHandle>,
 }
 
 impl RunnerHandle {
+    /// What the listener for other nodes' writes has done, if the storage has one.
+    pub fn listener(&self) -> Option<ListenerStats> {
+        self.listener.as_ref().map(ListenerHandle::stats)
+    }
+
     /// Waits until no shard has a due message, checking every 10 ms, at most `timeout`.
     /// Returns whether the Inbox drained in time.
     pub async fn drain(&self, timeout: Duration) -> Result<bool, DeliveryError> {
@@ -179,17 +449,21 @@ impl RunnerHandle {
         }
     }
 
-    /// Stops the workers after their current stage; each releases its lease. Messages not
-    /// delivered stay in the Inbox for the next start (or another node).
+    /// Stops the workers after their current stage; each releases its lease, so that other
+    /// nodes can take the shards at once. Stops the listener. Messages not delivered stay in
+    /// the Inbox for the next start (or another node).
     pub async fn shutdown(self) -> Result<(), DeliveryError> {
         self.delivery.env().request_stop();
         let _ = self.stop.send(true);
+        if let Some(listener) = &self.listener {
+            listener.stop();
+        }
         for task in self.tasks {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a worker task panicked");
             }
         }
-        tracing::info!(node = %self.delivery.env().config.node_id, "local runner stopped");
+        tracing::info!(node = %self.delivery.env().config.node_id, "node runner stopped");
         Ok(())
     }
 }

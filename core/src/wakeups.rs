@@ -8,6 +8,8 @@
 //!                   ▲                      │ wake
 //!                   │  finish (dirty)      ▼
 //!                   └──────────────── RunningDirty
+//!
+//!   Running / RunningDirty ── finish_held_elsewhere ──► Idle   (another node holds the shard)
 //! ```
 
 use crate::ids::ShardIndex;
@@ -84,6 +86,12 @@ impl ShardWakeups {
         })
         .unwrap_or(false)
     }
+
+    /// The worker found the shard held by another node and leaves it to that node: back to
+    /// idle, forgetting wakes that came meanwhile (the holder hears the same writes).
+    pub fn finish_held_elsewhere(&self, shard: ShardIndex) {
+        self.with(shard, |s| *s = WakeState::Idle);
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +121,17 @@ mod tests {
         assert!(w.finish(S), "woken while running: queue again");
         assert!(w.start(S));
         assert!(!w.finish(S));
+    }
+
+    #[test]
+    fn a_shard_left_to_its_holder_forgets_wakes_that_came_meanwhile() {
+        let w = ShardWakeups::new(4);
+        assert!(w.wake(S));
+        assert!(w.start(S));
+        assert!(!w.wake(S));
+        w.finish_held_elsewhere(S);
+        assert!(!w.start(S), "not queued: the dirty wake was dropped");
+        assert!(w.wake(S), "idle: the next wake queues it");
     }
 
     #[test]

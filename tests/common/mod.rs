@@ -1,6 +1,8 @@
 //! Shared pieces of the integration tests: a test aggregate and backend factories.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use serde::{Deserialize, Serialize};
 use shardbox::core::memory::MemoryStorage;
 use shardbox::core::Storage;

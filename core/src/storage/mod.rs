@@ -21,6 +21,8 @@ mod events;
 mod inbox;
 mod registry;
 
+use crate::listener::WriteListener;
+
 pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
 pub use commit::{CommitReport, DeadLetter, RowChange, RowUpdate, StageCommit};
 pub use dead_letters::{
@@ -38,4 +40,11 @@ pub trait Storage:
 {
     /// A short description of the backend and database for logs (no secrets).
     fn describe(&self) -> String;
+
+    /// The backend's way of hearing writes made by other processes, if it has one
+    /// (PostgreSQL: `LISTEN`/`NOTIFY`). The default has none: other processes' writes are
+    /// found by polling.
+    fn write_listener(&self) -> Option<&dyn WriteListener> {
+        None
+    }
 }

@@ -8,11 +8,16 @@
 //!  writes       ─► READ COMMITTED transactions; row locks and advisory locks where a
 //!                  check-then-write must be atomic (fence, pick-up, catch-up start)
 //!  reads        ─► a read-only REPEATABLE READ transaction where several reads must agree
+//!  notify       ─► after a transaction that wrote inbox rows commits, pg_notify with their
+//!                  shards (see `notify`); a node's listener hears them on a connection of its
+//!                  own (see `listen`)
 //! ```
 //!
 //! Many processes may connect at once: the advisory lock lets one of them migrate while the
 //! others wait and then find the schema up to date.
 
+mod listen;
+mod notify;
 mod options;
 
 pub use options::PostgresOptions;
@@ -27,7 +32,8 @@ use diesel::sql_types::{Integer, Nullable, Text};
 use diesel::{PgConnection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 use options::{quote_identifier, SearchPath};
-use shardbox_core::StorageError;
+use shardbox_core::{ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError};
+use std::sync::Arc;
 
 /// The PostgreSQL schema's migrations (`storage/migrations/postgres`).
 pub const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -54,6 +60,10 @@ const LOCK_EVENT_APPEND: i32 = 0x5342_0003;
 pub struct PostgresStorage {
     db: Db<PgConnection>,
     schema: Option<String>,
+    /// For the listener's own connection; holds the password, so never printed.
+    url: String,
+    listen: bool,
+    notifier: notify::Notifier,
 }
 
 impl std::fmt::Debug for PostgresStorage {
@@ -100,6 +110,33 @@ impl PostgresStorage {
             None => format!("postgres {}", self.db.name()),
         }
     }
+
+    fn written_backend(&self, shards: &[ShardIndex]) {
+        self.notifier.written(shards);
+    }
+
+    fn write_listener_backend(&self) -> Option<&dyn shardbox_core::WriteListener> {
+        self.listen
+            .then_some(self as &dyn shardbox_core::WriteListener)
+    }
+}
+
+/// `LISTEN`s on a connection of its own, on a thread of its own, for the notifications every
+/// write sends; reconnects with back-off when the connection drops (see the `listen` module).
+impl shardbox_core::WriteListener for PostgresStorage {
+    fn listen(
+        &self,
+        node_id: &NodeId,
+        shard_count: u32,
+        observer: Arc<dyn ShardObserver>,
+    ) -> Result<ListenerHandle, StorageError> {
+        let target = listen::ListenTarget {
+            url: self.url.clone(),
+            schema: self.schema.clone(),
+            database: self.db.name().to_owned(),
+        };
+        listen::start(target, node_id, shard_count, observer)
+    }
 }
 
 fn connect_blocking(
@@ -144,11 +181,16 @@ fn connect_blocking(
         options.connection_timeout,
     )
     .connection_customizer(Box::new(search_path))
-    .build(ConnectionManager::<PgConnection>::new(url))
+    .build(ConnectionManager::<PgConnection>::new(url.clone()))
     .map_err(|e| classify_connect(e.to_string(), &name))?;
+    let notifier = notify::Notifier::start(pool.clone(), Arc::from(name.as_str()))
+        .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
     Ok(PostgresStorage {
+        notifier,
         db: Db::new(pool, name),
         schema: options.schema,
+        url,
+        listen: options.listen,
     })
 }
 

@@ -27,6 +27,8 @@ pub struct PostgresOptions {
     pub connection_timeout: Duration,
     /// See [`PostgresOptions::migrations`].
     pub migrations: MigrationMode,
+    /// See [`PostgresOptions::listen`].
+    pub listen: bool,
 }
 
 impl Default for PostgresOptions {
@@ -37,6 +39,7 @@ impl Default for PostgresOptions {
             schema: None,
             connection_timeout: Duration::from_secs(30),
             migrations: MigrationMode::Apply,
+            listen: true,
         }
     }
 }
@@ -74,6 +77,15 @@ impl PostgresOptions {
     /// Whether connecting may migrate the schema (default [`MigrationMode::Apply`]).
     pub fn migrations(mut self, mode: MigrationMode) -> Self {
         self.migrations = mode;
+        self
+    }
+
+    /// Whether a running node listens for other nodes' writes (default `true`): one more
+    /// connection per node, outside the pool, that `LISTEN`s for the notifications every
+    /// write sends, so that the node serving a shard wakes at once. With `false` the node
+    /// finds other nodes' writes by polling (`poll_interval`). Writes notify either way.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
         self
     }
 }

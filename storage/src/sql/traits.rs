@@ -7,8 +7,8 @@
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
 /// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (a struct with a
 /// `db: Db<Conn>` field and
-/// `describe_backend()` and `write_listener_backend()` methods) over the unit functions of
-/// module `$units`.
+/// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —
+/// and `write_listener_backend()` methods) over the unit functions of module `$units`.
 macro_rules! storage_impls {
     ($storage:ty, $units:ident) => {
         #[async_trait::async_trait]
@@ -20,7 +20,9 @@ macro_rules! storage_impls {
                 if batch.is_empty() {
                     return Ok(Default::default());
                 }
-                self.db.run(move |conn| $units::write(conn, batch)).await
+                let report = self.db.run(move |conn| $units::write(conn, batch)).await?;
+                self.written_backend(&report.shards);
+                Ok(report)
             }
 
             async fn read_page(
@@ -38,9 +40,12 @@ macro_rules! storage_impls {
                 &self,
                 commit: shardbox_core::storage::StageCommit,
             ) -> Result<shardbox_core::storage::CommitReport, shardbox_core::StorageError> {
-                self.db
+                let report = self
+                    .db
                     .run(move |conn| $units::commit_stage(conn, commit))
-                    .await
+                    .await?;
+                self.written_backend(&report.written.shards);
+                Ok(report)
             }
 
             async fn next_due(

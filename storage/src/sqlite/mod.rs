@@ -85,6 +85,15 @@ impl SqliteStorage {
     fn describe_backend(&self) -> String {
         format!("sqlite {}", self.db.name())
     }
+
+    fn written_backend(&self, _shards: &[shardbox_core::ShardIndex]) {
+        // No notification channel between processes.
+    }
+
+    fn write_listener_backend(&self) -> Option<&dyn shardbox_core::WriteListener> {
+        // SQLite has no notification channel between processes.
+        None
+    }
 }
 
 fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage, StorageError> {

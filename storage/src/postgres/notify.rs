@@ -1,0 +1,126 @@
+//! Telling the other nodes about writes: after a transaction that wrote inbox rows commits,
+//! its shards go to this storage's notifier thread, which sends them with `pg_notify` on a
+//! pooled connection, coalescing whatever arrives while it sends.
+//!
+//! ```text
+//!  write / stage commit ─► COMMIT ─► Notifier::written(shards)   (a set insert, no I/O)
+//!  notifier thread: wait for shards ─► take them all ─► SELECT pg_notify(channel, '3,17,40')
+//! ```
+//!
+//! Why not `pg_notify` inside the writing transaction: PostgreSQL serialises the commits of
+//! all transactions that notify (a database-wide lock held through the commit's WAL flush), so
+//! one notification per write takes group commit away from every writer. Measured with 8
+//! concurrent single-row writers (debug build, PostgreSQL 15): about 1,100 writes/s without
+//! notifications or with this notifier, about 680/s with `pg_notify` in every transaction.
+//! After the commit, one notification carries the shards of every write that committed while
+//! the previous one was being sent. A notification is still sent only for committed rows; one
+//! lost to a crash between commit and send delays its rows until the next poll, like any
+//! missed notification.
+
+use super::listen::channel_sql;
+use diesel::connection::Connection;
+use diesel::r2d2::{ConnectionManager, Pool};
+use diesel::sql_types::Text;
+use diesel::{PgConnection, RunQueryDsl};
+use shardbox_core::listener::shard_payloads;
+use shardbox_core::ShardIndex;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Largest notification payload sent; PostgreSQL's limit is 8000 bytes.
+const MAX_PAYLOAD: usize = 7900;
+
+#[derive(Default)]
+struct Pending {
+    shards: BTreeSet<u32>,
+    closed: bool,
+}
+
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // A set of shard numbers and a flag: consistent whatever panicked while holding it.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The sending side of a storage's notifications; stops its thread when dropped.
+pub(crate) struct Notifier {
+    shared: Arc<Shared>,
+}
+
+impl Notifier {
+    /// Starts the notifier thread of a pool of the database named `database`.
+    pub(crate) fn start(
+        pool: Pool<ConnectionManager<PgConnection>>,
+        database: Arc<str>,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+        });
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("shardbox-notify".into())
+            .spawn(move || run(&thread_shared, &pool, &database))?;
+        Ok(Notifier { shared })
+    }
+
+    /// Rows were committed to `shards`: tell the other nodes soon.
+    pub(crate) fn written(&self, shards: &[ShardIndex]) {
+        if shards.is_empty() {
+            return;
+        }
+        self.shared.lock().shards.extend(shards.iter().map(|s| s.0));
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+fn run(shared: &Shared, pool: &Pool<ConnectionManager<PgConnection>>, database: &str) {
+    loop {
+        let shards: Vec<ShardIndex> = {
+            let mut pending = shared.lock();
+            while pending.shards.is_empty() && !pending.closed {
+                pending = shared
+                    .wake
+                    .wait(pending)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            if pending.shards.is_empty() {
+                return;
+            }
+            std::mem::take(&mut pending.shards)
+                .into_iter()
+                .map(ShardIndex)
+                .collect()
+        };
+        if let Err(error) = send(pool, &shards) {
+            // Only a delay: the other nodes' pollers find the rows.
+            tracing::debug!(%database, %error, shards = shards.len(), "could not notify other nodes of writes");
+        }
+    }
+}
+
+fn send(pool: &Pool<ConnectionManager<PgConnection>>, shards: &[ShardIndex]) -> Result<(), String> {
+    let mut conn = pool.get().map_err(|e| e.to_string())?;
+    conn.transaction(|conn| {
+        for payload in shard_payloads(shards, MAX_PAYLOAD) {
+            diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))
+                .bind::<Text, _>(payload)
+                .execute(conn)?;
+        }
+        diesel::QueryResult::Ok(())
+    })
+    .map_err(|e| e.to_string())
+}

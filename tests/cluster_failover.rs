@@ -1,0 +1,312 @@
+//! Clustered mode end to end on PostgreSQL: three node *processes* share one schema; 50,000
+//! commands go to 2,000 targets over 64 shards; one node is killed with SIGKILL while it is
+//! in the middle of stages.
+//!
+//! Checks: every command applied exactly once, in send order, to framework-kept state; no two
+//! nodes ever committed under the same (shard, epoch) — read from a commit log that every
+//! stage writes inside its own fenced commit ([`common::cluster::CommitLog`]); every shard the
+//! dead node held is served again by another node within lease duration + poll interval of
+//! the kill.
+//!
+//! The nodes are this test binary run again with `SHARDBOX_CLUSTER_NODE` set, which makes
+//! `cluster_node_entry` run a node until its stdin closes (in a normal run it returns at
+//! once).
+
+mod common;
+
+use chrono::Utc;
+use common::cluster::{pg_commit_log, shared_epochs, wait_for_stop_signal, CommitLog, NodeProcess};
+use common::{Tally, TallyCommand};
+use shardbox::core::message::{MessageKind, NewMessage};
+use shardbox::core::storage::{EntityKey, WriteBatch};
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::{Message, NodeId, ShardboxBuilder, SignalId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHARDS: u32 = 64;
+const TARGETS: usize = 2_000;
+const PER_TARGET: u64 = 25;
+const NODES: usize = 3;
+const LEASE: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(500);
+const WORKERS: usize = 4;
+/// Rows per write: distinct targets, so each target's commands get their `seq` in send order.
+const BATCH: usize = 500;
+/// The node is killed after this many rounds of one command per target have been sent.
+const KILL_AFTER_ROUND: u64 = 8;
+const ENTRY: &str = "cluster_node_entry";
+
+fn builder(storage: Arc<dyn Storage>) -> ShardboxBuilder {
+    Shardbox::builder()
+        .shared_storage(storage)
+        .shards(SHARDS)
+        .lease_duration(LEASE)
+        .poll_interval(POLL)
+        .workers(WORKERS)
+        .aggregate::<Tally>()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A node process's main: serves the schema until stdin closes. Does nothing in a normal
+/// test run.
+#[test]
+fn cluster_node_entry() {
+    let Ok(node) = std::env::var("SHARDBOX_CLUSTER_NODE") else {
+        return;
+    };
+    let url = std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process");
+    let schema = std::env::var("SHARDBOX_CLUSTER_SCHEMA").expect("SHARDBOX_CLUSTER_SCHEMA");
+    // `SHARDBOX_TEST_LOG=shardbox_core=debug` shows what the nodes do (on stderr).
+    if let Ok(filter) = std::env::var("SHARDBOX_TEST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    runtime().block_on(async {
+        let options = shardbox::storage::PostgresOptions::default()
+            .schema(schema)
+            .pool_size(8);
+        let storage = shardbox::storage::PostgresStorage::connect_with(url, options)
+            .await
+            .expect("connect");
+        let sb = builder(Arc::new(storage))
+            .node_id(NodeId(node.clone()))
+            .stations(|p| {
+                p.push(CommitLog);
+            })
+            .build()
+            .await
+            .expect("build the node");
+        let running = sb.start();
+        println!("SBX-READY {node}");
+        tokio::task::spawn_blocking(wait_for_stop_signal)
+            .await
+            .expect("stdin");
+        running.shutdown().await.expect("shutdown");
+        let m = sb.metrics();
+        println!(
+            "SBX-STOPPED {node} delivered={} stages={} pick_ups={} refusals={} lease_losses={}",
+            m.delivered, m.stages, m.lease_pick_ups, m.lease_refusals, m.lease_losses
+        );
+    });
+}
+
+fn command(target: usize, n: u64) -> NewMessage {
+    let now = Utc::now();
+    NewMessage {
+        signal_id: SignalId(format!("t{target}-n{n}")),
+        kind: MessageKind::Command,
+        target_kind: "tally".into(),
+        target_id: format!("tally-{target}"),
+        tenant: String::new(),
+        payload: serde_json::to_vec(&TallyCommand::Record(n)).expect("serialize"),
+        payload_type: TallyCommand::TYPE.into(),
+        metadata: Default::default(),
+        received_at: now,
+        deliver_after: None,
+        expires_at: None,
+    }
+}
+
+/// Sends round `n`: command `Record(n)` to every target.
+async fn send_round(sender: &Shardbox, n: u64) {
+    let targets: Vec<usize> = (0..TARGETS).collect();
+    for chunk in targets.chunks(BATCH) {
+        let messages = chunk
+            .iter()
+            .map(|&t| sender.env().registry.address(command(t, n)))
+            .collect();
+        let report = sender
+            .storage()
+            .write(WriteBatch {
+                events: Vec::new(),
+                messages,
+            })
+            .await
+            .expect("send a batch");
+        assert_eq!(report.written, chunk.len());
+    }
+}
+
+/// Shards `node` holds a live lease on at `at`, with the lease's end (µs).
+async fn leases_of(
+    storage: &dyn Storage,
+    node: &str,
+    at: chrono::DateTime<Utc>,
+) -> Vec<(u32, i64)> {
+    storage
+        .sessions()
+        .await
+        .expect("sessions")
+        .into_iter()
+        .filter(|s| s.node_id.as_ref().is_some_and(|n| n.0 == node))
+        .filter_map(|s| {
+            let until = s.lease_until.filter(|u| *u > at)?;
+            Some((s.shard.0, until.timestamp_micros()))
+        })
+        .collect()
+}
+
+#[test]
+fn three_node_processes_lose_one_to_sigkill_and_deliver_everything_once() {
+    let Some(url) = common::pg_url("three_node_processes_lose_one_to_sigkill") else {
+        return;
+    };
+    runtime().block_on(failover(url));
+}
+
+async fn failover(url: String) {
+    let started = Instant::now();
+    let schema = common::PgSchema::new(&url, "failover");
+    // Connecting migrates the schema before the nodes start.
+    let storage = schema.connect(4).await;
+    let sender = builder(storage.clone())
+        .node_id(NodeId("sender".into()))
+        .build()
+        .await
+        .expect("build the sender");
+    let mut nodes: Vec<NodeProcess> = (0..NODES)
+        .map(|i| {
+            let name = format!("node-{i}");
+            let env = [
+                ("SHARDBOX_CLUSTER_NODE", name.clone()),
+                ("SHARDBOX_CLUSTER_SCHEMA", schema.name.clone()),
+            ];
+            NodeProcess::spawn(&name, ENTRY, &env)
+        })
+        .collect();
+    for n in &nodes {
+        assert!(
+            n.wait_for("SBX-READY", Duration::from_secs(60)).is_some(),
+            "{} did not start",
+            n.name
+        );
+    }
+    let ready = started.elapsed();
+
+    let mut killed = None;
+    for round in 0..PER_TARGET {
+        send_round(&sender, round).await;
+        if round == KILL_AFTER_ROUND {
+            // Kill node-0 while it holds leases, that is in the middle of stages.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while leases_of(storage.as_ref(), "node-0", Utc::now())
+                .await
+                .is_empty()
+            {
+                assert!(Instant::now() < deadline, "node-0 never held a lease");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            nodes[0].kill();
+            let at = Utc::now();
+            let orphaned = leases_of(storage.as_ref(), "node-0", at).await;
+            eprintln!("killed node-0 holding shards {orphaned:?}");
+            killed = Some((at, orphaned));
+        }
+    }
+    let sent = started.elapsed();
+    let (killed_at, orphaned) = killed.expect("node-0 was killed");
+    assert!(
+        !orphaned.is_empty(),
+        "node-0 held no lease when it died; nothing was taken over"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let counts = storage.counts(None).await.expect("counts");
+        if counts.pending() == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster did not drain: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drained = started.elapsed();
+    let mut stopped = BTreeMap::new();
+    for n in nodes.iter_mut().skip(1) {
+        n.tell("stop");
+        let line = n
+            .wait_for("SBX-STOPPED", Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{} did not stop", n.name));
+        let status = n.stop(Duration::from_secs(30));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{}: {status:?}",
+            n.name
+        );
+        stopped.insert(n.name.clone(), line);
+    }
+
+    // Every command applied exactly once, in send order.
+    let keys: Vec<EntityKey> = (0..TARGETS)
+        .map(|t| EntityKey {
+            kind: "tally".into(),
+            tenant: String::new(),
+            id: format!("tally-{t}"),
+        })
+        .collect();
+    let states = storage.load_states(&keys).await.expect("states");
+    assert_eq!(states.len(), TARGETS, "every target has a state");
+    let want: Vec<u64> = (0..PER_TARGET).collect();
+    for s in &states {
+        let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
+        assert_eq!(tally.applied, want, "{}: each command once, in order", s.key.id);
+    }
+
+    // No two nodes ever committed under the same (shard, epoch).
+    let log = pg_commit_log(&url, &schema.name);
+    assert_eq!(shared_epochs(&log), vec![], "two owners of one epoch");
+    let nodes_seen: BTreeSet<&str> = log.iter().map(|e| e.node.as_str()).collect();
+    assert_eq!(nodes_seen.len(), NODES, "every node committed: {nodes_seen:?}");
+
+    // Every shard of the dead node served again within lease + poll interval.
+    let bound = LEASE + POLL;
+    let killed_us = killed_at.timestamp_micros();
+    let mut takeovers = Vec::new();
+    for &(shard, until) in &orphaned {
+        let first = log
+            .iter()
+            .filter(|e| e.shard == shard && e.node != "node-0" && e.at_micros >= killed_us)
+            .min_by_key(|e| e.at_micros)
+            .unwrap_or_else(|| panic!("shard {shard} of the dead node was never served again"));
+        let ms = |us: i64| (us - killed_us) / 1000;
+        eprintln!(
+            "shard {shard}: lease ended +{}ms, picked up by {} +{}ms, first stage +{}ms",
+            ms(until),
+            first.node,
+            ms(first.picked_micros),
+            ms(first.at_micros)
+        );
+        let took = Duration::from_micros((first.at_micros - killed_us) as u64);
+        takeovers.push((shard, took));
+    }
+    let rows_by_node: BTreeMap<&str, usize> = log.iter().fold(BTreeMap::new(), |mut m, e| {
+        *m.entry(e.node.as_str()).or_default() += e.rows;
+        m
+    });
+    eprintln!(
+        "cluster_failover: ready {ready:?}, sent {sent:?}, drained {drained:?}, total {:?}; \
+         {} stages, rows per node {rows_by_node:?}; takeovers {takeovers:?} (bound {bound:?}); \
+         {stopped:?}",
+        started.elapsed(),
+        log.len(),
+    );
+    for (shard, took) in takeovers {
+        assert!(
+            took <= bound,
+            "shard {shard} was served again {took:?} after the kill (bound {bound:?})"
+        );
+    }
+}

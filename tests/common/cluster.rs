@@ -1,0 +1,253 @@
+//! Pieces of the multi-node tests: a commit log written inside every fenced stage commit, and
+//! node processes (the test binary itself, re-run with an environment variable that selects
+//! a node entry test).
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use shardbox::core::storage::{EntityKey, EntityStateWrite};
+use shardbox::core::Conveyor;
+use shardbox::{DeliveryError, Station};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The entity kind under which [`CommitLog`] writes its entries.
+pub const COMMIT_LOG_KIND: &str = "commit-log";
+
+/// One committed stage, as recorded by [`CommitLog`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitEntry {
+    pub shard: u32,
+    pub epoch: i64,
+    pub node: String,
+    /// `seq` of the first row of the stage's page.
+    pub first_seq: i64,
+    pub rows: usize,
+    /// The stage's time, µs since the epoch.
+    pub at_micros: i64,
+    /// When the lease the stage ran under was picked up, µs since the epoch.
+    pub picked_micros: i64,
+}
+
+/// A station that records every stage in the stage's own commit: an entity state of kind
+/// [`COMMIT_LOG_KIND`] keyed `<shard>/<epoch>/<node>/<first seq>`. State writes commit in the
+/// fenced transaction, so an entry exists exactly when its stage committed — which is what
+/// lets a test check that no two nodes ever committed under the same (shard, epoch).
+pub struct CommitLog;
+
+#[async_trait]
+impl Station for CommitLog {
+    fn name(&self) -> &str {
+        "commit-log"
+    }
+
+    async fn process(&self, conveyor: &mut Conveyor) -> Result<(), DeliveryError> {
+        let lease = conveyor.lease();
+        let entry = CommitEntry {
+            shard: lease.shard.0,
+            epoch: lease.epoch.0,
+            node: lease.node_id.0.clone(),
+            first_seq: conveyor.page().first().map_or(0, |m| m.seq),
+            rows: conveyor.page().len(),
+            at_micros: conveyor.now().timestamp_micros(),
+            picked_micros: lease.picked_at.timestamp_micros(),
+        };
+        conveyor.set_state(entry.state_write());
+        Ok(())
+    }
+}
+
+impl CommitEntry {
+    /// The entity state that records this entry.
+    pub fn state_write(&self) -> EntityStateWrite {
+        EntityStateWrite {
+            key: EntityKey {
+                kind: COMMIT_LOG_KIND.into(),
+                tenant: String::new(),
+                id: format!(
+                    "{}/{}/{}/{}",
+                    self.shard, self.epoch, self.node, self.first_seq
+                ),
+            },
+            state: Some(serde_json::to_vec(self).expect("a commit-log entry serializes")),
+        }
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct StateRow {
+    #[diesel(sql_type = diesel::sql_types::Binary)]
+    state: Vec<u8>,
+}
+
+const COMMIT_LOG_SQL: &str = "SELECT state FROM entity_states WHERE kind = 'commit-log'";
+
+/// Every commit-log entry of a PostgreSQL schema.
+pub fn pg_commit_log(url: &str, schema: &str) -> Vec<CommitEntry> {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, RunQueryDsl};
+    let mut conn = diesel::PgConnection::establish(url).expect("connect");
+    conn.batch_execute(&format!("SET search_path TO \"{schema}\""))
+        .expect("search_path");
+    let rows: Vec<StateRow> = diesel::sql_query(COMMIT_LOG_SQL)
+        .load(&mut conn)
+        .expect("read the commit log");
+    parse_entries(rows)
+}
+
+/// Every commit-log entry of an SQLite file.
+pub fn sqlite_commit_log(path: &std::path::Path) -> Vec<CommitEntry> {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, RunQueryDsl};
+    let mut conn =
+        diesel::SqliteConnection::establish(&path.display().to_string()).expect("open SQLite");
+    conn.batch_execute("PRAGMA busy_timeout = 10000")
+        .expect("busy_timeout");
+    let rows: Vec<StateRow> = diesel::sql_query(COMMIT_LOG_SQL)
+        .load(&mut conn)
+        .expect("read the commit log");
+    parse_entries(rows)
+}
+
+fn parse_entries(rows: Vec<StateRow>) -> Vec<CommitEntry> {
+    rows.into_iter()
+        .map(|r| serde_json::from_slice(&r.state).expect("a commit-log entry"))
+        .collect()
+}
+
+/// The (shard, epoch) pairs under which more than one node committed: must be empty.
+pub fn shared_epochs(log: &[CommitEntry]) -> Vec<((u32, i64), BTreeSet<String>)> {
+    let mut nodes: BTreeMap<(u32, i64), BTreeSet<String>> = BTreeMap::new();
+    for e in log {
+        nodes
+            .entry((e.shard, e.epoch))
+            .or_default()
+            .insert(e.node.clone());
+    }
+    nodes.into_iter().filter(|(_, n)| n.len() > 1).collect()
+}
+
+/// A child process running one entry test of this test binary, talking over stdin/stdout;
+/// the lines that matter start with `SBX-`.
+pub struct NodeProcess {
+    pub name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl NodeProcess {
+    /// Re-runs this test binary's test `entry` with `env` set (the entry checks for it).
+    pub fn spawn(name: &str, entry: &str, env: &[(&str, String)]) -> Self {
+        let exe = std::env::current_exe().expect("current test binary");
+        let mut cmd = Command::new(exe);
+        cmd.args([entry, "--exact", "--nocapture", "--test-threads=1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn a node process");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(mut line) = line else { break };
+                // libtest's "test <name> ... " has no newline: it prefixes the first line.
+                if let Some(at) = line.find("SBX-") {
+                    line.drain(..at);
+                }
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        NodeProcess {
+            name: name.to_owned(),
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        }
+    }
+
+    /// Waits for a line starting with `prefix`; returns it.
+    pub fn wait_for(&self, prefix: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return Some(line),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every line up to and including the first one starting with `prefix`.
+    pub fn lines_until(&self, prefix: &str, timeout: Duration) -> Option<Vec<String>> {
+        let deadline = Instant::now() + timeout;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let line = self.lines.recv_timeout(left).ok()?;
+            let last = line.starts_with(prefix);
+            lines.push(line);
+            if last {
+                return Some(lines);
+            }
+        }
+    }
+
+    /// Sends one line to the process.
+    pub fn tell(&mut self, line: &str) {
+        if let Some(stdin) = &mut self.stdin {
+            let _ = writeln!(stdin, "{line}");
+            let _ = stdin.flush();
+        }
+    }
+
+    /// SIGKILL: no shutdown, no release, no flush.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the node");
+        let _ = self.child.wait();
+    }
+
+    /// Closes stdin (the node's signal to stop gracefully) and waits for the exit.
+    pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.stdin = None;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// In a node process: blocks until the parent closes stdin (or says `stop`).
+pub fn wait_for_stop_signal() {
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        match line {
+            Ok(l) if l.trim() == "stop" => return,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
