@@ -105,7 +105,9 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("cluster: {e}\nusage: cluster [--nodes N] [--seconds S] [--rate R] [--no-kill]");
+            eprintln!(
+                "cluster: {e}\nusage: cluster [--nodes N] [--seconds S] [--rate R] [--no-kill]"
+            );
             return ExitCode::from(2);
         }
     };
@@ -293,8 +295,15 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
                 .count();
             let delivered = n.delivered();
             let rate = delivered - last.insert(n.name.clone(), delivered).unwrap_or(0);
-            let dead = if killed.is_some() && n.name == "node-0" { "  (killed)" } else { "" };
-            println!("  {:<8}  {holding:>7}  {served:>11}  {delivered:>9}  {rate:>5}{dead}", n.name);
+            let dead = if killed.is_some() && n.name == "node-0" {
+                "  (killed)"
+            } else {
+                ""
+            };
+            println!(
+                "  {:<8}  {holding:>7}  {served:>11}  {delivered:>9}  {rate:>5}{dead}",
+                n.name
+            );
         }
         if let Some((at, orphaned)) = &mut killed {
             for s in &sessions {
@@ -369,7 +378,10 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
         applied as f64 / secs
     );
     if applied == sent {
-        println!("every command applied exactly once, across {} nodes and a crash", args.nodes);
+        println!(
+            "every command applied exactly once, across {} nodes and a crash",
+            args.nodes
+        );
         Ok(true)
     } else {
         println!("MISMATCH: {sent} sent but {applied} applied");

@@ -262,14 +262,22 @@ async fn failover(url: String) {
     let want: Vec<u64> = (0..PER_TARGET).collect();
     for s in &states {
         let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
-        assert_eq!(tally.applied, want, "{}: each command once, in order", s.key.id);
+        assert_eq!(
+            tally.applied, want,
+            "{}: each command once, in order",
+            s.key.id
+        );
     }
 
     // No two nodes ever committed under the same (shard, epoch).
     let log = pg_commit_log(&url, &schema.name);
     assert_eq!(shared_epochs(&log), vec![], "two owners of one epoch");
     let nodes_seen: BTreeSet<&str> = log.iter().map(|e| e.node.as_str()).collect();
-    assert_eq!(nodes_seen.len(), NODES, "every node committed: {nodes_seen:?}");
+    assert_eq!(
+        nodes_seen.len(),
+        NODES,
+        "every node committed: {nodes_seen:?}"
+    );
 
     // Every shard of the dead node served again within lease + poll interval.
     let bound = LEASE + POLL;

@@ -168,8 +168,7 @@ async fn sqlite_a_worker_stalled_past_its_lease_cannot_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_worker_stalled_past_its_lease_cannot_commit() {
-    let Some(url) = common::pg_url("postgres_a_worker_stalled_past_its_lease_cannot_commit")
-    else {
+    let Some(url) = common::pg_url("postgres_a_worker_stalled_past_its_lease_cannot_commit") else {
         return;
     };
     let schema = common::PgSchema::new(&url, "stall");
@@ -234,7 +233,13 @@ fn registry_process_entry() {
             let lease_ms = 20 + next(40) as i64;
             let before = micros();
             let picked = storage
-                .pick_up(shard, &node, shardbox::core::WorkerId(0), at(before), at(before + lease_ms * 1000))
+                .pick_up(
+                    shard,
+                    &node,
+                    shardbox::core::WorkerId(0),
+                    at(before),
+                    at(before + lease_ms * 1000),
+                )
                 .await
                 .expect("pick_up");
             let after = micros();
@@ -270,7 +275,10 @@ fn registry_process_entry() {
                 Err(e) => panic!("commit failed: {e}"),
             };
             let after = micros();
-            println!("SBX-COMMIT {shard} {} {until} {before} {after} {outcome}", lease.epoch);
+            println!(
+                "SBX-COMMIT {shard} {} {until} {before} {after} {outcome}",
+                lease.epoch
+            );
             if next(2) == 0 {
                 let before = micros();
                 storage.release(&lease).await.expect("release");
@@ -367,7 +375,11 @@ fn sqlite_processes_sharing_a_file_respect_leases_and_fences() {
 
     for child in &mut children {
         let status = child.stop(Duration::from_secs(30));
-        assert!(status.is_some_and(|s| s.success()), "{}: {status:?}", child.name);
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{}: {status:?}",
+            child.name
+        );
     }
 
     // Every pick-up handed out the next epoch, exactly once.

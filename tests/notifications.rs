@@ -96,7 +96,12 @@ async fn ping(sender: &Shardbox, receiver: &Shardbox, target: &str, timeout: Dur
 
 /// `n` pings, each sent a varying while after the previous one was handled (so that they
 /// fall at different points of the receiver's poll cycle), sorted by latency.
-async fn pings(sender: &Shardbox, receiver: &Shardbox, n: usize, timeout: Duration) -> Vec<Duration> {
+async fn pings(
+    sender: &Shardbox,
+    receiver: &Shardbox,
+    n: usize,
+    timeout: Duration,
+) -> Vec<Duration> {
     let mut all = Vec::new();
     for i in 0..n {
         tokio::time::sleep(Duration::from_millis((i as u64 * 137) % 400)).await;
@@ -207,7 +212,9 @@ async fn without_a_listener_other_nodes_writes_are_found_by_polling() {
     let mean = polled.iter().sum::<Duration>() / polled.len() as u32;
     eprintln!("send → handler on another node, polling every {POLL:?}: mean {mean:?}, {polled:?}");
     assert!(
-        polled.iter().all(|l| *l < POLL + Duration::from_millis(500)),
+        polled
+            .iter()
+            .all(|l| *l < POLL + Duration::from_millis(500)),
         "found within a poll interval: {polled:?}"
     );
     running.shutdown().await.expect("shutdown");

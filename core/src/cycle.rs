@@ -266,7 +266,10 @@ mod tests {
         let offsets: HashSet<_> = (0..8)
             .map(|i| ShardCycle::for_node(&node(&format!("node-{i}")), 64).offset())
             .collect();
-        assert!(offsets.len() >= 6, "8 nodes spread over 64 shards: {offsets:?}");
+        assert!(
+            offsets.len() >= 6,
+            "8 nodes spread over 64 shards: {offsets:?}"
+        );
         assert_eq!(
             ShardCycle::for_node(&node("node-3"), 64),
             ShardCycle::for_node(&node("node-3"), 64),
@@ -309,7 +312,12 @@ mod tests {
         let plan = plan_round(&cycle, &sessions, &me, t(5));
         assert_eq!(
             plan.probe,
-            vec![(at(3), true), (at(0), false), (at(4), false), (at(5), false)]
+            vec![
+                (at(3), true),
+                (at(0), false),
+                (at(4), false),
+                (at(5), false)
+            ]
         );
         assert_eq!(plan.held_elsewhere, vec![(at(1), t(10))]);
     }
@@ -363,7 +371,10 @@ mod tests {
         assert!(!should_yield(long, nobody, turn), "nobody waits: go on");
         assert!(!should_yield(short, others, turn), "the turn is not over");
         assert!(should_yield(long, others, turn));
-        assert!(should_yield(short, orphan, turn), "an orphan waits: at once");
+        assert!(
+            should_yield(short, orphan, turn),
+            "an orphan waits: at once"
+        );
     }
 
     #[test]
@@ -378,7 +389,10 @@ mod tests {
         assert!(!held.is_held(ShardIndex(9), t(0)), "unknown shards ignored");
 
         held.refresh(&[(ShardIndex(2), t(20))]);
-        assert!(!held.is_held(ShardIndex(1), t(0)), "released since the last round");
+        assert!(
+            !held.is_held(ShardIndex(1), t(0)),
+            "released since the last round"
+        );
         assert!(held.is_held(ShardIndex(2), t(19)));
     }
 }

@@ -292,7 +292,9 @@ async fn take_over(delivery: &Delivery, queue: &WakeQueue, shard: ShardIndex) {
             }
         }
         Ok(_) => {}
-        Err(e) => tracing::warn!(%shard, error = %e, "could not probe an orphaned shard; the next poll tries again"),
+        Err(e) => {
+            tracing::warn!(%shard, error = %e, "could not probe an orphaned shard; the next poll tries again")
+        }
     }
 }
 

@@ -57,7 +57,11 @@ pub(crate) struct ReconnectDelay {
 impl ReconnectDelay {
     pub(crate) fn new(min: Duration, max: Duration) -> Self {
         let max = max.max(min);
-        ReconnectDelay { min, max, next: min }
+        ReconnectDelay {
+            min,
+            max,
+            next: min,
+        }
     }
 
     /// The delay before the next attempt; the one after will be twice as long (capped).

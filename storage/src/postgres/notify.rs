@@ -92,10 +92,7 @@ fn run(shared: &Shared, pool: &Pool<ConnectionManager<PgConnection>>, database: 
         let shards: Vec<ShardIndex> = {
             let mut pending = shared.lock();
             while pending.shards.is_empty() && !pending.closed {
-                pending = shared
-                    .wake
-                    .wait(pending)
-                    .unwrap_or_else(|p| p.into_inner());
+                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
             }
             if pending.shards.is_empty() {
                 return;

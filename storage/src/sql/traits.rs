@@ -284,9 +284,7 @@ macro_rules! storage_impls {
                     shards.to_vec(),
                 );
                 self.db
-                    .run(move |conn| {
-                        $units::has_pending_replay(conn, kind, tenant, shards, cursor)
-                    })
+                    .run(move |conn| $units::has_pending_replay(conn, kind, tenant, shards, cursor))
                     .await
             }
 
