@@ -3,20 +3,25 @@
 //!
 //! ```text
 //!  local write ──────────────┐
-//!  WriteListener (other      ├─► WakeQueue ─► queue ─► worker 0..W ─► Delivery::deliver
-//!  nodes' writes, NOTIFY) ───┘      ▲
-//!  poller, every poll_interval      │ due shards (orphaned ones first)
-//!  (at once after missed writes): lock table ─► plan_round ─► probe each planned shard
+//!  WriteListener (other      ├─► WakeQueue ─► queue ─► worker 0..W ─► Delivery::deliver_while
+//!  nodes' writes, NOTIFY) ───┘      ▲                    (a turn: ≥ 1 stage, then on while
+//!  poller, every poll_interval      │ free shards         nobody waits; requeued if yielded)
+//!  (at once after missed writes) ───┘ with due rows
+//!  lease watch, every poll_interval: lock table ─► plan_round ─► free shards for the poller,
+//!     held-elsewhere marks, take-overs of orphaned shards (now, or when a lease ends)
 //! ```
 //!
 //! A write wakes its shard's worker at once: on this node through the observer, on the other
 //! nodes through the storage's [`WriteListener`](crate::WriteListener) when it has one. The
-//! poller is the fallback for delayed rows, retries and writes nobody heard of. It walks the
-//! shards from this node's own offset ([`ShardCycle`]), skips leased shards and puts shards
-//! whose holder vanished (lease expired, never released) at the front of the queue. A shard
-//! another node holds is left to it: wake-ups for it are ignored until its lease ends or the
-//! next poll round ([`HeldElsewhere`]), because its holder hears the same writes. Idle workers
-//! wait on the queue; the poller sleeps between rounds.
+//! poller is the fallback for delayed rows, retries and writes nobody heard of; it probes the
+//! free shards from this node's own offset ([`ShardCycle`]). A shard another node holds is
+//! left to it: wake-ups for it are ignored until its lease ends or the next poll round
+//! ([`HeldElsewhere`]), because its holder hears the same writes. The lease watch reads the
+//! lock table on its own cadence, so that a slow probe round never delays a take-over: a shard
+//! whose holder's lease ran out without a release is served at once on a task of its own, and
+//! a lease that ends before the next look gets a timer for the moment it ends. Workers serve a
+//! shard for a turn ([`should_yield`]), so that one busy shard does not keep a worker from the
+//! others. Idle workers wait on the queue; the poller and the lease watch sleep between rounds.
 //!
 //! Every task runs in a span carrying the node id (and the worker), so every log line of
 //! the node names it. Shutdown lets each worker finish its current stage and release its
