@@ -10,6 +10,7 @@ use shardbox_core::{
     WorkerId,
 };
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// A running node: the local workers serving the shards. Returned by [`Shardbox::start`].
 pub use shardbox_core::RunnerHandle as Node;
@@ -100,16 +101,21 @@ impl Shardbox {
     /// Starts this node's workers on the current tokio runtime. The same call on every node.
     pub fn start(&self) -> Node {
         let node = LocalRunner::start(self.delivery.clone());
+        let node_id = &self.env.config.node_id;
         // Messages whose TTL passes before they are due are expired by a periodic sweep.
-        tokio::spawn(shardbox_core::expiry::sweep_periodically(
-            self.delivery.clone(),
-        ));
+        tokio::spawn(
+            shardbox_core::expiry::sweep_periodically(self.delivery.clone())
+                .instrument(tracing::info_span!("ttl_sweep", node = %node_id)),
+        );
         let me = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = me.resume_catch_ups().await {
-                tracing::warn!(error = %e, "could not check running catch-ups; they resume at the next start");
+        tokio::spawn(
+            async move {
+                if let Err(e) = me.resume_catch_ups().await {
+                    tracing::warn!(error = %e, "could not check running catch-ups; they resume at the next start");
+                }
             }
-        });
+            .instrument(tracing::info_span!("catch_up_resume", node = %node_id)),
+        );
         node
     }
 

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 /// Longest single sleep: a timer re-reads the clock at least this often, so that a clock
 /// that jumps (a test's manual clock, a corrected system clock) is followed.
@@ -53,7 +54,8 @@ impl DueTimers {
             task.abort();
         }
         let weak = Arc::downgrade(env);
-        let task = runtime.spawn(fire(weak, shard, at));
+        // In the caller's span (the worker's): the timer's log line names the node.
+        let task = runtime.spawn(fire(weak, shard, at).in_current_span());
         timers.insert(shard, (at, task));
     }
 
