@@ -1,0 +1,169 @@
+//! Nodes joining and leaving while traffic flows, on memory, SQLite (two storages on one
+//! file) and PostgreSQL: a node that joins takes shards over from the one already running; a
+//! node that shuts down releases its shards at once — the other node serves them long before
+//! their leases would have run out — and every command is applied once, in order.
+
+mod common;
+
+use common::{Tally, TallyCommand};
+use shardbox::core::storage::EntityKey;
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::NodeId;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TARGETS: usize = 300;
+/// Far longer than the test: shards can only change hands by release, never by expiry.
+const LEASE: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(100);
+
+async fn node(storage: Arc<dyn Storage>, id: &str) -> Shardbox {
+    Shardbox::builder()
+        .shared_storage(storage)
+        .shards(16)
+        .workers(2)
+        .lease_duration(LEASE)
+        .poll_interval(POLL)
+        .node_id(NodeId(id.into()))
+        .aggregate::<Tally>()
+        .build()
+        .await
+        .expect("build")
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut ok: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok().await {
+        assert!(Instant::now() < deadline, "{what} within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn live_leases(storage: &dyn Storage, node: &str) -> usize {
+    let now = chrono::Utc::now();
+    storage
+        .sessions()
+        .await
+        .expect("sessions")
+        .iter()
+        .filter(|s| s.node_id.as_ref().is_some_and(|n| n.0 == node))
+        .filter(|s| s.lease_until.is_some_and(|u| u > now))
+        .count()
+}
+
+async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>) {
+    let a = node(a_storage, "member-a").await;
+    let b = node(b_storage.clone(), "member-b").await;
+
+    // Traffic: round n sends Record(n) to every target, in one write, every 30 ms.
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let sender = {
+        let (a, stop, rounds) = (a.clone(), stop.clone(), rounds.clone());
+        tokio::spawn(async move {
+            let ids: Vec<String> = (0..TARGETS).map(|t| format!("m-{t}")).collect();
+            while !stop.load(Ordering::SeqCst) {
+                let n = rounds.load(Ordering::SeqCst);
+                let commands: Vec<(&str, TallyCommand)> = ids
+                    .iter()
+                    .map(|id| (id.as_str(), TallyCommand::Record(n)))
+                    .collect();
+                a.send_many::<Tally>(&commands).await.expect("send");
+                rounds.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        })
+    };
+
+    let node_a = a.start();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.metrics().delivered > 0, "node A delivers alone");
+
+    // B joins and takes shards while A keeps serving.
+    let node_b = b.start();
+    wait_until(
+        "the joining node delivers",
+        Duration::from_secs(10),
+        async || b.metrics().delivered > 0,
+    )
+    .await;
+    let a_before = a.metrics().delivered;
+    wait_until("both nodes deliver", Duration::from_secs(10), async || {
+        a.metrics().delivered > a_before
+    })
+    .await;
+
+    // A leaves: its leases are released at shutdown, not left to run out.
+    node_a.shutdown().await.expect("shutdown A");
+    assert_eq!(
+        live_leases(b_storage.as_ref(), "member-a").await,
+        0,
+        "a node that shut down holds no lease"
+    );
+    let rounds_at_leave = rounds.load(Ordering::SeqCst);
+    wait_until("traffic goes on", Duration::from_secs(10), async || {
+        rounds.load(Ordering::SeqCst) >= rounds_at_leave + 5
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    sender.await.expect("sender");
+    let left = Instant::now();
+    assert!(
+        node_b.drain(Duration::from_secs(20)).await.expect("drain"),
+        "node B serves every shard after A left"
+    );
+    assert!(
+        left.elapsed() < LEASE / 2,
+        "served after release, not after lease expiry"
+    );
+    node_b.shutdown().await.expect("shutdown B");
+
+    let sent = rounds.load(Ordering::SeqCst);
+    let keys: Vec<EntityKey> = (0..TARGETS)
+        .map(|t| EntityKey {
+            kind: "tally".into(),
+            tenant: String::new(),
+            id: format!("m-{t}"),
+        })
+        .collect();
+    let want: Vec<u64> = (0..sent).collect();
+    let states = b_storage.load_states(&keys).await.expect("states");
+    assert_eq!(states.len(), TARGETS);
+    for s in states {
+        let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
+        assert_eq!(tally.applied, want, "{}: once each, in order", s.key.id);
+    }
+    let (ma, mb) = (a.metrics(), b.metrics());
+    eprintln!(
+        "{sent} rounds; A delivered {} ({} pick-ups), B delivered {} ({} pick-ups)",
+        ma.delivered, ma.lease_pick_ups, mb.delivered, mb.lease_pick_ups
+    );
+    assert_eq!(ma.delivered + mb.delivered, sent * TARGETS as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_nodes_join_and_leave() {
+    let storage = common::memory();
+    join_and_leave(storage.clone(), storage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_nodes_join_and_leave() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("shared.db");
+    let open = || shardbox::storage::SqliteStorage::open(&path);
+    let a: Arc<dyn Storage> = Arc::new(open().await.expect("open A"));
+    let b: Arc<dyn Storage> = Arc::new(open().await.expect("open B"));
+    join_and_leave(a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_nodes_join_and_leave() {
+    let Some(url) = common::pg_url("postgres_nodes_join_and_leave") else {
+        return;
+    };
+    let schema = common::PgSchema::new(&url, "membership");
+    join_and_leave(schema.connect(4).await, schema.connect(4).await).await;
+}
