@@ -88,6 +88,17 @@ impl Shardbox {
         self.inbox.post(source, event, SendOptions::default()).await
     }
 
+    /// Posts many events in one write, in order (bulk imports of history); see
+    /// [`Inbox::post_many`](shardbox_core::Inbox::post_many).
+    pub async fn post_many<E: Message>(
+        &self,
+        events: &[(EventSource, E)],
+    ) -> Result<shardbox_core::storage::WriteReport, DeliveryError> {
+        self.inbox
+            .post_many::<E>(events, SendOptions::default())
+            .await
+    }
+
     /// Posts with options.
     pub async fn post_with<E: Message>(
         &self,

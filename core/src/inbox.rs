@@ -7,7 +7,7 @@ use crate::entity::{Aggregate, Message};
 use crate::error::DeliveryError;
 use crate::event::{EventSource, NewEvent};
 use crate::ids::SignalId;
-use crate::message::{MessageKind, Metadata, NewMessage};
+use crate::message::{InboxWrite, MessageKind, Metadata, NewMessage};
 use crate::storage::{WriteBatch, WriteReport};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -165,17 +165,11 @@ impl Inbox {
                 expires_at: options.expires_at(now),
             }));
         }
-        let report = self
-            .env
-            .storage
-            .write(WriteBatch {
-                events: Vec::new(),
-                messages,
-            })
-            .await?;
-        self.env.metrics.record_write(&report);
-        self.env.notify(&report.shards);
-        Ok(report)
+        self.write_batch(WriteBatch {
+            events: Vec::new(),
+            messages,
+        })
+        .await
     }
 
     /// Sends an already serialized command. The target kind must be registered.
@@ -213,6 +207,41 @@ impl Inbox {
         self.post_event(event, options).await
     }
 
+    /// Posts many events in one write (one transaction on the durable backends), in order: the
+    /// event store gives them increasing `seq` in the order given, and each subscriber's rows
+    /// keep that order. The way to import history in bulk. Each event gets its own fresh
+    /// signal id unless `options.signal_id` is set, in which case `"{id}/{n}"` is used for the
+    /// n-th. Nothing is written if any event cannot be routed.
+    pub async fn post_many<E: Message>(
+        &self,
+        events: &[(EventSource, E)],
+        options: SendOptions,
+    ) -> Result<WriteReport, DeliveryError> {
+        let now = self.env.clock.now();
+        let mut batch = WriteBatch {
+            events: Vec::with_capacity(events.len()),
+            messages: Vec::with_capacity(events.len()),
+        };
+        for (n, (source, event)) in events.iter().enumerate() {
+            let id = match &options.signal_id {
+                Some(base) => SignalId(format!("{base}/{n}")),
+                None => SignalId::generate(),
+            };
+            let event = NewEvent {
+                id,
+                event_type: E::TYPE.to_owned(),
+                source: source.clone(),
+                tenant: options.tenant.clone(),
+                occurred_at: now,
+                payload: serialize(event)?,
+                metadata: options.metadata.clone(),
+            };
+            self.fan_out(&event, &options, now, &mut batch.messages)?;
+            batch.events.push(event);
+        }
+        self.write_batch(batch).await
+    }
+
     /// Posts an already serialized event: appends it to the event store and writes one row
     /// per subscriber, atomically.
     pub async fn post_event(
@@ -222,20 +251,7 @@ impl Inbox {
     ) -> Result<SendReceipt, DeliveryError> {
         let now = self.env.clock.now();
         let mut messages = Vec::new();
-        let failures = self.env.registry.fan_out(
-            &event,
-            now,
-            options.deliver_after(now),
-            options.expires_at(now),
-            &mut messages,
-        );
-        if let Some((kind, reason)) = failures.into_iter().next() {
-            return Err(DeliveryError::Unroutable {
-                kind: kind.to_owned(),
-                event_type: event.event_type,
-                reason,
-            });
-        }
+        self.fan_out(&event, &options, now, &mut messages)?;
         let signal_id = event.id.clone();
         let batch = WriteBatch {
             events: vec![event],
@@ -244,17 +260,49 @@ impl Inbox {
         self.write(signal_id, batch).await
     }
 
+    /// Appends one row per subscriber of `event` to `messages`; an event some subscriber
+    /// cannot route is refused.
+    fn fan_out(
+        &self,
+        event: &NewEvent,
+        options: &SendOptions,
+        now: DateTime<Utc>,
+        messages: &mut Vec<InboxWrite>,
+    ) -> Result<(), DeliveryError> {
+        let failures = self.env.registry.fan_out(
+            event,
+            now,
+            options.deliver_after(now),
+            options.expires_at(now),
+            messages,
+        );
+        match failures.into_iter().next() {
+            Some((kind, reason)) => Err(DeliveryError::Unroutable {
+                kind: kind.to_owned(),
+                event_type: event.event_type.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes a batch, records it in the metrics and wakes the shards it wrote to.
+    async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
+        let report = self.env.storage.write(batch).await?;
+        self.env.metrics.record_write(&report);
+        self.env.notify(&report.shards);
+        Ok(report)
+    }
+
     async fn write(
         &self,
         signal_id: SignalId,
         batch: WriteBatch,
     ) -> Result<SendReceipt, DeliveryError> {
-        let report = self.env.storage.write(batch).await?;
-        self.env.metrics.record_write(&report);
+        let report = self.write_batch(batch).await?;
         if report.duplicates > 0 {
             tracing::debug!(%signal_id, duplicates = report.duplicates, "duplicate write ignored");
         }
-        self.env.notify(&report.shards);
         Ok(SendReceipt { signal_id, report })
     }
 }
