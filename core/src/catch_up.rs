@@ -13,8 +13,10 @@
 //!
 //! A live event row of a target under catch-up carries the `seq` of its event. If the replay
 //! cursor has passed that `seq`, the replay delivers the event, so the live copy is dropped as
-//! covered; otherwise it is held until the cursor passes it or the job completes. So no event
-//! is applied twice and none is skipped.
+//! covered; otherwise it is parked (see [`parked_until`]) until the job completes, when the
+//! parked rows the replay covered by then are removed and the others are released, in `seq`
+//! order, to live delivery. So no event is applied twice, none is skipped, and each target
+//! sees its events in order.
 
 use crate::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets};
 use chrono::{DateTime, Utc};
@@ -156,15 +158,34 @@ pub fn apply_step(
 pub enum LiveRowDecision {
     /// The replay has passed its event: the replayed copy applies it, drop this one.
     Covered,
-    /// The replay has not reached its event yet: hold it.
-    Hold,
+    /// The replay has not reached its event yet: park it (hold it until [`parked_until`]),
+    /// so that no page reads it again while the job runs. The job's completion releases it.
+    Park,
+}
+
+/// The `deliver_after` of a parked row: a live event row of a target under catch-up that the
+/// replay had not reached when a stage read it. No page reads it, no due-time timer waits for
+/// it, and the job's completion (committed with the stage that completes it) removes the
+/// parked rows whose event the replay applied and makes the others due at once, in their
+/// `seq` order. Parking instead of holding for a while keeps the cost of a backlog of live
+/// rows at two writes per row, however long the replay runs.
+///
+/// 9999-12-31T23:59:59Z; a message scheduled for exactly that instant would be taken for a
+/// parked one.
+pub fn parked_until() -> DateTime<Utc> {
+    DateTime::from_timestamp(253_402_300_799, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Whether a row due at `deliver_after` is parked by a catch-up.
+pub fn is_parked(deliver_after: Option<DateTime<Utc>>) -> bool {
+    deliver_after == Some(parked_until())
 }
 
 /// Decides a live row carrying event `event_seq` while the job's cursor is `cursor`.
 pub fn decide_live_row(cursor: i64, event_seq: Option<i64>) -> LiveRowDecision {
     match event_seq {
         Some(seq) if seq <= cursor => LiveRowDecision::Covered,
-        _ => LiveRowDecision::Hold,
+        _ => LiveRowDecision::Park,
     }
 }
 
@@ -319,8 +340,13 @@ mod tests {
     fn live_rows_are_covered_up_to_the_cursor_and_held_after() {
         assert_eq!(decide_live_row(10, Some(9)), LiveRowDecision::Covered);
         assert_eq!(decide_live_row(10, Some(10)), LiveRowDecision::Covered);
-        assert_eq!(decide_live_row(10, Some(11)), LiveRowDecision::Hold);
-        assert_eq!(decide_live_row(10, None), LiveRowDecision::Hold);
+        assert_eq!(decide_live_row(10, Some(11)), LiveRowDecision::Park);
+        assert_eq!(decide_live_row(10, None), LiveRowDecision::Park);
+        assert!(is_parked(Some(parked_until())));
+        assert!(!is_parked(None));
+        assert!(!is_parked(Some(t0())));
+        // Representable by every backend (microseconds in an i64).
+        assert_eq!(parked_until().timestamp_micros(), 253_402_300_799_000_000);
     }
 
     #[test]

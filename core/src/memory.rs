@@ -121,6 +121,51 @@ impl State {
         Some(row)
     }
 
+    /// Settles the parked rows of a completed job (see `StageCommit::catch_ups`): removes the
+    /// ones the replay covered, makes the others due, re-fences the affected shards but
+    /// `own`.
+    fn settle_parked(&mut self, job: &CatchUpJob, own: Option<ShardIndex>) {
+        let parked = crate::catch_up::parked_until();
+        let mut covered = Vec::new();
+        let mut released = Vec::new();
+        for shard in &job.spec.affected_shards {
+            let Some(pending) = self.pending.get(shard) else {
+                continue;
+            };
+            for seq in pending {
+                let m = &self.rows[seq].message;
+                if m.deliver_after != Some(parked)
+                    || m.kind != crate::message::MessageKind::Event
+                    || m.target_kind != job.spec.projection_kind
+                    || !crate::catch_up::covers(job, &m.tenant, &m.target_id)
+                {
+                    continue;
+                }
+                match self.event_seq.get(&m.signal_id) {
+                    Some(e) if *e <= job.cursor => covered.push(*seq),
+                    _ => released.push(*seq),
+                }
+            }
+        }
+        for seq in covered {
+            self.remove(seq);
+        }
+        for seq in released {
+            if let Some(row) = self.rows.get_mut(&seq) {
+                row.message.deliver_after = None;
+            }
+        }
+        for shard in &job.spec.affected_shards {
+            if Some(*shard) == own {
+                continue;
+            }
+            if let Some(s) = self.sessions.get_mut(shard) {
+                s.epoch = LeaseEpoch(s.epoch.0 + 1);
+                s.lease_until = None;
+            }
+        }
+    }
+
     /// Takes `row` out of the pending indexes (it was delivered, blocked or removed).
     fn unpend(&mut self, row: &InboxMessage) {
         if let Some(p) = self.pending.get_mut(&row.shard) {
@@ -345,6 +390,9 @@ impl InboxStore for MemoryStorage {
             state.add_dead_letter(letter);
         }
         for job in commit.catch_ups {
+            if job.status == CatchUpStatus::Completed {
+                state.settle_parked(&job, Some(shard));
+            }
             state.jobs.insert(job.id, job);
         }
         let written = state.write(commit.writes);
@@ -389,7 +437,7 @@ impl InboxStore for MemoryStorage {
         Ok(state.pending.get(&shard).and_then(|p| {
             p.iter()
                 .filter_map(|seq| state.rows[seq].message.deliver_after)
-                .filter(|at| *at > now)
+                .filter(|at| *at > now && !crate::catch_up::is_parked(Some(*at)))
                 .min()
         }))
     }
@@ -643,6 +691,7 @@ impl CatchUpStore for MemoryStorage {
                     }
                     r.status == MessageStatus::ToCatchUp
                         || (m.kind == crate::message::MessageKind::Event
+                            && !crate::catch_up::is_parked(m.deliver_after)
                             && state
                                 .event_seq
                                 .get(&m.signal_id)
@@ -671,6 +720,9 @@ impl CatchUpStore for MemoryStorage {
         match state.jobs.get_mut(&job.id) {
             Some(stored) => {
                 *stored = job.clone();
+                if job.status == CatchUpStatus::Completed {
+                    state.settle_parked(job, None);
+                }
                 Ok(())
             }
             None => Err(StorageError::Corrupt(format!(

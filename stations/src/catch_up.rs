@@ -7,7 +7,9 @@
 //!                          `to_catch_up` row per routed target, advance the cursor, tick again
 //!      Finalizing:         replayed rows left? tick again after a poll interval : complete
 //!  live event row of a target J rebuilds ─► its event seq <= J's cursor ? drop (covered by the
-//!                                           replay) : hold until the replay passes it
+//!                                           replay) : park it until J completes
+//!  J completes (committed with the stage)  ─► parked rows the replay covered are removed, the
+//!                                           others are due at once (see `parked_until`)
 //!  replayed rows ─► left for live delivery (handled like live events, in seq order)
 //! ```
 //!
@@ -20,8 +22,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use shardbox_core::catch_up::{
-    apply_step, covers, decide_live_row, decide_step, replay_signal, tick_signal, LiveRowDecision,
-    StepDecision, TICK_KIND,
+    apply_step, covers, decide_live_row, decide_step, parked_until, replay_signal, tick_signal,
+    LiveRowDecision, StepDecision, TICK_KIND,
 };
 use shardbox_core::message::{InboxWrite, NewMessage};
 use shardbox_core::storage::CatchUpJob;
@@ -258,7 +260,7 @@ impl Station for CatchUpStation {
         if jobs.is_empty() {
             return Ok(());
         }
-        let covered: Vec<(usize, SignalId, i64)> = conveyor
+        let covered: Vec<(usize, SignalId, &CatchUpJob)> = conveyor
             .open_with_status(MessageStatus::ToDeliver)
             .filter(|(_, m)| m.message.kind == MessageKind::Event)
             .filter_map(|(i, m)| {
@@ -267,7 +269,7 @@ impl Station for CatchUpStation {
                         j.spec.projection_kind == m.message.target_kind
                             && covers(j, &m.message.tenant, &m.message.target_id)
                     })
-                    .map(|j| (i, m.message.signal_id.clone(), j.cursor))
+                    .map(|j| (i, m.message.signal_id.clone(), j))
             })
             .collect();
         if covered.is_empty() {
@@ -277,16 +279,23 @@ impl Station for CatchUpStation {
         let ids: Vec<SignalId> = covered.iter().map(|(_, id, _)| id.clone()).collect();
         let seqs: HashMap<SignalId, i64> =
             env.storage.event_seqs(&ids).await?.into_iter().collect();
-        let poll = chrono::Duration::from_std(env.config.poll_interval)
-            .unwrap_or(chrono::Duration::seconds(1));
-        let now = conveyor.now();
-        for (index, id, cursor) in covered {
-            let intent = match decide_live_row(cursor, seqs.get(&id).copied()) {
-                LiveRowDecision::Covered => Intent::Duplicate,
-                LiveRowDecision::Hold => Intent::Hold { until: now + poll },
+        let (mut dropped, mut parked) = (0usize, 0usize);
+        for (index, id, job) in covered {
+            let intent = match decide_live_row(job.cursor, seqs.get(&id).copied()) {
+                LiveRowDecision::Covered => {
+                    dropped += 1;
+                    Intent::Duplicate
+                }
+                LiveRowDecision::Park => {
+                    parked += 1;
+                    Intent::Hold {
+                        until: parked_until(),
+                    }
+                }
             };
             conveyor.record(index, intent);
         }
+        tracing::debug!(dropped, parked, "live rows of targets under catch-up");
         Ok(())
     }
 }

@@ -120,8 +120,9 @@ pub trait CatchUpStore: Send + Sync + 'static {
 
     /// Whether, in `shards`, a replayed row (`to_catch_up`) of `projection_kind`/`tenant` is
     /// still undelivered, or a live event row of that kind whose event `seq <= cursor` (one the
-    /// replay already applied, so it must be dropped, not delivered) is still pending. A job
-    /// completes only when neither is left. Reads only pending rows of those shards.
+    /// replay already applied, so it must be dropped, not delivered) is still pending. Parked
+    /// rows (see [`crate::catch_up::parked_until`]) do not count: completing the job settles
+    /// them. A job completes only when neither is left. Reads only pending rows of those shards.
     async fn has_pending_replay(
         &self,
         projection_kind: &str,
@@ -136,7 +137,9 @@ pub trait CatchUpStore: Send + Sync + 'static {
     /// All jobs not yet completed.
     async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError>;
 
-    /// Stores a job's status, cursor and counters.
+    /// Stores a job's status, cursor and counters. Storing a job as `Completed` (here or in a
+    /// [`StageCommit`](crate::storage::StageCommit)) also settles its parked rows in the same
+    /// transaction, as described at [`StageCommit::catch_ups`](crate::storage::StageCommit).
     async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError>;
 
     /// Deletes completed jobs finished before `before`; returns how many.

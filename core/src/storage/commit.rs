@@ -88,7 +88,14 @@ pub struct StageCommit {
     pub dead_letters: Vec<DeadLetter>,
     /// Delete at most this many delivered rows of the shard whose `keep_until` has passed.
     pub purge_delivered: usize,
-    /// Catch-up jobs whose status, cursor and counters this stage advanced (stored as given).
+    /// Catch-up jobs whose status, cursor and counters this stage advanced (stored as given,
+    /// after the row changes). A job stored as `Completed` settles its parked rows (see
+    /// [`crate::catch_up::parked_until`]) in the same transaction: in its affected shards, the
+    /// parked live event rows of its projection kind, tenant and targets whose event `seq` is
+    /// at most the job's cursor are removed (the replay applied them), the others are made due
+    /// at once (`deliver_after` cleared, so they keep their `seq` order); and every affected
+    /// shard but this stage's own is re-fenced (epoch + 1, lease freed), so that no stage that
+    /// read its page or the job list before the completion can park or deliver a row after it.
     pub catch_ups: Vec<CatchUpJob>,
 }
 

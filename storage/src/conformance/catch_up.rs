@@ -312,6 +312,126 @@ pub async fn catch_up_progress_commits_with_the_stage<S: Storage + Inspect>(stor
     );
 }
 
+/// Live rows parked by a running catch-up are not read, not waited for and not pending replay
+/// work; the stage that completes the job removes the ones the replay covered, makes the
+/// others due in `seq` order, and re-fences the other affected shards.
+pub async fn parked_rows_settle_when_the_job_completes<S: Storage + Inspect>(store: S) {
+    use shardbox_core::catch_up::parked_until;
+    use shardbox_core::storage::{RowChange, RowUpdate, WriteBatch};
+    let job = store
+        .start_catch_up(spec("balances", "", ids(&["x", "y"])))
+        .await
+        .expect("start");
+    let live = |signal: &str, target: &str, kind: &str| {
+        with(command(1, target, signal), |m| {
+            m.kind = shardbox_core::MessageKind::Event;
+            m.target_kind = kind.into();
+        })
+    };
+    let names = ["ev-1", "ev-2", "ev-3", "ev-4", "ev-5"];
+    store
+        .write(WriteBatch {
+            events: names
+                .iter()
+                .map(|n| event(n, "balances.event", secs(1)))
+                .collect(),
+            messages: vec![
+                live("ev-1", "x", "balances"),
+                live("ev-2", "y", "balances"),
+                live("ev-3", "x", "balances"),
+                // Not a target of the job (another id; another kind): parked by hand, left so.
+                live("ev-4", "z", "balances"),
+                live("ev-5", "x", "ledger"),
+            ],
+        })
+        .await
+        .expect("write");
+    let seqs: std::collections::HashMap<String, i64> = store
+        .event_seqs(&names.iter().map(|n| (*n).into()).collect::<Vec<_>>())
+        .await
+        .expect("seqs")
+        .into_iter()
+        .map(|(id, seq)| (id.0, seq))
+        .collect();
+    let lease = store
+        .pick_up(ShardIndex(1), &node("a"), WorkerId(0), secs(2), secs(60))
+        .await
+        .expect("pick up")
+        .expect("free");
+    let page = store
+        .read_page(ShardIndex(1), secs(2), 10)
+        .await
+        .expect("page");
+    assert_eq!(page.messages.len(), 5);
+    let park = page
+        .messages
+        .iter()
+        .map(|m| RowUpdate {
+            seq: m.seq,
+            change: RowChange::Hold {
+                until: parked_until(),
+            },
+        })
+        .collect();
+    store
+        .commit_stage(stage(&lease, secs(2), park))
+        .await
+        .expect("park");
+
+    // Parked: never read, no due time, not pending replay work, still pending.
+    let later = secs(100_000);
+    assert!(store
+        .read_page(ShardIndex(1), later, 10)
+        .await
+        .expect("page")
+        .messages
+        .is_empty());
+    assert_eq!(
+        store.next_due(ShardIndex(1), secs(3)).await.expect("due"),
+        None
+    );
+    assert!(!store
+        .has_pending_replay("balances", "", &[ShardIndex(1)], seqs["ev-3"])
+        .await
+        .expect("pending"));
+    assert_eq!(store.counts(None).await.expect("counts").pending(), 5);
+
+    // Completed in a stage of shard 3, with the cursor past ev-1 and ev-2 only.
+    let home = store
+        .pick_up(ShardIndex(3), &node("a"), WorkerId(1), secs(3), secs(60))
+        .await
+        .expect("pick up")
+        .expect("free");
+    let mut done = job.clone();
+    done.status = CatchUpStatus::Completed;
+    done.cursor = seqs["ev-2"];
+    done.finished_at = Some(secs(3));
+    let mut commit = stage(&home, secs(3), vec![]);
+    commit.catch_ups = vec![done];
+    store.commit_stage(commit).await.expect("complete");
+
+    let page = store
+        .read_page(ShardIndex(1), secs(3), 10)
+        .await
+        .expect("page");
+    assert_eq!(
+        signals(&page.messages),
+        ["ev-3"],
+        "covered removed, the rest due"
+    );
+    assert_eq!(store.counts(None).await.expect("counts").pending(), 3);
+    // The completing shard keeps its lease; the other affected shard is re-fenced.
+    store
+        .commit_stage(stage(&home, secs(4), vec![]))
+        .await
+        .expect("own lease kept");
+    let refused = store.commit_stage(stage(&lease, secs(4), vec![])).await;
+    assert!(
+        matches!(refused, Err(StorageError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+}
+
 /// `event_seqs` finds the seq of stored events by id; `count_events` counts by type and time.
 pub async fn event_seqs_and_counts<S: Storage + Inspect>(store: S) {
     use shardbox_core::SignalId;

@@ -41,6 +41,7 @@ pub use catch_up::{
     catch_up_lifecycle, catch_up_progress_commits_with_the_stage,
     catch_up_start_resets_targets_and_refences_shards,
     concurrent_overlapping_catch_up_starts_one_wins, event_seqs_and_counts,
+    parked_rows_settle_when_the_job_completes,
 };
 pub use commit::{
     commit_is_all_or_nothing, delivered_rows_kept_until_window_then_purged,
@@ -98,6 +99,7 @@ macro_rules! conformance_suite {
             concurrent_overlapping_catch_up_starts_one_wins,
             catch_up_start_resets_targets_and_refences_shards,
             catch_up_progress_commits_with_the_stage,
+            parked_rows_settle_when_the_job_completes,
             event_seqs_and_counts,
             first_failure_time_is_kept_across_retries,
             blocked_row_stops_only_its_target,

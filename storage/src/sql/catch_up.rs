@@ -98,13 +98,21 @@ macro_rules! catch_up_units {
                 .collect()
         }
 
-        /// Stores the job as given, inside the caller's transaction.
-        pub(crate) fn store_catch_up(conn: &mut Conn, job: &CatchUpJob) -> Result<(), Failure> {
+        /// Stores the job as given, inside the caller's transaction; a completed job settles
+        /// its parked rows (see `StageCommit::catch_ups`), re-fencing its shards but `own`.
+        pub(crate) fn store_catch_up(
+            conn: &mut Conn,
+            job: &CatchUpJob,
+            own: Option<ShardIndex>,
+        ) -> Result<(), Failure> {
             let row = NewCatchUpRow::from_job(job)?;
             let updated = diesel::update(catch_ups::table.find(job.id))
                 .set(&row)
                 .execute(conn)?;
             if updated == 1 {
+                if job.status == CatchUpStatus::Completed {
+                    settle_parked(conn, job, own)?;
+                }
                 Ok(())
             } else {
                 Err(Failure::corrupt(format!(
@@ -116,7 +124,84 @@ macro_rules! catch_up_units {
 
         /// `CatchUpStore::update_catch_up`: stores the job as given.
         pub(crate) fn update_catch_up(conn: &mut Conn, job: CatchUpJob) -> Result<(), Failure> {
-            <Conn as Dialect>::write_transaction(conn, |conn| store_catch_up(conn, &job))
+            <Conn as Dialect>::write_transaction(conn, |conn| store_catch_up(conn, &job, None))
+        }
+
+        /// Settles the parked rows of completed `job`: per affected shard, removes those the
+        /// replay covered (event `seq <= cursor`, found through the unique index on
+        /// `events.id`), clears `deliver_after` of the others (a range of `inbox_delayed`);
+        /// then re-fences the affected shards but `own`.
+        fn settle_parked(
+            conn: &mut Conn,
+            job: &CatchUpJob,
+            own: Option<ShardIndex>,
+        ) -> Result<(), Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            use $crate::schema::shard_sessions::dsl as ss;
+            let parked = micros(shardbox_core::catch_up::parked_until());
+            let shards: Vec<i32> = job
+                .spec
+                .affected_shards
+                .iter()
+                .map(|s| s.as_i32())
+                .collect();
+            let (mut removed, mut released) = (0usize, 0usize);
+            for shard in &shards {
+                // (seq, target id, whether the replay applied its event)
+                let candidates: Vec<(i64, String, bool)> = im::inbox_messages
+                    .filter(im::shard.eq(*shard))
+                    .filter(sql::<Bool>(DELAYED))
+                    .filter(im::deliver_after.eq(parked))
+                    .filter(im::status.eq(MessageStatus::ToDeliver.as_str()))
+                    .filter(im::kind.eq(shardbox_core::MessageKind::Event.as_str()))
+                    .filter(im::target_kind.eq(&job.spec.projection_kind))
+                    .filter(im::tenant.eq(&job.spec.tenant))
+                    .select((
+                        im::seq,
+                        im::target_id,
+                        sql::<Bool>(
+                            "EXISTS (SELECT 1 FROM events e \
+                             WHERE e.id = inbox_messages.signal_id AND e.seq <= ",
+                        )
+                        .bind::<BigInt, _>(job.cursor)
+                        .sql(")"),
+                    ))
+                    .load(conn)?;
+                let (covered, rest): (Vec<_>, Vec<_>) = candidates
+                    .into_iter()
+                    .filter(|(_, id, _)| shardbox_core::catch_up::covers(job, &job.spec.tenant, id))
+                    .partition(|(_, _, applied)| *applied);
+                let covered: Vec<i64> = covered.into_iter().map(|(seq, _, _)| seq).collect();
+                let rest: Vec<i64> = rest.into_iter().map(|(seq, _, _)| seq).collect();
+                for chunk in covered.chunks(IN_CHUNK) {
+                    removed += diesel::delete(
+                        im::inbox_messages
+                            .filter(im::shard.eq(*shard))
+                            .filter(im::seq.eq_any(chunk)),
+                    )
+                    .execute(conn)?;
+                }
+                for chunk in rest.chunks(IN_CHUNK) {
+                    released += diesel::update(
+                        im::inbox_messages
+                            .filter(im::shard.eq(*shard))
+                            .filter(im::seq.eq_any(chunk)),
+                    )
+                    .set(im::deliver_after.eq(None::<i64>))
+                    .execute(conn)?;
+                }
+            }
+            let others: Vec<i32> = shards
+                .into_iter()
+                .filter(|s| Some(*s) != own.map(|o| o.as_i32()))
+                .collect();
+            for chunk in others.chunks(IN_CHUNK) {
+                diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
+                    .set((ss::epoch.eq(ss::epoch + 1), ss::lease_until.eq(None::<i64>)))
+                    .execute(conn)?;
+            }
+            tracing::debug!(job = job.id, removed, released, "parked rows settled");
+            Ok(())
         }
 
         /// `CatchUpStore::has_pending_replay`: two indexed probes per shard on
@@ -130,6 +215,7 @@ macro_rules! catch_up_units {
         ) -> Result<bool, Failure> {
             use $crate::schema::events::dsl as ev;
             use $crate::schema::inbox_messages::dsl as im;
+            let parked = micros(shardbox_core::catch_up::parked_until());
             for shard in shards {
                 // Live event rows the replay already covered, found through the unique
                 // index on events.id.
@@ -141,6 +227,8 @@ macro_rules! catch_up_units {
                     .filter(im::target_kind.eq(&projection_kind))
                     .filter(im::tenant.eq(&tenant))
                     .filter(ev::seq.le(cursor))
+                    // Parked rows are settled by the completion itself.
+                    .filter(im::deliver_after.is_null().or(im::deliver_after.ne(parked)))
                     .select(im::seq)
                     .first(conn)
                     .optional()?;

@@ -40,7 +40,7 @@ macro_rules! commit_units {
                 store_states(conn, states, now)?;
                 insert_dead_letters(conn, dead_letters)?;
                 for job in catch_ups {
-                    store_catch_up(conn, &job)?;
+                    store_catch_up(conn, &job, Some(lease.shard))?;
                 }
                 let mut written = WriteReport::default();
                 insert_messages(conn, writes.messages, &mut written)?;

@@ -243,6 +243,8 @@ macro_rules! inbox_units {
             let next: Option<i64> = im::inbox_messages
                 .filter(im::shard.eq(shard.as_i32()))
                 .filter(im::deliver_after.gt(micros(now)))
+                // Parked rows wait for their catch-up to complete, not for a time.
+                .filter(im::deliver_after.lt(micros(shardbox_core::catch_up::parked_until())))
                 .filter(sql::<Bool>(NOT_DELIVERED))
                 .select(diesel::dsl::min(im::deliver_after))
                 .first(conn)?;
