@@ -44,6 +44,24 @@ impl Projection for Ledger {
     }
 }
 
+/// A second projection of the same events: how many bookings, and their sum of squares.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct Tally {
+    count: u64,
+    squares: i64,
+}
+
+impl Projection for Tally {
+    const KIND: &'static str = "tally";
+    type Event = Booked;
+
+    fn apply(&mut self, e: &Booked, _: &Context<'_>) -> Result<(), HandlerError> {
+        self.count += 1;
+        self.squares += e.amount * e.amount;
+        Ok(())
+    }
+}
+
 /// What the test posted, per account, in posting order.
 #[derive(Default)]
 struct History(BTreeMap<String, Vec<Booked>>);
@@ -275,6 +293,66 @@ async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool, backlog: bo
     assert_eq!(sb.storage().counts(None).await.unwrap().pending(), 0);
 }
 
+/// Two projection kinds catch up at once (all ids of each) while posting goes on, to existing
+/// accounts and to accounts that appear only mid-way (no history, no state at the start).
+/// Both end equal to folds over the full history.
+async fn two_kinds_at_once_with_new_targets(storage: Arc<dyn Storage>) {
+    let (accounts, history) = (50, 2_000);
+    let sb = Shardbox::builder()
+        .shared_storage(storage)
+        .shards(8)
+        .catch_up_page_size(150)
+        .poll_interval(Duration::from_millis(50))
+        .projection::<Ledger>()
+        .projection::<Tally>()
+        .build()
+        .await
+        .expect("build");
+    let mut log = History::default();
+    for start in (0..history).step_by(500) {
+        post_many(
+            &sb,
+            &mut log,
+            500,
+            |k| account((start + k) % accounts),
+            |k| ((start + k) % 13) as i64 - 6,
+        )
+        .await;
+    }
+    let ledgers = sb.catch_up::<Ledger>(CatchUp::all()).await.expect("ledger");
+    let tallies = sb.catch_up::<Tally>(CatchUp::all()).await.expect("tally");
+    let node = sb.start();
+    // Mid-way: old accounts and 10 new ones (acc-050 .. acc-059).
+    for k in 0..200 {
+        post(&sb, &mut log, &account(k % (accounts + 10)), 3).await;
+    }
+    for job in [&ledgers, &tallies] {
+        let done = job.wait(Duration::from_secs(120)).await.unwrap();
+        assert_eq!(done.status, CatchUpStatus::Completed, "{done:?}");
+    }
+    assert!(node.drain(Duration::from_secs(120)).await.unwrap());
+    node.shutdown().await.unwrap();
+    for i in 0..accounts + 10 {
+        let id = account(i);
+        let fold = log.fold(&id);
+        assert_eq!(ledger(&sb, &id).await, fold, "{id}");
+        let tally = sb
+            .projection_state::<Tally>(&id)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        let bookings = log.0.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+        assert_eq!(
+            tally,
+            Tally {
+                count: bookings.len() as u64,
+                squares: bookings.iter().map(|b| b.amount * b.amount).sum(),
+            },
+            "{id}"
+        );
+    }
+}
+
 /// Equal timestamps at catch-up page boundaries: every event has the same `occurred_at`, and
 /// pages of 7 events replay all of them exactly once.
 async fn equal_timestamps_across_pages(storage: Arc<dyn Storage>) {
@@ -463,6 +541,7 @@ on_every_backend!(
     rebuild_all_under_load,
     rebuild_all_with_history_pending,
     rebuild_subset_under_load,
+    two_kinds_at_once_with_new_targets,
     equal_timestamps_across_pages,
     zero_targets_and_overlap,
     crash_mid_catch_up,

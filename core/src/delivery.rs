@@ -224,7 +224,7 @@ impl Delivery {
                 Err(e) if e.is_lease_lost() => {
                     env.metrics.record_lease_lost();
                     env.monitor.on_lease_lost(shard, epoch);
-                    tracing::warn!(%shard, %epoch, node = %env.config.node_id, "lease lost; stage not committed, the new owner redelivers");
+                    tracing::warn!(%shard, %epoch, node = %env.config.node_id, "lease lost (taken over, or re-fenced by a catch-up starting or completing); stage not committed, the next owner redelivers");
                     report.lease_lost = true;
                     return Ok(report);
                 }
