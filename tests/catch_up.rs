@@ -10,7 +10,10 @@ use shardbox::core::monitor::{StageInfo, StageReport};
 use shardbox::core::storage::{CatchUpStatus, EntityKey, EntityStateWrite};
 use shardbox::core::{DeliveryMonitor, NodeId, Storage, WorkerId};
 use shardbox::prelude::*;
-use shardbox::{CatchUp, DeliveryError, ManualClock, ShardIndex, StorageError};
+use shardbox::{
+    Backoff, CatchUp, DeadLetterFilter, DeliveryError, ExhaustedOutcome, FailurePolicy,
+    ManualClock, ShardIndex, StorageError,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +62,25 @@ impl Projection for Tally {
         self.count += 1;
         self.squares += e.amount * e.amount;
         Ok(())
+    }
+}
+
+/// The booking amount a [`Strict`] ledger refuses.
+const POISON: i64 = 1013;
+
+/// A ledger that refuses one amount: its replay cannot be applied directly.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct Strict(Ledger);
+
+impl Projection for Strict {
+    const KIND: &'static str = "strict";
+    type Event = Booked;
+
+    fn apply(&mut self, e: &Booked, ctx: &Context<'_>) -> Result<(), HandlerError> {
+        if e.amount == POISON {
+            return Err(HandlerError::new("poisoned booking"));
+        }
+        self.0.apply(e, ctx)
     }
 }
 
@@ -353,6 +375,81 @@ async fn two_kinds_at_once_with_new_targets(storage: Arc<dyn Storage>) {
     }
 }
 
+/// A replayed event the projection refuses: its page is written to the Inbox instead of being
+/// applied directly, the failure policy dead-letters the poisoned copy, its target goes on in
+/// order, later pages are applied directly again, and the job completes.
+async fn poison_event_in_replay_follows_the_failure_policy(storage: Arc<dyn Storage>) {
+    let sb = Shardbox::builder()
+        .shared_storage(storage)
+        .shards(4)
+        .catch_up_page_size(40)
+        .poll_interval(Duration::from_millis(50))
+        .projection::<Strict>()
+        .kind_policy(
+            Strict::KIND,
+            FailurePolicy {
+                max_attempts: 2,
+                backoff: Backoff::Fixed(Duration::from_millis(10)),
+                on_exhausted: ExhaustedOutcome::DeadLetter,
+            },
+        )
+        .build()
+        .await
+        .expect("build");
+    let mut log = History::default();
+    post_many(
+        &sb,
+        &mut log,
+        400,
+        |k| account(k % 20),
+        |k| {
+            if k == 123 {
+                POISON
+            } else {
+                k as i64
+            }
+        },
+    )
+    .await;
+    // Every live row is still pending: the catch-up covers them all.
+    let job = sb.catch_up::<Strict>(CatchUp::all()).await.unwrap();
+    let node = sb.start();
+    let done = job.wait(Duration::from_secs(120)).await.unwrap();
+    assert_eq!(done.status, CatchUpStatus::Completed, "{done:?}");
+    assert!(node.drain(Duration::from_secs(120)).await.unwrap());
+    node.shutdown().await.unwrap();
+    assert_eq!(done.replayed, 400);
+    for i in 0..20 {
+        let id = account(i);
+        let mut expected = Ledger::default();
+        for b in &log.0[&id] {
+            if b.amount != POISON {
+                expected.seen.push(b.n);
+                expected.balance += b.amount;
+            }
+        }
+        let got = sb.projection_state::<Strict>(&id).await.unwrap().unwrap();
+        assert_eq!(got.0, expected, "{id}");
+    }
+    let letters = sb
+        .storage()
+        .list_dead_letters(&DeadLetterFilter {
+            target_kind: Some(Strict::KIND.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(
+        letters[0].letter.original.message.target_id,
+        account(123 % 20)
+    );
+    assert_eq!(
+        letters[0].letter.original.message.kind,
+        shardbox::core::MessageKind::CatchUp
+    );
+}
+
 /// Equal timestamps at catch-up page boundaries: every event has the same `occurred_at`, and
 /// pages of 7 events replay all of them exactly once.
 async fn equal_timestamps_across_pages(storage: Arc<dyn Storage>) {
@@ -542,6 +639,7 @@ on_every_backend!(
     rebuild_all_with_history_pending,
     rebuild_subset_under_load,
     two_kinds_at_once_with_new_targets,
+    poison_event_in_replay_follows_the_failure_policy,
     equal_timestamps_across_pages,
     zero_targets_and_overlap,
     crash_mid_catch_up,

@@ -25,13 +25,13 @@ use shardbox_core::catch_up::{
     apply_step, covers, decide_live_row, decide_step, parked_until, replay_signal, tick_signal,
     LiveRowDecision, StepDecision, TICK_KIND,
 };
-use shardbox_core::message::{InboxWrite, NewMessage};
-use shardbox_core::storage::CatchUpJob;
+use shardbox_core::message::{InboxMessage, InboxWrite, NewMessage};
+use shardbox_core::storage::{CatchUpJob, EntityKey, EntityStateWrite};
 use shardbox_core::{
-    Conveyor, DeliveryEnv, DeliveryError, Intent, LeaseEpoch, MessageKind, MessageStatus,
-    ShardIndex, SignalId, Station,
+    Conveyor, DeliveryEnv, DeliveryError, EntityHandler, Intent, LeaseEpoch, MessageKind,
+    MessageOutcome, MessageStatus, ShardIndex, SignalId, Station,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tracing::Instrument;
 
@@ -55,6 +55,67 @@ pub fn tick_message(env: &DeliveryEnv, job: &CatchUpJob, due: Option<DateTime<Ut
     })
 }
 
+/// Applies replayed `rows` straight to their targets' states (one load of all states, one
+/// handler call per target, the states written with the stage) instead of writing them to the
+/// Inbox. Returns `false`, recording nothing, if any message is not handled or anything is
+/// emitted: the caller then writes the rows, so that the failure policy applies to them.
+async fn apply_directly(
+    conveyor: &mut Conveyor,
+    env: &DeliveryEnv,
+    handler: &dyn EntityHandler,
+    rows: &[InboxWrite],
+    now: DateTime<Utc>,
+) -> Result<bool, DeliveryError> {
+    let mut groups: BTreeMap<EntityKey, Vec<InboxMessage>> = BTreeMap::new();
+    for (n, row) in rows.iter().enumerate() {
+        let key = EntityKey {
+            kind: row.message.target_kind.clone(),
+            tenant: row.message.tenant.clone(),
+            id: row.message.target_id.clone(),
+        };
+        groups.entry(key).or_default().push(InboxMessage {
+            seq: n as i64,
+            shard: row.shard,
+            status: MessageStatus::ToCatchUp,
+            attempts: 0,
+            last_error: None,
+            first_failed_at: None,
+            keep_until: None,
+            message: row.message.clone(),
+        });
+    }
+    let keys: Vec<EntityKey> = groups.keys().cloned().collect();
+    let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();
+    if handler.is_stateful() {
+        for s in env.storage.load_states(&keys).await? {
+            states.insert(s.key, s.state);
+        }
+    }
+    let mut writes = Vec::with_capacity(groups.len());
+    for (key, messages) in groups {
+        let batch: Vec<&InboxMessage> = messages.iter().collect();
+        let result = handler.handle_batch(states.get(&key).map(Vec::as_slice), &batch, now);
+        let handled = result
+            .outcomes
+            .iter()
+            .all(|o| matches!(o, MessageOutcome::Handled));
+        if !handled || !result.events.is_empty() || !result.commands.is_empty() {
+            tracing::warn!(kind = %key.kind, target = %key.id, "a replayed event was not handled (or emitted messages) in direct replay; this page goes through the Inbox, where the failure policy applies");
+            return Ok(false);
+        }
+        if let Some(state) = result.state {
+            writes.push(EntityStateWrite {
+                key,
+                state: Some(state),
+            });
+        }
+    }
+    for w in writes {
+        conveyor.set_state(w);
+    }
+    Ok(true)
+}
+
 /// The running jobs as read under one lease epoch of a shard.
 type JobsSeen = (LeaseEpoch, Arc<Vec<CatchUpJob>>);
 
@@ -63,6 +124,9 @@ type JobsSeen = (LeaseEpoch, Arc<Vec<CatchUpJob>>);
 pub struct CatchUpStation {
     /// Per shard: the running jobs read under a lease epoch.
     jobs: Mutex<HashMap<ShardIndex, JobsSeen>>,
+    /// Per job: whether replayed rows of it may be in the Inbox (a page that could not be
+    /// applied directly wrote them). Unknown jobs are looked up.
+    spilled: Mutex<HashMap<i64, bool>>,
     last_purge: Mutex<Option<DateTime<Utc>>>,
 }
 
@@ -99,6 +163,43 @@ impl CatchUpStation {
             .insert(lease.shard, (lease.epoch, jobs.clone()));
         self.purge_completed(env).await;
         Ok(jobs)
+    }
+
+    /// Whether this page of job `job` may be applied straight to the projections' states: only
+    /// when none of its replayed rows (written by an earlier page that could not be applied
+    /// directly) is left, so that each target still sees its events in order.
+    async fn may_apply_directly(
+        &self,
+        conveyor: &Conveyor,
+        env: &DeliveryEnv,
+        job: &CatchUpJob,
+    ) -> Result<bool, DeliveryError> {
+        let kind = &job.spec.projection_kind;
+        if conveyor
+            .open_with_status(MessageStatus::ToCatchUp)
+            .any(|(_, m)| &m.message.target_kind == kind)
+        {
+            return Ok(false);
+        }
+        let known = self
+            .spilled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&job.id)
+            .copied();
+        if known == Some(false) {
+            return Ok(true);
+        }
+        // Cursor 0: replayed rows only (no live row carries an event seq <= 0).
+        let pending = env
+            .storage
+            .has_pending_replay(kind, &job.spec.tenant, &job.spec.affected_shards, 0)
+            .await?;
+        self.spilled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(job.id, pending);
+        Ok(!pending)
     }
 
     /// Purges completed jobs past their retention, at most once per tenth of the retention.
@@ -204,7 +305,16 @@ impl CatchUpStation {
                 }
                 .instrument(span)
                 .await;
-                conveyor.emit_messages(rows);
+                let direct = !rows.is_empty()
+                    && self.may_apply_directly(conveyor, &env, &job).await?
+                    && apply_directly(conveyor, &env, handler.as_ref(), &rows, now).await?;
+                if !direct && !rows.is_empty() {
+                    self.spilled
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(job.id, true);
+                    conveyor.emit_messages(rows);
+                }
                 (decide_step(&job, &seqs, page_size, 0), events.len())
             }
         };

@@ -129,8 +129,11 @@ macro_rules! catch_up_units {
 
         /// Settles the parked rows of completed `job`: per affected shard, removes those the
         /// replay covered (event `seq <= cursor`, found through the unique index on
-        /// `events.id`), clears `deliver_after` of the others (a range of `inbox_delayed`);
-        /// then re-fences the affected shards but `own`.
+        /// `events.id`), clears `deliver_after` of the others (a range of `inbox_delayed`).
+        /// The affected shards but `own` are re-fenced first: on PostgreSQL that waits for a
+        /// commit in flight on one of them (it holds the shard's session row) to finish, so
+        /// that the rows it parked are seen here (READ COMMITTED: each statement sees what
+        /// committed before it started) and none is parked after.
         fn settle_parked(
             conn: &mut Conn,
             job: &CatchUpJob,
@@ -145,6 +148,16 @@ macro_rules! catch_up_units {
                 .iter()
                 .map(|s| s.as_i32())
                 .collect();
+            let others: Vec<i32> = shards
+                .iter()
+                .copied()
+                .filter(|s| Some(*s) != own.map(|o| o.as_i32()))
+                .collect();
+            for chunk in others.chunks(IN_CHUNK) {
+                diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
+                    .set((ss::epoch.eq(ss::epoch + 1), ss::lease_until.eq(None::<i64>)))
+                    .execute(conn)?;
+            }
             let (mut removed, mut released) = (0usize, 0usize);
             for shard in &shards {
                 // (seq, target id, whether the replay applied its event)
@@ -190,15 +203,6 @@ macro_rules! catch_up_units {
                     .set(im::deliver_after.eq(None::<i64>))
                     .execute(conn)?;
                 }
-            }
-            let others: Vec<i32> = shards
-                .into_iter()
-                .filter(|s| Some(*s) != own.map(|o| o.as_i32()))
-                .collect();
-            for chunk in others.chunks(IN_CHUNK) {
-                diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
-                    .set((ss::epoch.eq(ss::epoch + 1), ss::lease_until.eq(None::<i64>)))
-                    .execute(conn)?;
             }
             tracing::debug!(job = job.id, removed, released, "parked rows settled");
             Ok(())
