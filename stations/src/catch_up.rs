@@ -3,18 +3,22 @@
 //!
 //! ```text
 //!  tick row of job J (in J's home shard) ─► one replay step:
-//!      Started/InProgress: read catch_up_page_size events after the cursor, write one
-//!                          `to_catch_up` row per routed target, advance the cursor, tick again
+//!      Started/InProgress: read catch_up_page_size events after the cursor, route them to
+//!                          J's targets, apply them straight to the targets' states (or, if
+//!                          one is not handled, write them as `to_catch_up` rows for live
+//!                          delivery and its failure policy), advance the cursor, tick again
 //!      Finalizing:         replayed rows left? tick again after a poll interval : complete
 //!  live event row of a target J rebuilds ─► its event seq <= J's cursor ? drop (covered by the
 //!                                           replay) : park it until J completes
 //!  J completes (committed with the stage)  ─► parked rows the replay covered are removed, the
 //!                                           others are due at once (see `parked_until`)
-//!  replayed rows ─► left for live delivery (handled like live events, in seq order)
+//!  replayed rows ─► left for live delivery (handled like live events, in seq order); while
+//!                    any is left, later pages are written as rows too (per-target order)
 //! ```
 //!
 //! Every step commits with the stage, under the home shard's lease: the tick row is consumed,
-//! the next tick, the replayed rows and the job's new cursor are written in one transaction, so
+//! the next tick, the targets' new states (or the replayed rows) and the job's new cursor are
+//! written in one transaction, so
 //! a crash mid-catch-up resumes from the last committed step on whichever node next serves
 //! the home shard. The job list is read at each pick-up of a shard (starting a job re-fences
 //! its shards, forcing a new pick-up) and at every stage while jobs run.
