@@ -254,38 +254,56 @@ macro_rules! commit_units {
             use diesel::upsert::excluded;
             use $crate::schema::entity_states::dsl as es;
             let now = micros(now);
-            for w in states {
-                let key = &w.key;
+            // Per key: whether the commit deletes it, how many writes follow the last delete
+            // (each write is a version, as if applied one by one), and the last state. Sorted
+            // by key, so that concurrent commits lock state rows in one order and one
+            // statement never touches a key twice.
+            let mut per_key: BTreeMap<&EntityKey, (bool, i64, Option<&Vec<u8>>)> = BTreeMap::new();
+            for w in &states {
+                let entry = per_key.entry(&w.key).or_insert((false, 0, None));
                 match &w.state {
                     Some(state) => {
-                        diesel::insert_into(es::entity_states)
-                            .values(NewEntityStateRow {
-                                kind: &key.kind,
-                                tenant: &key.tenant,
-                                id: &key.id,
-                                version: 1,
-                                state,
-                                updated_at: now,
-                            })
-                            .on_conflict((es::kind, es::tenant, es::id))
-                            .do_update()
-                            .set((
-                                es::version.eq(es::version + 1),
-                                es::state.eq(excluded(es::state)),
-                                es::updated_at.eq(excluded(es::updated_at)),
-                            ))
-                            .execute(conn)?;
+                        entry.1 += 1;
+                        entry.2 = Some(state);
                     }
-                    None => {
-                        diesel::delete(
-                            es::entity_states
-                                .filter(es::kind.eq(&key.kind))
-                                .filter(es::tenant.eq(&key.tenant))
-                                .filter(es::id.eq(&key.id)),
-                        )
-                        .execute(conn)?;
-                    }
+                    None => *entry = (true, 0, None),
                 }
+            }
+            let mut upserts = Vec::with_capacity(per_key.len());
+            for (key, (deleted, writes, state)) in per_key {
+                if deleted {
+                    diesel::delete(
+                        es::entity_states
+                            .filter(es::kind.eq(&key.kind))
+                            .filter(es::tenant.eq(&key.tenant))
+                            .filter(es::id.eq(&key.id)),
+                    )
+                    .execute(conn)?;
+                }
+                if let Some(state) = state {
+                    upserts.push(NewEntityStateRow {
+                        kind: &key.kind,
+                        tenant: &key.tenant,
+                        id: &key.id,
+                        version: writes,
+                        state,
+                        updated_at: now,
+                    });
+                }
+            }
+            // One multi-row upsert per chunk: a page's states in one round trip. A new row
+            // starts at its number of writes; an existing one moves up by it.
+            for chunk in upserts.chunks(INSERT_CHUNK) {
+                diesel::insert_into(es::entity_states)
+                    .values(chunk)
+                    .on_conflict((es::kind, es::tenant, es::id))
+                    .do_update()
+                    .set((
+                        es::version.eq(es::version + excluded(es::version)),
+                        es::state.eq(excluded(es::state)),
+                        es::updated_at.eq(excluded(es::updated_at)),
+                    ))
+                    .execute(conn)?;
             }
             Ok(())
         }
