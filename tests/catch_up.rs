@@ -185,26 +185,29 @@ async fn ledger(sb: &Shardbox, id: &str) -> Ledger {
         .unwrap_or_default()
 }
 
-/// Posts `n` bookings of `amount` in one write, to accounts chosen by `id_of(k)`, k = 0..n.
-async fn post_many(
+/// Imports `n` bookings in writes of 500 (in order): booking `i` goes to account
+/// `i % accounts` with amount `amount(i)`.
+async fn import(
     sb: &Shardbox,
     history: &mut History,
     n: usize,
-    id_of: impl Fn(usize) -> String,
+    accounts: usize,
     amount: impl Fn(usize) -> i64,
 ) {
-    let mut batch = Vec::with_capacity(n);
-    for k in 0..n {
-        let id = id_of(k);
-        let list = history.0.entry(id.clone()).or_default();
-        let b = Booked {
-            n: list.len() as u64,
-            amount: amount(k),
-        };
-        list.push(b.clone());
-        batch.push((EventSource::external(&id), b));
+    for start in (0..n).step_by(500) {
+        let mut batch = Vec::with_capacity(500);
+        for i in start..(start + 500).min(n) {
+            let id = account(i % accounts);
+            let list = history.0.entry(id.clone()).or_default();
+            let b = Booked {
+                n: list.len() as u64,
+                amount: amount(i),
+            };
+            list.push(b.clone());
+            batch.push((EventSource::external(&id), b));
+        }
+        sb.post_many(&batch).await.expect("post many");
     }
-    sb.post_many(&batch).await.expect("post many");
 }
 
 /// 20,000 historical events over 500 accounts; the ledgers are corrupted; a catch-up of all
@@ -219,17 +222,7 @@ async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool, backlog: bo
     let sb = build(storage.clone(), 1_000).await;
     let mut log = History::default();
     let node = (!backlog).then(|| sb.start());
-    // Imported in writes of 500 events, in order.
-    for start in (0..history).step_by(500) {
-        post_many(
-            &sb,
-            &mut log,
-            500,
-            |k| account((start + k) % accounts),
-            |k| ((start + k) % 97) as i64 - 40,
-        )
-        .await;
-    }
+    import(&sb, &mut log, history, accounts, |i| (i % 97) as i64 - 40).await;
     if let Some(node) = node {
         assert!(
             node.drain(Duration::from_secs(300)).await.unwrap(),
@@ -331,16 +324,7 @@ async fn two_kinds_at_once_with_new_targets(storage: Arc<dyn Storage>) {
         .await
         .expect("build");
     let mut log = History::default();
-    for start in (0..history).step_by(500) {
-        post_many(
-            &sb,
-            &mut log,
-            500,
-            |k| account((start + k) % accounts),
-            |k| ((start + k) % 13) as i64 - 6,
-        )
-        .await;
-    }
+    import(&sb, &mut log, history, accounts, |i| (i % 13) as i64 - 6).await;
     let ledgers = sb.catch_up::<Ledger>(CatchUp::all()).await.expect("ledger");
     let tallies = sb.catch_up::<Tally>(CatchUp::all()).await.expect("tally");
     let node = sb.start();
@@ -397,19 +381,13 @@ async fn poison_event_in_replay_follows_the_failure_policy(storage: Arc<dyn Stor
         .await
         .expect("build");
     let mut log = History::default();
-    post_many(
-        &sb,
-        &mut log,
-        400,
-        |k| account(k % 20),
-        |k| {
-            if k == 123 {
-                POISON
-            } else {
-                k as i64
-            }
-        },
-    )
+    import(&sb, &mut log, 400, 20, |i| {
+        if i == 123 {
+            POISON
+        } else {
+            i as i64
+        }
+    })
     .await;
     // Every live row is still pending: the catch-up covers them all.
     let job = sb.catch_up::<Strict>(CatchUp::all()).await.unwrap();
