@@ -39,11 +39,18 @@ async fn send_all(sb: &Shardbox, n: usize, targets: usize, batch: usize) -> Resu
     for t in 0..4 {
         let sb = sb.clone();
         tasks.push(tokio::spawn(async move {
-            // Each task sends its share in batches of `batch` commands, one write each.
-            let mine: Vec<String> = (t..n).step_by(4).map(|i| target(i, targets)).collect();
-            for chunk in mine.chunks(batch) {
+            // Each task sends its share in batches of `batch` commands, one write each; the
+            // ids are made per batch, so the sender's memory does not grow with `n`.
+            let mut next = t;
+            while next < n {
+                let ids: Vec<String> = (next..n)
+                    .step_by(4)
+                    .take(batch)
+                    .map(|i| target(i, targets))
+                    .collect();
+                next += 4 * ids.len();
                 let commands: Vec<(&str, Bump)> =
-                    chunk.iter().map(|id| (id.as_str(), Bump)).collect();
+                    ids.iter().map(|id| (id.as_str(), Bump)).collect();
                 sb.send_many::<Counter>(&commands)
                     .await
                     .map_err(|e| e.to_string())?;
