@@ -5,15 +5,25 @@
 //! if its key is cached under a *different* `seq`: the same row seen again (after a lost lease,
 //! its first delivery never committed) is redelivered, never dropped. The cache is bounded by
 //! `cache_capacity` entries and forgets entries after the window.
+//!
+//! Keys are not stored as such (four strings, a few hundred bytes with their allocations) but
+//! as a 128-bit digest: two SipHash values of the key under independent random keys chosen
+//! when the cache is made. A row would be taken for a duplicate of another key only if both
+//! 64-bit halves collided, which neither chance (about 2^-128 per pair) nor a client that
+//! chooses its signal ids (the hash keys are secret) can bring about.
 
 use moka::sync::Cache;
 use shardbox_core::DedupKey;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A bounded, expiring map of recently delivered keys to the row that carried them.
 #[derive(Clone)]
 pub struct RecentDeliveries {
-    cache: Option<Cache<DedupKey, i64>>,
+    cache: Option<Cache<u128, i64>>,
+    hashers: Arc<(RandomState, RandomState)>,
 }
 
 impl std::fmt::Debug for RecentDeliveries {
@@ -34,21 +44,30 @@ impl RecentDeliveries {
                 .time_to_live(window)
                 .build()
         });
-        RecentDeliveries { cache }
+        RecentDeliveries {
+            cache,
+            hashers: Arc::new((RandomState::new(), RandomState::new())),
+        }
+    }
+
+    /// The key's 128-bit digest.
+    fn digest(&self, key: &DedupKey) -> u128 {
+        let (a, b) = &*self.hashers;
+        (u128::from(a.hash_one(key)) << 64) | u128::from(b.hash_one(key))
     }
 
     /// Whether a row `seq` with `key` duplicates a delivery remembered from another row.
     pub fn is_duplicate(&self, key: &DedupKey, seq: i64) -> bool {
         self.cache
             .as_ref()
-            .and_then(|c| c.get(key))
+            .and_then(|c| c.get(&self.digest(key)))
             .is_some_and(|delivered| delivered != seq)
     }
 
     /// Remembers that row `seq` delivered `key`.
     pub fn remember(&self, key: DedupKey, seq: i64) {
         if let Some(c) = &self.cache {
-            c.insert(key, seq);
+            c.insert(self.digest(&key), seq);
         }
     }
 }
@@ -77,6 +96,35 @@ mod tests {
             "the same row is a redelivery"
         );
         assert!(!c.is_duplicate(&key("b"), 2));
+    }
+
+    #[test]
+    fn keys_differing_in_any_field_are_told_apart() {
+        let c = RecentDeliveries::new(100, Duration::from_secs(60));
+        let base = key("a");
+        c.remember(base.clone(), 1);
+        let mut others = Vec::new();
+        for f in 0..4 {
+            let mut k = base.clone();
+            match f {
+                0 => k.tenant = "x".into(),
+                1 => k.target_kind = "x".into(),
+                2 => k.target_id = "x".into(),
+                _ => k.signal_id = "x".into(),
+            }
+            others.push(k);
+        }
+        // The same characters split differently between fields.
+        others.push(DedupKey {
+            tenant: String::new(),
+            target_kind: "kt".into(),
+            target_id: String::new(),
+            signal_id: "a".into(),
+        });
+        for k in others {
+            assert!(!c.is_duplicate(&k, 2), "{k:?}");
+        }
+        assert!(c.is_duplicate(&base, 2));
     }
 
     #[test]
