@@ -593,7 +593,7 @@ macro_rules! on_every_backend {
                         return;
                     };
                     let schema = common::PgSchema::new(&url, stringify!($case));
-                    super::$case(schema.connect(8).await $(, $arg)?).await;
+                    super::$case(std::sync::Arc::new(schema.connect(8).await) $(, $arg)?).await;
                 }
             )*
         }

@@ -147,7 +147,8 @@ async fn failover(url: String) {
     let started = Instant::now();
     let schema = common::PgSchema::new(&url, "failover");
     // Connecting migrates the schema before the nodes start.
-    let storage = schema.connect(4).await;
+    let storage: std::sync::Arc<dyn shardbox::core::Storage> =
+        std::sync::Arc::new(schema.connect(4).await);
     let sender = builder(storage.clone())
         .node_id(NodeId("sender".into()))
         .build()

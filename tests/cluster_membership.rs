@@ -165,5 +165,9 @@ async fn postgres_nodes_join_and_leave() {
         return;
     };
     let schema = common::PgSchema::new(&url, "membership");
-    join_and_leave(schema.connect(4).await, schema.connect(4).await).await;
+    join_and_leave(
+        std::sync::Arc::new(schema.connect(4).await),
+        std::sync::Arc::new(schema.connect(4).await),
+    )
+    .await;
 }

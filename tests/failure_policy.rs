@@ -852,7 +852,7 @@ macro_rules! on_every_backend {
                         return;
                     };
                     let schema = super::common::PgSchema::new(&url, stringify!($case));
-                    super::$case(schema.connect(4).await).await;
+                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
                 }
             )*
         }

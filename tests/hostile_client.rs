@@ -155,5 +155,5 @@ async fn postgres_hostile_client() {
         return;
     };
     let schema = common::PgSchema::new(&url, "hostile");
-    hostile_client(schema.connect(8).await).await;
+    hostile_client(std::sync::Arc::new(schema.connect(8).await)).await;
 }

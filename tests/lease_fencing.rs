@@ -172,8 +172,10 @@ async fn postgres_a_worker_stalled_past_its_lease_cannot_commit() {
         return;
     };
     let schema = common::PgSchema::new(&url, "stall");
-    let a = schema.connect(2).await;
-    let b = schema.connect(2).await;
+    let a: std::sync::Arc<dyn shardbox::core::Storage> =
+        std::sync::Arc::new(schema.connect(2).await);
+    let b: std::sync::Arc<dyn shardbox::core::Storage> =
+        std::sync::Arc::new(schema.connect(2).await);
     let name = schema.name.clone();
     stalled_worker_is_fenced(a, b, || common::cluster::pg_commit_log(&url, &name)).await;
 }

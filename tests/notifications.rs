@@ -150,9 +150,14 @@ async fn a_write_wakes_another_node_at_once_and_the_listener_survives_a_dropped_
     };
     const POLL: Duration = Duration::from_secs(2);
     let schema = common::PgSchema::new(&url, "notify");
-    let sender = node(schema.connect(2).await, "sender", POLL).await;
+    let sender = node(std::sync::Arc::new(schema.connect(2).await), "sender", POLL).await;
     let receiver_id = format!("r-{}", schema.name);
-    let receiver = node(schema.connect(4).await, &receiver_id, POLL).await;
+    let receiver = node(
+        std::sync::Arc::new(schema.connect(4).await),
+        &receiver_id,
+        POLL,
+    )
+    .await;
     let running = receiver.start();
     wait_until("the receiver listens", Duration::from_secs(10), || {
         listening(&running, 1)
@@ -197,7 +202,7 @@ async fn without_a_listener_other_nodes_writes_are_found_by_polling() {
     };
     const POLL: Duration = Duration::from_millis(400);
     let schema = common::PgSchema::new(&url, "polling");
-    let sender = node(schema.connect(2).await, "sender", POLL).await;
+    let sender = node(std::sync::Arc::new(schema.connect(2).await), "sender", POLL).await;
     let options = shardbox::storage::PostgresOptions::default()
         .schema(schema.name.clone())
         .pool_size(4)

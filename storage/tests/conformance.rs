@@ -39,7 +39,7 @@ mod postgres {
     async fn fresh(case: &str) -> Option<(PostgresStorage, Schema)> {
         let url = pg_url(case)?;
         let schema = Schema::new(&url, case);
-        let storage = schema.connect().await;
+        let storage = schema.connect(4).await;
         Some((storage, schema))
     }
 

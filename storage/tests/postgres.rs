@@ -39,8 +39,7 @@ async fn concurrent_connects_migrate_once() {
         return;
     };
     let schema = Schema::new(&url, "concurrent_connects");
-    let connects =
-        (0..4).map(|_| PostgresStorage::connect_with(url.clone(), schema.options().pool_size(1)));
+    let connects = (0..4).map(|_| PostgresStorage::connect_with(url.clone(), schema.options(1)));
     let handles: Vec<_> = futures_join_all(connects).await;
     for h in &handles {
         assert!(h.is_ok(), "{h:?}");
@@ -84,7 +83,7 @@ async fn a_newer_schema_is_refused_and_verify_mode_refuses_pending() {
         return;
     };
     let schema = Schema::new(&url, "schema_versions");
-    let verify = schema.options().migrations(MigrationMode::Verify);
+    let verify = schema.options(4).migrations(MigrationMode::Verify);
     let err = PostgresStorage::connect_with(url.clone(), verify.clone())
         .await
         .expect_err("an empty schema has pending migrations");
@@ -93,7 +92,7 @@ async fn a_newer_schema_is_refused_and_verify_mode_refuses_pending() {
         "{err:?}"
     );
 
-    drop(schema.connect().await);
+    drop(schema.connect(4).await);
     PostgresStorage::connect_with(url.clone(), verify)
         .await
         .expect("a migrated schema passes verification");
@@ -102,7 +101,7 @@ async fn a_newer_schema_is_refused_and_verify_mode_refuses_pending() {
         .raw()
         .batch_execute("INSERT INTO __diesel_schema_migrations (version) VALUES ('20990101000000')")
         .expect("fake a newer migration");
-    let err = PostgresStorage::connect_with(url, schema.options())
+    let err = PostgresStorage::connect_with(url, schema.options(4))
         .await
         .expect_err("newer schema");
     match err {
@@ -120,7 +119,7 @@ async fn schemas_isolate_their_data() {
         return;
     };
     let (one, two) = (Schema::new(&url, "iso_one"), Schema::new(&url, "iso_two"));
-    let (a, b) = (one.connect().await, two.connect().await);
+    let (a, b) = (one.connect(4).await, two.connect(4).await);
     a.write(messages(vec![command(0, "a", "s1")]))
         .await
         .expect("write");
@@ -146,7 +145,7 @@ async fn page_queries_use_indexes_whatever_the_inbox_holds() {
         return;
     };
     let schema = Schema::new(&url, "page_plan");
-    let storage = schema.connect().await;
+    let storage = schema.connect(4).await;
     let rows: Vec<_> = (0..20_000)
         .map(|i| command(i % 8, &format!("t{i}"), &format!("s{i}")))
         .collect();

@@ -28,6 +28,9 @@
 //! ```
 
 pub mod fixtures;
+mod pg_schema;
+
+pub use pg_schema::{pg_url, TestSchema};
 
 mod catch_up;
 mod commit;

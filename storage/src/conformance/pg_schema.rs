@@ -1,0 +1,99 @@
+//! A PostgreSQL schema of its own for one test: what lets test cases (this crate's and the
+//! integration tests') share one database and run at the same time.
+//!
+//! ```text
+//!  pg_url(test)            SHARDBOX_PG_URL, or None after a loud SKIPPED notice
+//!  TestSchema::new(url, t) a unique name; nothing is created until a storage connects
+//!  drop                    DROP SCHEMA … CASCADE (also when the test panics)
+//! ```
+
+use crate::{PostgresOptions, PostgresStorage};
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The PostgreSQL URL for tests (`SHARDBOX_PG_URL`), or `None` after a loud notice on stderr
+/// that `test` is skipped.
+pub fn pg_url(test: &str) -> Option<String> {
+    match std::env::var("SHARDBOX_PG_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            eprintln!(
+                "SKIPPED: PostgreSQL test `{test}` did not run; \
+                 set SHARDBOX_PG_URL=postgres://postgres@127.0.0.1:5432/test to run it"
+            );
+            None
+        }
+    }
+}
+
+/// A test schema with a unique name, dropped with everything in it when the guard drops.
+#[derive(Debug)]
+pub struct TestSchema {
+    /// The database URL.
+    pub url: String,
+    /// The schema's name.
+    pub name: String,
+}
+
+impl TestSchema {
+    /// A unique schema name for `test` (lower case, at most 63 bytes); nothing is created
+    /// until a storage connects with it.
+    pub fn new(url: &str, test: &str) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let suffix = format!(
+            "_{}_{}_{nanos:x}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let test: String = test
+            .to_lowercase()
+            .chars()
+            .take(63 - 4 - suffix.len())
+            .collect();
+        TestSchema {
+            url: url.to_owned(),
+            name: format!("sbx_{test}{suffix}"),
+        }
+    }
+
+    /// Options for a pool of `pool_size` in this schema, every connection opened up front (so
+    /// that concurrent cases really run concurrently).
+    pub fn options(&self, pool_size: u32) -> PostgresOptions {
+        PostgresOptions::default()
+            .schema(self.name.clone())
+            .pool_size(pool_size)
+            .min_idle(None)
+    }
+
+    /// A storage in this schema with a pool of `pool_size`; panics if it cannot connect.
+    pub async fn connect(&self, pool_size: u32) -> PostgresStorage {
+        PostgresStorage::connect_with(self.url.clone(), self.options(pool_size))
+            .await
+            .expect("connect to SHARDBOX_PG_URL")
+    }
+
+    /// A plain connection with `search_path` set to this schema; panics if it cannot connect.
+    pub fn raw(&self) -> PgConnection {
+        let mut conn = PgConnection::establish(&self.url).expect("connect");
+        conn.batch_execute(&format!("SET search_path TO \"{}\"", self.name))
+            .expect("search_path");
+        conn
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name);
+        let dropped = PgConnection::establish(&self.url)
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| c.batch_execute(&sql).map_err(|e| e.to_string()));
+        if let Err(e) = dropped {
+            eprintln!("could not drop test schema {}: {e}", self.name);
+        }
+    }
+}
