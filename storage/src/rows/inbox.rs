@@ -172,29 +172,30 @@ impl DeadLetterRow {
     /// The dead letter as core sees it.
     pub(crate) fn into_dead_letter(self) -> Result<DeadLetter, Failure> {
         let r = self;
+        // The original row, parsed as an inbox row is.
+        let original = InboxRow {
+            seq: r.original_seq,
+            shard: r.shard,
+            signal_id: r.signal_id,
+            target_kind: r.target_kind,
+            target_id: r.target_id,
+            tenant: r.tenant,
+            kind: r.kind,
+            status: r.status,
+            received_at: r.received_at,
+            deliver_after: r.deliver_after,
+            expires_at: r.expires_at,
+            keep_until: r.keep_until,
+            attempts: r.row_attempts,
+            last_error: r.row_last_error,
+            payload: r.payload,
+            payload_type: r.payload_type,
+            metadata: r.metadata,
+            first_failed_at: r.row_first_failed_at,
+        }
+        .into_message()?;
         Ok(DeadLetter {
-            original: InboxMessage {
-                seq: r.original_seq,
-                shard: shard(r.shard)?,
-                status: parsed("message status", &r.status, MessageStatus::parse)?,
-                attempts: attempts(r.row_attempts)?,
-                last_error: r.row_last_error,
-                first_failed_at: opt_time(r.row_first_failed_at)?,
-                keep_until: opt_time(r.keep_until)?,
-                message: NewMessage {
-                    signal_id: SignalId(r.signal_id),
-                    kind: parsed("message kind", &r.kind, MessageKind::parse)?,
-                    target_kind: r.target_kind,
-                    target_id: r.target_id,
-                    tenant: r.tenant,
-                    payload: r.payload,
-                    payload_type: r.payload_type,
-                    metadata: metadata(&r.metadata)?,
-                    received_at: time(r.received_at)?,
-                    deliver_after: opt_time(r.deliver_after)?,
-                    expires_at: opt_time(r.expires_at)?,
-                },
-            },
+            original,
             reason: r.reason,
             attempts: attempts(r.attempts)?,
             first_attempt_at: opt_time(r.first_attempt_at)?,
