@@ -99,7 +99,7 @@ impl ShardboxBuilder {
         /// (default 30 s).
         ttl_sweep_interval => ttl_sweep_interval: Duration);
     config_setter!(/// How long a worker keeps a drained shard's lease for the next write (default
-        /// 50 ms; 0 releases at once).
+        /// 0: released at once).
         lease_linger => lease_linger: Duration);
 
     /// Gives entity kind `kind` its own failure policy.

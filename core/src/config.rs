@@ -45,9 +45,11 @@ pub struct DeliveryConfig {
     pub ttl_sweep_interval: Duration,
     /// How long a node runner's worker keeps a shard's lease after draining it, so that the
     /// next write to the shard is served without a new pick-up and release (0..=half of
-    /// `lease_duration`; 0 releases at once). Default 50 ms. Other nodes leave a leased
+    /// `lease_duration`; 0 releases at once). Default 0 (off). Other nodes leave a leased
     /// shard to its holder, which hears their writes too; a lease is kept only within a poll
-    /// interval of its pick-up, so under steady traffic shards still change hands.
+    /// interval of its pick-up, but under steady traffic a node still holds its shards most
+    /// of the time, so a joining node takes shards over more slowly. 50 ms suits a single
+    /// node serving a trickle of writes (see docs/performance.md).
     pub lease_linger: Duration,
 }
 
@@ -68,7 +70,7 @@ impl Default for DeliveryConfig {
             kind_policies: HashMap::new(),
             dead_letter_expired: false,
             ttl_sweep_interval: Duration::from_secs(30),
-            lease_linger: Duration::from_millis(50),
+            lease_linger: Duration::ZERO,
         }
     }
 }
@@ -248,7 +250,7 @@ mod tests {
         assert_eq!(c.dedup_window, Duration::from_secs(60));
         assert_eq!(c.ttl_sweep_interval, Duration::from_secs(30));
         assert!(!c.dead_letter_expired);
-        assert_eq!(c.lease_linger, Duration::from_millis(50));
+        assert_eq!(c.lease_linger, Duration::ZERO);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! a lease that ends before the next look gets a timer for the moment it ends. Workers serve a
 //! shard for a turn ([`should_yield`]), so that one busy shard does not keep a worker from the
 //! others. Idle workers wait on the queue; the poller and the lease watch sleep between rounds.
-//! A worker that drained its shard keeps the lease for `lease_linger` (`Parked`): the next
+//! With `lease_linger` set, a worker that drained its shard keeps the lease (`Parked`): the next
 //! turn on the shard starts without a pick-up, and a timer releases the lease if none comes,
 //! so a trickle of writes does not pay a pick-up and a release (two write transactions) for
 //! every message.
