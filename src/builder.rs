@@ -98,6 +98,9 @@ impl ShardboxBuilder {
     config_setter!(/// How often a running node expires messages whose TTL passed before they were due
         /// (default 30 s).
         ttl_sweep_interval => ttl_sweep_interval: Duration);
+    config_setter!(/// How long a worker keeps a drained shard's lease for the next write (default
+        /// 0: released at once).
+        lease_linger => lease_linger: Duration);
 
     /// Gives entity kind `kind` its own failure policy.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {

@@ -22,6 +22,7 @@ async fn shardbox(storage: Arc<dyn Storage>, a: &Args, node: &str) -> Result<Sha
         .page_size(a.page_size)
         .workers(4)
         .poll_interval(Duration::from_millis(200))
+        .lease_linger(Duration::from_millis(50))
         .aggregate::<Counter>()
         .projection::<Ledger>()
         .build()

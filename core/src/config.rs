@@ -43,6 +43,14 @@ pub struct DeliveryConfig {
     /// no other node holds (10 ms..=24 h). Default 30 s. Due messages are expired as soon as a
     /// stage reads them, whatever this says.
     pub ttl_sweep_interval: Duration,
+    /// How long a node runner's worker keeps a shard's lease after draining it, so that the
+    /// next write to the shard is served without a new pick-up and release (0..=half of
+    /// `lease_duration`; 0 releases at once). Default 0 (off). Other nodes leave a leased
+    /// shard to its holder, which hears their writes too; a lease is kept only within a poll
+    /// interval of its pick-up, but under steady traffic a node still holds its shards most
+    /// of the time, so a joining node takes shards over more slowly. 50 ms suits a single
+    /// node serving a trickle of writes (see docs/performance.md).
+    pub lease_linger: Duration,
 }
 
 impl Default for DeliveryConfig {
@@ -62,6 +70,7 @@ impl Default for DeliveryConfig {
             kind_policies: HashMap::new(),
             dead_letter_expired: false,
             ttl_sweep_interval: Duration::from_secs(30),
+            lease_linger: Duration::ZERO,
         }
     }
 }
@@ -148,6 +157,13 @@ impl DeliveryConfig {
                 "must be 10ms..=24h (each sweep costs one query per node)",
             ));
         }
+        if self.lease_linger > self.lease_duration / 2 {
+            return Err(invalid(
+                "lease_linger",
+                self.lease_linger,
+                "must be at most half of lease_duration",
+            ));
+        }
         self.failure_policy.validate("failure_policy")?;
         for policy in self.kind_policies.values() {
             policy.validate("kind_policies")?;
@@ -199,6 +215,8 @@ impl DeliveryConfigBuilder {
         dead_letter_expired: bool);
     setter!(/// Sets [`DeliveryConfig::ttl_sweep_interval`].
         ttl_sweep_interval: Duration);
+    setter!(/// Sets [`DeliveryConfig::lease_linger`].
+        lease_linger: Duration);
 
     /// Gives `kind` its own failure policy.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
@@ -232,6 +250,7 @@ mod tests {
         assert_eq!(c.dedup_window, Duration::from_secs(60));
         assert_eq!(c.ttl_sweep_interval, Duration::from_secs(30));
         assert!(!c.dead_letter_expired);
+        assert_eq!(c.lease_linger, Duration::ZERO);
     }
 
     #[test]
@@ -252,6 +271,12 @@ mod tests {
                 "lease_duration",
             ),
             (b().poll_interval(Duration::from_millis(1)), "poll_interval"),
+            (
+                b().lease_duration(Duration::from_secs(1))
+                    .poll_interval(Duration::from_millis(100))
+                    .lease_linger(Duration::from_millis(600)),
+                "lease_linger",
+            ),
             (
                 b().lease_duration(Duration::from_secs(1))
                     .poll_interval(Duration::from_secs(2)),

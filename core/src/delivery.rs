@@ -190,6 +190,26 @@ impl Delivery {
         worker: WorkerId,
         keep_on: &(dyn Fn() -> bool + Sync),
     ) -> Result<DeliveryReport, DeliveryError> {
+        let (report, kept) = self.serve_turn(shard, worker, keep_on, None, false).await?;
+        debug_assert!(kept.is_none(), "nothing kept without a linger");
+        Ok(report)
+    }
+
+    /// The node runner's turn on `shard`: as [`Delivery::deliver_while`], but it may start
+    /// with a lease `held` from an earlier turn (no pick-up), and with `linger` it keeps the
+    /// lease of a drained shard instead of releasing it, returning it for the runner to hand
+    /// to the next turn or release (a trickle of writes then costs no pick-up and release
+    /// per message). Only a lease picked up less than a poll interval ago is kept, so that
+    /// under steady traffic a shard is still released once a poll interval. A held lease with
+    /// less than half a lease duration left is released and the shard picked up anew.
+    pub(crate) async fn serve_turn(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+        keep_on: &(dyn Fn() -> bool + Sync),
+        mut held: Option<Lease>,
+        linger: bool,
+    ) -> Result<(DeliveryReport, Option<Lease>), DeliveryError> {
         let env = &self.env;
         let mut report = DeliveryReport {
             shard: Some(shard),
@@ -197,26 +217,20 @@ impl Delivery {
         };
         loop {
             let now = env.clock.now();
-            let picked = env
-                .storage
-                .pick_up(
-                    shard,
-                    &env.config.node_id,
-                    worker,
-                    now,
-                    env.lease_until(now),
-                )
-                .await?;
-            let Some(mut lease) = picked else {
-                env.metrics.record_refusal();
-                env.monitor.on_pick_up_refused(shard);
-                tracing::trace!(%shard, node = %env.config.node_id, "shard held by another worker");
-                return Ok(report);
+            let half = chrono::Duration::from_std(env.config.lease_duration / 2)
+                .unwrap_or(chrono::Duration::seconds(15));
+            let mut lease = match held.take() {
+                Some(lease) if lease.lease_until - now >= half => lease,
+                stale => {
+                    if let Some(stale) = stale {
+                        self.release(&stale).await?;
+                    }
+                    let Some(lease) = self.pick_up(shard, worker, now).await? else {
+                        return Ok((report, None));
+                    };
+                    lease
+                }
             };
-            env.metrics.record_pick_up(lease.taken_over);
-            if lease.taken_over {
-                tracing::info!(%shard, epoch = %lease.epoch, "took over a lease that expired without a release");
-            }
             report.picked_up = true;
             let epoch = lease.epoch;
             let end = match self.drain(&mut lease, &mut report, keep_on).await {
@@ -226,7 +240,7 @@ impl Delivery {
                     env.monitor.on_lease_lost(shard, epoch);
                     tracing::warn!(%shard, %epoch, node = %env.config.node_id, "lease lost (taken over, or re-fenced by a catch-up starting or completing); stage not committed, the next owner redelivers");
                     report.lease_lost = true;
-                    return Ok(report);
+                    return Ok((report, None));
                 }
                 Err(e) => {
                     if let Err(release) = env.storage.release(&lease).await {
@@ -235,24 +249,79 @@ impl Delivery {
                     return Err(e);
                 }
             };
-            env.storage.release(&lease).await?;
+            // A lease is kept for at most a poll interval from its pick-up (a turn): under
+            // steady traffic it is still released that often, so that the shard can change
+            // hands (a joining node finds it free at its poll).
+            let young = chrono::Duration::from_std(env.config.poll_interval)
+                .is_ok_and(|turn| env.clock.now() - lease.picked_at < turn);
+            if linger && young && matches!(end, DrainEnd::Drained) && !env.is_stopping() {
+                // Kept: writes to the shard wake this node, which serves them under this
+                // lease; the runner releases it when the linger ends.
+                self.wake_when_due(shard, env.clock.now()).await;
+                return Ok((report, Some(lease)));
+            }
+            self.release(&lease).await?;
             match end {
-                DrainEnd::Stopped => return Ok(report),
+                DrainEnd::Stopped => return Ok((report, None)),
                 DrainEnd::Yielded => {
                     report.yielded = true;
-                    return Ok(report);
+                    return Ok((report, None));
                 }
                 DrainEnd::Drained => {}
             }
-            // Rows written between the last empty read and the release found the shard held;
-            // their notification may have been refused, so look once more.
-            let now = env.clock.now();
-            let late = env.storage.read_page(shard, now, 1).await?;
-            if late.messages.is_empty() {
-                self.wake_when_due(shard, now).await;
-                return Ok(report);
+            if !self.has_due_rows(shard).await? {
+                return Ok((report, None));
             }
         }
+    }
+
+    /// Picks up `shard`'s lease, or `None` (recorded) if another worker holds it.
+    async fn pick_up(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Lease>, DeliveryError> {
+        let env = &self.env;
+        let picked = env
+            .storage
+            .pick_up(
+                shard,
+                &env.config.node_id,
+                worker,
+                now,
+                env.lease_until(now),
+            )
+            .await?;
+        let Some(lease) = picked else {
+            env.metrics.record_refusal();
+            env.monitor.on_pick_up_refused(shard);
+            tracing::trace!(%shard, node = %env.config.node_id, "shard held by another worker");
+            return Ok(None);
+        };
+        env.metrics.record_pick_up(lease.taken_over);
+        if lease.taken_over {
+            tracing::info!(%shard, epoch = %lease.epoch, "took over a lease that expired without a release");
+        }
+        Ok(Some(lease))
+    }
+
+    /// Releases a lease (its shard is free for any worker at once).
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), DeliveryError> {
+        Ok(self.env.storage.release(lease).await?)
+    }
+
+    /// After a release: whether rows written between the last empty read and the release
+    /// are due (their notification may have found the shard held and been refused). If
+    /// none, sets the timer for the shard's next delayed row.
+    pub(crate) async fn has_due_rows(&self, shard: ShardIndex) -> Result<bool, DeliveryError> {
+        let now = self.env.clock.now();
+        let late = self.env.storage.read_page(shard, now, 1).await?;
+        if late.messages.is_empty() {
+            self.wake_when_due(shard, now).await;
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// Sets a timer that wakes `shard` when its next delayed row is due, if it has one.

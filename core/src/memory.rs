@@ -22,6 +22,10 @@ use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
+mod due_index;
+
+use due_index::DueIndex;
+
 #[derive(Default)]
 struct State {
     rows: HashMap<i64, InboxMessage>,
@@ -29,6 +33,8 @@ struct State {
     keys: HashMap<DedupKey, i64>,
     /// Undelivered rows per shard, in seq order.
     pending: HashMap<ShardIndex, BTreeSet<i64>>,
+    /// The same rows per shard, indexed by when they are due (what pages read).
+    due: HashMap<ShardIndex, DueIndex>,
     /// Undelivered rows with failed attempts per shard.
     retrying: HashMap<ShardIndex, BTreeSet<i64>>,
     /// Blocked rows per shard, in seq order (not pending).
@@ -69,7 +75,7 @@ impl State {
             MessageStatus::ToDeliver
         };
         self.keys.insert(key, seq);
-        self.pending.entry(w.shard).or_default().insert(seq);
+        self.pend(w.shard, seq, w.message.deliver_after);
         if let Some(at) = w.message.expires_at {
             self.expiring.insert((at, seq));
         }
@@ -153,6 +159,9 @@ impl State {
         for seq in released {
             if let Some(row) = self.rows.get_mut(&seq) {
                 row.message.deliver_after = None;
+                let shard = row.shard;
+                // Due at once: back among the rows pages check.
+                self.due.entry(shard).or_default().add(seq, None);
             }
         }
         for shard in &job.spec.affected_shards {
@@ -166,10 +175,19 @@ impl State {
         }
     }
 
+    /// Puts row `seq` of `shard`, due at `deliver_after`, into the pending indexes.
+    fn pend(&mut self, shard: ShardIndex, seq: i64, deliver_after: Option<DateTime<Utc>>) {
+        self.pending.entry(shard).or_default().insert(seq);
+        self.due.entry(shard).or_default().add(seq, deliver_after);
+    }
+
     /// Takes `row` out of the pending indexes (it was delivered, blocked or removed).
     fn unpend(&mut self, row: &InboxMessage) {
         if let Some(p) = self.pending.get_mut(&row.shard) {
             p.remove(&row.seq);
+        }
+        if let Some(d) = self.due.get_mut(&row.shard) {
+            d.remove(row.seq);
         }
         if let Some(r) = self.retrying.get_mut(&row.shard) {
             r.remove(&row.seq);
@@ -264,18 +282,15 @@ impl InboxStore for MemoryStorage {
         now: DateTime<Utc>,
         limit: usize,
     ) -> Result<Page, StorageError> {
-        let state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let mut page = Page::default();
-        if let Some(pending) = state.pending.get(&shard) {
-            for seq in pending {
-                if page.messages.len() >= limit {
-                    break;
-                }
-                let row = &state.rows[seq];
-                if row.is_due(now) {
-                    page.messages.push(row.clone());
-                }
-            }
+        if let Some(index) = state.due.get_mut(&shard) {
+            let rows = &state.rows;
+            let due = index.due(now, limit, |seq| {
+                rows.get(&seq).and_then(|r| r.message.deliver_after)
+            });
+            page.messages = due.iter().map(|seq| rows[seq].clone()).collect();
         }
         if let Some(retrying) = state.retrying.get(&shard) {
             for seq in retrying {
@@ -434,12 +449,17 @@ impl InboxStore for MemoryStorage {
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, StorageError> {
         let state = self.lock();
-        Ok(state.pending.get(&shard).and_then(|p| {
-            p.iter()
-                .filter_map(|seq| state.rows[seq].message.deliver_after)
-                .filter(|at| *at > now && !crate::catch_up::is_parked(Some(*at)))
-                .min()
-        }))
+        Ok(state
+            .due
+            .get(&shard)
+            .and_then(|index| {
+                index.next_after(now, |seq| {
+                    state.rows.get(&seq).and_then(|r| r.message.deliver_after)
+                })
+            })
+            // Parked rows wait for their catch-up, not for a time (the latest time there is:
+            // if it is the earliest, every row left is parked).
+            .filter(|at| !crate::catch_up::is_parked(Some(*at))))
     }
 
     async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError> {
@@ -478,7 +498,7 @@ impl InboxStore for MemoryStorage {
         now: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<InboxMessage>, StorageError> {
-        let state = self.lock();
+        let mut state = self.lock();
         let mut seqs: Vec<i64> = state
             .expiring
             .iter()
@@ -487,11 +507,14 @@ impl InboxStore for MemoryStorage {
             .filter(|seq| state.rows[seq].shard == shard)
             .collect();
         seqs.sort_unstable();
-        Ok(seqs
-            .into_iter()
-            .take(limit)
-            .map(|seq| state.rows[&seq].clone())
-            .collect())
+        seqs.truncate(limit);
+        // The sweep's stage may change these rows, due or not: pages check them from now on.
+        if let Some(index) = state.due.get_mut(&shard) {
+            for seq in &seqs {
+                index.handed_out(*seq);
+            }
+        }
+        Ok(seqs.iter().map(|seq| state.rows[seq].clone()).collect())
     }
 }
 
@@ -865,7 +888,7 @@ impl DeadLetterStore for MemoryStorage {
                         r.message.deliver_after = None;
                         r.message.expires_at = None;
                     }
-                    state.pending.entry(row.shard).or_default().insert(seq);
+                    state.pend(row.shard, seq, None);
                 }
                 Unblock::Drop => {
                     state.remove(seq);

@@ -22,6 +22,10 @@
 //! a lease that ends before the next look gets a timer for the moment it ends. Workers serve a
 //! shard for a turn ([`should_yield`]), so that one busy shard does not keep a worker from the
 //! others. Idle workers wait on the queue; the poller and the lease watch sleep between rounds.
+//! With `lease_linger` set, a worker that drained its shard keeps the lease (`Parked`): the next
+//! turn on the shard starts without a pick-up, and a timer releases the lease if none comes,
+//! so a trickle of writes does not pay a pick-up and a release (two write transactions) for
+//! every message.
 //!
 //! Every task runs in a span carrying the node id (and the worker), so every log line of
 //! the node names it. Shutdown lets each worker finish its current stage and release its
@@ -33,6 +37,7 @@ use crate::error::DeliveryError;
 use crate::ids::{ShardIndex, WorkerId};
 use crate::listener::{ListenerHandle, ListenerStats};
 use crate::observer::ShardObserver;
+use crate::storage::Lease;
 use crate::wakeups::ShardWakeups;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,6 +62,16 @@ struct WakeQueue {
     queue: Mutex<VecDeque<(ShardIndex, bool)>>,
     ready: Notify,
     poll_now: Notify,
+    /// Leases kept after a drained turn (see [`Parked`]), by shard.
+    parked: Mutex<Vec<Option<Parked>>>,
+}
+
+/// A drained shard's lease kept for `lease_linger`: the next turn on the shard uses it
+/// instead of a pick-up; if none comes, a timer releases it. The generation tells a timer
+/// whether the lease it was set for is still the one kept.
+struct Parked {
+    lease: Lease,
+    generation: u64,
 }
 
 impl WakeQueue {
@@ -69,7 +84,49 @@ impl WakeQueue {
             queue: Mutex::new(VecDeque::new()),
             ready: Notify::new(),
             poll_now: Notify::new(),
+            parked: Mutex::new((0..shards).map(|_| None).collect()),
         }
+    }
+
+    /// Keeps `lease` for the next turn on its shard; returns the generation to release it by.
+    fn park(&self, lease: Lease) -> u64 {
+        static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(slot) = lock(&self.parked).get_mut(lease.shard.0 as usize) {
+            *slot = Some(Parked { lease, generation });
+        }
+        generation
+    }
+
+    /// Takes the lease kept for `shard` (of `generation` only, if given).
+    fn unpark(&self, shard: ShardIndex, generation: Option<u64>) -> Option<Lease> {
+        let mut parked = lock(&self.parked);
+        let slot = parked.get_mut(shard.0 as usize)?;
+        if generation.is_some_and(|g| slot.as_ref().is_none_or(|p| p.generation != g)) {
+            return None;
+        }
+        slot.take().map(|p| p.lease)
+    }
+
+    /// Whether the lease kept for `shard` is still the one of `generation`.
+    fn is_parked(&self, shard: ShardIndex, generation: u64) -> bool {
+        lock(&self.parked)
+            .get(shard.0 as usize)
+            .is_some_and(|slot| slot.as_ref().is_some_and(|p| p.generation == generation))
+    }
+
+    /// Takes every kept lease (shutdown).
+    fn unpark_all(&self) -> Vec<Lease> {
+        lock(&self.parked)
+            .iter_mut()
+            .filter_map(|slot| slot.take().map(|p| p.lease))
+            .collect()
+    }
+
+    /// Starts `shard` for the caller if it is idle (neither queued nor served).
+    fn start_idle(&self, shard: ShardIndex) -> bool {
+        let _queue = lock(&self.queue);
+        self.wakeups.wake(shard) && self.wakeups.start(shard)
     }
 
     /// Queues `shard` unless it is queued or being served already.
@@ -198,7 +255,7 @@ impl LocalRunner {
         tasks.push(tokio::spawn(
             watch_leases(delivery.clone(), queue.clone(), stop_rx, free_tx).instrument(span),
         ));
-        let listener = listen(&env, queue);
+        let listener = listen(&env, queue.clone());
         // Everything written before the start is found by the first poll, at once.
         tracing::info!(
             node = %node,
@@ -210,6 +267,7 @@ impl LocalRunner {
         );
         RunnerHandle {
             delivery,
+            queue,
             stop: stop_tx,
             tasks,
             listener,
@@ -253,13 +311,29 @@ async fn work(
 
 /// One turn on `shard` (already started in the wake-up states): at least one stage, then on
 /// while nobody needs the worker more (see [`should_yield`]); then tells the queue how it
-/// ended.
-async fn serve(delivery: &Delivery, queue: &WakeQueue, shard: ShardIndex, worker: WorkerId) {
-    let turn = delivery.env().config.poll_interval;
+/// ended. The turn starts with the lease kept by the last one, if any, and keeps its own
+/// for `lease_linger` once the shard is drained (a timer releases it if no turn takes it).
+async fn serve(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    shard: ShardIndex,
+    worker: WorkerId,
+) {
+    let config = &delivery.env().config;
+    let turn = config.poll_interval;
+    let linger = config.lease_linger;
     let started = tokio::time::Instant::now();
     let keep_on = || !should_yield(started.elapsed(), queue.waiting(), turn);
-    let end = match delivery.deliver_while(shard, worker, &keep_on).await {
-        Ok(report) => {
+    let held = queue.unpark(shard, None);
+    let served = delivery
+        .serve_turn(shard, worker, &keep_on, held, !linger.is_zero())
+        .await;
+    let end = match served {
+        Ok((report, kept)) => {
+            if let Some(lease) = kept {
+                let generation = queue.park(lease);
+                spawn_release(delivery, queue, shard, generation, linger);
+            }
             if report.lease_lost {
                 tracing::info!(%shard, "lease lost to another worker; leaving the shard to it");
             }
@@ -280,10 +354,52 @@ async fn serve(delivery: &Delivery, queue: &WakeQueue, shard: ShardIndex, worker
     queue.finish(shard, end);
 }
 
+/// Releases `shard`'s kept lease of `generation` after `linger`, unless a turn took it
+/// meanwhile or the shard is queued for one (that turn takes it). Like a turn, the release
+/// holds the shard in the wake-up states, and looks once more for rows written meanwhile.
+fn spawn_release(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    shard: ShardIndex,
+    generation: u64,
+    linger: Duration,
+) {
+    let (delivery, queue) = (delivery.clone(), queue.clone());
+    tokio::spawn(
+        async move {
+            tokio::time::sleep(linger).await;
+            if !queue.is_parked(shard, generation) {
+                return;
+            }
+            if !queue.start_idle(shard) {
+                return;
+            }
+            let mut again = false;
+            if let Some(lease) = queue.unpark(shard, Some(generation)) {
+                let released = match delivery.release(&lease).await {
+                    Ok(()) => delivery.has_due_rows(shard).await,
+                    Err(e) => Err(e),
+                };
+                match released {
+                    Ok(due) => again = due,
+                    Err(e) => {
+                        tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next poll serves the shard")
+                    }
+                }
+            }
+            queue.finish(shard, TurnEnd::Done);
+            if again {
+                queue.wake(shard);
+            }
+        }
+        .in_current_span(),
+    );
+}
+
 /// Takes over `shard`, whose holder's lease ran out, if it has due rows: served at once on
 /// the calling task rather than queued behind the workers' turns — its messages have already
 /// waited a lease duration. If a worker of this node has it queued, it moves to the front.
-async fn take_over(delivery: &Delivery, queue: &WakeQueue, shard: ShardIndex) {
+async fn take_over(delivery: &Arc<Delivery>, queue: &Arc<WakeQueue>, shard: ShardIndex) {
     let env = delivery.env();
     if env.is_stopping() {
         return;
@@ -415,6 +531,7 @@ async fn probe(env: &DeliveryEnv, queue: &WakeQueue, shard: ShardIndex) -> bool 
 /// A running node: its workers, poller and listener.
 pub struct RunnerHandle {
     delivery: Arc<Delivery>,
+    queue: Arc<WakeQueue>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     listener: Option<ListenerHandle>,
@@ -468,6 +585,12 @@ impl RunnerHandle {
         for task in self.tasks {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a worker task panicked");
+            }
+        }
+        // Leases kept for a linger are released at once, for other nodes to take.
+        for lease in self.queue.unpark_all() {
+            if let Err(e) = self.delivery.release(&lease).await {
+                tracing::warn!(shard = %lease.shard, error = %e, "could not release a kept lease; it expires");
             }
         }
         tracing::info!(node = %self.delivery.env().config.node_id, "node runner stopped");

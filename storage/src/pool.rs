@@ -12,8 +12,47 @@
 use crate::error::{classify_connect, Failure};
 use diesel::r2d2::{Builder, ConnectionManager, HandleError, Pool, R2D2Connection};
 use shardbox_core::StorageError;
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+thread_local! {
+    /// The writer gate of the database whose unit of work runs on this thread, if it has one
+    /// (see [`Db::gate_writers`] and [`gated`]).
+    static WRITER_GATE: RefCell<Option<Arc<Mutex<()>>>> = const { RefCell::new(None) };
+}
+
+/// Sets this thread's writer gate for one unit of work, and clears it when dropped (blocking
+/// threads are reused by other units).
+struct GateScope;
+
+impl GateScope {
+    fn enter(gate: Option<Arc<Mutex<()>>>) -> Self {
+        WRITER_GATE.with(|g| *g.borrow_mut() = gate);
+        GateScope
+    }
+}
+
+impl Drop for GateScope {
+    fn drop(&mut self) {
+        WRITER_GATE.with(|g| *g.borrow_mut() = None);
+    }
+}
+
+/// Runs `write` (a write transaction) holding the writer gate of the current unit of work's
+/// database, if it has one. A nested call finds the gate taken and runs at once.
+pub(crate) fn gated<T>(write: impl FnOnce() -> T) -> T {
+    let Some(gate) = WRITER_GATE.with(|g| g.borrow_mut().take()) else {
+        return write();
+    };
+    let result = {
+        // The guarded value is `()`: a panic in another writer leaves nothing inconsistent.
+        let _held = gate.lock().unwrap_or_else(|p| p.into_inner());
+        write()
+    };
+    WRITER_GATE.with(|g| *g.borrow_mut() = Some(gate));
+    result
+}
 
 /// An r2d2 pool builder with the values r2d2 would panic on clamped (at least one connection,
 /// no more idle connections than connections, a positive checkout timeout), reporting the
@@ -52,6 +91,7 @@ impl HandleError<diesel::r2d2::Error> for TracePoolErrors {
 pub(crate) struct Db<C: R2D2Connection + Send + 'static> {
     pool: Pool<ConnectionManager<C>>,
     name: Arc<str>,
+    writers: Option<Arc<Mutex<()>>>,
 }
 
 impl<C: R2D2Connection + Send + 'static> Db<C> {
@@ -59,7 +99,18 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
         Db {
             pool,
             name: name.into(),
+            writers: None,
         }
+    }
+
+    /// Makes this pool's write transactions take turns on an in-process mutex before they
+    /// ask the database for its write lock (see [`gated`]). For SQLite, which runs one writer
+    /// at a time anyway: a writer that finds the lock taken waits in SQLite's busy handler,
+    /// which sleeps 1, 2, 5, 10… ms between tries, while a writer waiting on the mutex starts
+    /// the moment the last one commits.
+    pub(crate) fn gate_writers(mut self) -> Self {
+        self.writers = Some(Arc::new(Mutex::new(())));
+        self
     }
 
     /// The database: file path, or URL with the password redacted.
@@ -80,10 +131,12 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
     {
         let pool = self.pool.clone();
         let name = Arc::clone(&self.name);
+        let writers = self.writers.clone();
         blocking(move || {
             let mut conn = pool
                 .get()
                 .map_err(|e| classify_connect(e.to_string(), &name))?;
+            let _gate = GateScope::enter(writers);
             work(&mut conn).map_err(|f| f.into_storage_error(&name))
         })
         .await

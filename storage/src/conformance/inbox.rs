@@ -3,7 +3,7 @@
 use super::fixtures::*;
 use crate::Inspect;
 use chrono::Duration;
-use shardbox_core::storage::{InboxCounts, WriteBatch, WriteReport};
+use shardbox_core::storage::{InboxCounts, RowChange, RowUpdate, WriteBatch, WriteReport};
 use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage};
 use std::sync::Arc;
 
@@ -117,6 +117,57 @@ pub async fn paging_with_equal_timestamps_crosses_pages<S: Storage + Inspect>(st
     assert_eq!(pages, 3);
     let counts = store.counts(Some(ShardIndex(1))).await.expect("counts");
     assert_eq!((counts.to_deliver, counts.delivered), (0, 7));
+}
+
+/// A page holds the first due rows by `seq`, whether they had a delay or not, however many
+/// delayed rows are due: a row whose delay passed long ago does not jump ahead of earlier
+/// rows, and rows held by a stage come back in `seq` order once their time comes.
+pub async fn due_pages_take_the_first_rows_by_seq<S: Storage + Inspect>(store: S) {
+    let shard = ShardIndex(3);
+    let mut batch = Vec::new();
+    for i in 0..6i64 {
+        // Delayed rows whose times run backwards: the later the row, the earlier its time.
+        batch.push(with(command(3, "t", &format!("d{i}")), |m| {
+            m.deliver_after = Some(secs(-10 * (i + 1)))
+        }));
+        batch.push(command(3, "t", &format!("i{i}")));
+        batch.push(with(command(3, "t", &format!("later{i}")), |m| {
+            m.deliver_after = Some(secs(3_600))
+        }));
+    }
+    store.write(messages(batch)).await.expect("write");
+    let lease = pick(&store, 3, "node-a", t0()).await;
+    let page = store.read_page(shard, t0(), 5).await.expect("read");
+    assert_eq!(signals(&page.messages), ["d0", "i0", "d1", "i1", "d2"]);
+    // The stage holds the first three until t0 + 10 s and delivers the other two.
+    let mut updates: Vec<_> = page.messages[..3]
+        .iter()
+        .map(|r| RowUpdate {
+            seq: r.seq,
+            change: RowChange::Hold { until: secs(10) },
+        })
+        .collect();
+    updates.extend(
+        page.messages[3..]
+            .iter()
+            .map(|r| delivered(r.seq, secs(60))),
+    );
+    store
+        .commit_stage(stage(&lease, t0(), updates))
+        .await
+        .expect("commit");
+    let page = store.read_page(shard, t0(), 4).await.expect("read");
+    assert_eq!(signals(&page.messages), ["i2", "d3", "i3", "d4"]);
+    assert_eq!(
+        store.next_due(shard, t0()).await.expect("next"),
+        Some(secs(10)),
+        "the held rows"
+    );
+    let page = store.read_page(shard, secs(10), 100).await.expect("read");
+    assert_eq!(
+        signals(&page.messages),
+        ["d0", "i0", "d1", "i2", "d3", "i3", "d4", "i4", "d5", "i5"]
+    );
 }
 
 /// A delayed row is not due before `deliver_after`, and is due at it.

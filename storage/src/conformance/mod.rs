@@ -63,8 +63,8 @@ pub use failures::{
 };
 pub use inbox::{
     catch_up_rows_interleave_in_seq_order, concurrent_writers_all_succeed, counts_by_status,
-    deliver_after_is_respected, paging_with_equal_timestamps_crosses_pages,
-    write_then_read_in_seq_order,
+    deliver_after_is_respected, due_pages_take_the_first_rows_by_seq,
+    paging_with_equal_timestamps_crosses_pages, write_then_read_in_seq_order,
 };
 pub use registry::{
     concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
@@ -83,6 +83,7 @@ macro_rules! conformance_suite {
             write_then_read_in_seq_order,
             paging_with_equal_timestamps_crosses_pages,
             deliver_after_is_respected,
+            due_pages_take_the_first_rows_by_seq,
             duplicate_write_is_ignored_and_counted,
             duplicate_of_delivered_row_is_ignored_until_purged,
             tenant_isolation,

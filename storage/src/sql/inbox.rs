@@ -5,8 +5,9 @@
 //! ```text
 //!  read_page  one query per pending status on inbox_immediate (shard, status, seq) WHERE
 //!             deliver_after IS NULL, LIMIT n, plus the rows whose delay has passed from
-//!             inbox_delayed (shard, deliver_after) up to now, merged by seq: rows due later
-//!             are never read, whatever their number
+//!             inbox_delayed (shard, deliver_after) up to now, the first n by seq, merged
+//!             by seq: rows due later are never read, whatever their number, and at most n
+//!             of the due ones are loaded
 //!  waiting    inbox_retrying (shard, seq) WHERE attempts > 0 AND not delivered
 //!  blocked    inbox_due (shard, 'blocked')
 //!  next_due   inbox_delayed  (shard, deliver_after) WHERE deliver_after set AND not delivered
@@ -24,6 +25,11 @@ macro_rules! inbox_units {
         const NOT_DELIVERED: &str = "status <> 'delivered'";
         /// The predicate of the partial index over rows with a delay, retry or hold.
         const DELAYED: &str = "deliver_after IS NOT NULL AND status <> 'delivered'";
+        /// Of the rows `DELAYED` selects, those a page may read (to_deliver and
+        /// to_catch_up). Not an index condition on purpose: `status = ? OR status = ?` lets
+        /// PostgreSQL without statistics pick `inbox_due` and read every pending row of the
+        /// shard, due later or not.
+        const NOT_BLOCKED: &str = "status <> 'blocked'";
         /// The predicate of the partial index over rows that failed at least once.
         const RETRYING: &str = "attempts > 0 AND status <> 'delivered'";
         /// The predicate of the partial index over rows with a TTL not yet delivered.
@@ -133,18 +139,23 @@ macro_rules! inbox_units {
                 }
                 // Rows whose delay, retry or hold has passed: inbox_delayed, a range that
                 // ends at `now`, so rows due later are never read. Its predicate is stated
-                // literally so that the partial index is usable.
+                // literally so that the partial index is usable. Only the first `limit` of
+                // them by seq can make the page (the merge below keeps the first `limit` of
+                // both lists by seq), so no more are loaded however many are due; a limit
+                // by deliver_after instead would skip earlier rows of a target and break
+                // its order.
                 due.extend(
                     im::inbox_messages
                         .filter(im::shard.eq(s))
                         .filter(sql::<Bool>(DELAYED))
                         .filter(im::deliver_after.le(now))
-                        .filter(
-                            im::status
-                                .eq(MessageStatus::ToDeliver.as_str())
-                                .or(im::status.eq(MessageStatus::ToCatchUp.as_str())),
-                        )
-                        .order((im::deliver_after.asc(), im::seq.asc()))
+                        .filter(sql::<Bool>(NOT_BLOCKED))
+                        // `seq + 0`: no index yields this order, so a planner that expects
+                        // many due rows cannot walk the table in seq order past every row
+                        // due later (PostgreSQL with statistics does that for `seq`); it
+                        // sorts the range of inbox_delayed instead, keeping `limit` rows.
+                        .order((im::seq + 0i64).asc())
+                        .limit(sql_limit)
                         .select(InboxRow::as_select())
                         .load(conn)?,
                 );

@@ -5,7 +5,8 @@
 //!  open(path) ─► first connection: pragmas, migrations in BEGIN IMMEDIATE
 //!             ─► r2d2 pool, every connection: busy_timeout, WAL, synchronous=NORMAL,
 //!                foreign_keys
-//!  writes     ─► BEGIN IMMEDIATE: one writer at a time, others wait up to busy_timeout
+//!  writes     ─► the process's writers take turns on a mutex, then BEGIN IMMEDIATE: one
+//!                writer at a time; another process's writers wait up to busy_timeout
 //!  reads      ─► deferred transactions, concurrent with the writer (WAL)
 //! ```
 //!
@@ -137,7 +138,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
         .build(ConnectionManager::<SqliteConnection>::new(url))
         .map_err(|e| classify_connect(e.to_string(), &name))?;
     Ok(SqliteStorage {
-        db: Db::new(pool, name),
+        db: Db::new(pool, name).gate_writers(),
         path,
     })
 }
@@ -147,7 +148,9 @@ impl Dialect for SqliteConnection {
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
-        self.immediate_transaction(work)
+        // Writers of this process take turns before BEGIN IMMEDIATE (see Db::gate_writers);
+        // other processes still meet the busy timeout.
+        crate::pool::gated(|| self.immediate_transaction(work))
     }
 
     fn read_transaction<T>(
