@@ -4,7 +4,8 @@
 pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
 [--workload live|latency|scale|catch-up|cluster] [--n N] [--targets T] [--shards S] \
-[--page-size P] [--nodes K] [--rate R] [--secs D] [--batch B (default: page size)]";
+[--page-size P] [--nodes K] [--rate R] [--secs D] [--batch B (default: page size)] \
+[--cache-capacity C (default: the framework's)]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -57,6 +58,8 @@ pub struct Args {
     pub secs: u64,
     /// Commands per send (`send_many`); 1 sends one by one.
     pub batch: usize,
+    /// Entries of the deduplication cache (`None`: the framework's default).
+    pub cache_capacity: Option<u64>,
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
@@ -79,6 +82,7 @@ impl Args {
             rate: 1_000,
             secs: 10,
             batch: 0,
+            cache_capacity: None,
         };
         let mut n = None;
         while let Some(flag) = it.next() {
@@ -110,6 +114,9 @@ impl Args {
                 "--rate" => a.rate = number("--rate", it.next())?,
                 "--secs" => a.secs = number("--secs", it.next())?,
                 "--batch" => a.batch = number("--batch", it.next())?,
+                "--cache-capacity" => {
+                    a.cache_capacity = Some(number("--cache-capacity", it.next())?)
+                }
                 other => return Err(format!("unknown flag `{other}`")),
             }
         }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 async fn shardbox(storage: Arc<dyn Storage>, a: &Args, node: &str) -> Result<Shardbox, String> {
-    Shardbox::builder()
+    let builder = Shardbox::builder()
         .shared_storage(storage)
         .node_id(NodeId(node.to_owned()))
         .shards(a.shards)
@@ -24,10 +24,12 @@ async fn shardbox(storage: Arc<dyn Storage>, a: &Args, node: &str) -> Result<Sha
         .poll_interval(Duration::from_millis(200))
         .lease_linger(Duration::from_millis(50))
         .aggregate::<Counter>()
-        .projection::<Ledger>()
-        .build()
-        .await
-        .map_err(|e| e.to_string())
+        .projection::<Ledger>();
+    let builder = match a.cache_capacity {
+        Some(c) => builder.cache_capacity(c),
+        None => builder,
+    };
+    builder.build().await.map_err(|e| e.to_string())
 }
 
 fn target(i: usize, targets: usize) -> String {
