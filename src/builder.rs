@@ -79,7 +79,7 @@ impl ShardboxBuilder {
         catch_up_page_size => catch_up_page_size: usize);
     config_setter!(/// How long duplicates are recognised after a delivery (default 60 s).
         dedup_window => dedup_window: Duration);
-    config_setter!(/// Entries of the recent-delivery cache (default 100,000; 0 disables it).
+    config_setter!(/// Entries of the recent-delivery cache (default 10,000; 0 disables it).
         cache_capacity => cache_capacity: u64);
     config_setter!(/// Shard lease duration (default 30 s).
         lease_duration => lease_duration: Duration);

@@ -19,7 +19,7 @@ pub struct DeliveryConfig {
     pub catch_up_page_size: usize,
     /// How long a delivered message is remembered to drop duplicates (0..=7 days). Default 60 s.
     pub dedup_window: Duration,
-    /// Entries of the in-memory cache of recent deliveries (0 disables it). Default 100,000.
+    /// Entries of the in-memory cache of recent deliveries (0 disables it). Default 10,000.
     pub cache_capacity: u64,
     /// How long a picked-up shard stays leased without renewal (100 ms..=1 h). Default 30 s.
     pub lease_duration: Duration,
@@ -60,7 +60,7 @@ impl Default for DeliveryConfig {
             page_size: 256,
             catch_up_page_size: 1_000,
             dedup_window: Duration::from_secs(60),
-            cache_capacity: 100_000,
+            cache_capacity: 10_000,
             lease_duration: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
             workers: 4,
