@@ -41,18 +41,6 @@ async fn wait_until(what: &str, timeout: Duration, mut ok: impl AsyncFnMut() -> 
     }
 }
 
-async fn live_leases(storage: &dyn Storage, node: &str) -> usize {
-    let now = chrono::Utc::now();
-    storage
-        .sessions()
-        .await
-        .expect("sessions")
-        .iter()
-        .filter(|s| s.node_id.as_ref().is_some_and(|n| n.0 == node))
-        .filter(|s| s.lease_until.is_some_and(|u| u > now))
-        .count()
-}
-
 async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>) {
     let a = node(a_storage, "member-a").await;
     let b = node(b_storage.clone(), "member-b").await;
@@ -98,7 +86,7 @@ async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>
     // A leaves: its leases are released at shutdown, not left to run out.
     node_a.shutdown().await.expect("shutdown A");
     assert_eq!(
-        live_leases(b_storage.as_ref(), "member-a").await,
+        common::live_leases(b_storage.as_ref(), Some("member-a")).await,
         0,
         "a node that shut down holds no lease"
     );

@@ -13,17 +13,6 @@ use std::time::Duration;
 const TARGETS: u64 = 4;
 const MESSAGES: u64 = 120;
 
-async fn live_leases(storage: &dyn Storage) -> usize {
-    let now = chrono::Utc::now();
-    storage
-        .sessions()
-        .await
-        .expect("sessions")
-        .iter()
-        .filter(|s| s.lease_until.is_some_and(|u| u > now))
-        .count()
-}
-
 async fn trickle(storage: Arc<dyn Storage>) {
     let sb = Shardbox::builder()
         .shared_storage(storage.clone())
@@ -63,7 +52,7 @@ async fn trickle(storage: Arc<dyn Storage>) {
     // Idle shards' kept leases are released once the linger ends (by the timer).
     let mut released = false;
     for _ in 0..100 {
-        if live_leases(storage.as_ref()).await == 0 {
+        if common::live_leases(storage.as_ref(), None).await == 0 {
             released = true;
             break;
         }
@@ -78,7 +67,7 @@ async fn trickle(storage: Arc<dyn Storage>) {
     assert!(node.drain(Duration::from_secs(20)).await.expect("drain"));
     node.shutdown().await.expect("shutdown");
     assert_eq!(
-        live_leases(storage.as_ref()).await,
+        common::live_leases(storage.as_ref(), None).await,
         0,
         "released at shutdown"
     );

@@ -78,6 +78,19 @@ impl Projection for TallyView {
     }
 }
 
+/// Shard leases not yet expired, held by `node` (any node if `None`).
+pub async fn live_leases(storage: &dyn Storage, node: Option<&str>) -> usize {
+    let now = chrono::Utc::now();
+    storage
+        .sessions()
+        .await
+        .expect("sessions")
+        .iter()
+        .filter(|s| node.is_none_or(|node| s.node_id.as_ref().is_some_and(|n| n.0 == node)))
+        .filter(|s| s.lease_until.is_some_and(|u| u > now))
+        .count()
+}
+
 /// A fresh in-memory backend.
 pub fn memory() -> Arc<dyn Storage> {
     Arc::new(MemoryStorage::new())
