@@ -10,8 +10,8 @@
 //!   calls each target's handler once with its batch and applies the failure policy.
 //! - [`Cleanup`] purges delivered rows whose deduplication window has passed.
 //!
-//! - [`CatchUpStation`] drives catch-up jobs and holds live traffic of the projections being
-//!   rebuilt until the replay passes it.
+//! - [`CatchUpStation`] drives catch-up jobs (replaying history straight into the projections'
+//!   states) and parks live traffic of the projections being rebuilt until the job completes.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
