@@ -61,17 +61,18 @@ pub fn tick_message(env: &DeliveryEnv, job: &CatchUpJob, due: Option<DateTime<Ut
 
 /// Applies replayed `rows` straight to their targets' states (one load of all states, one
 /// handler call per target, the states written with the stage) instead of writing them to the
-/// Inbox. Returns `false`, recording nothing, if any message is not handled or anything is
-/// emitted: the caller then writes the rows, so that the failure policy applies to them.
+/// Inbox. Returns the rows back, recording nothing, if any message is not handled or anything
+/// is emitted: the caller then writes them, so that the failure policy applies to them.
 async fn apply_directly(
     conveyor: &mut Conveyor,
     env: &DeliveryEnv,
     handler: &dyn EntityHandler,
-    rows: &[InboxWrite],
+    rows: Vec<InboxWrite>,
     now: DateTime<Utc>,
-) -> Result<bool, DeliveryError> {
+) -> Result<Option<Vec<InboxWrite>>, DeliveryError> {
+    // Per target, its replayed messages in order (`seq` is the row's place in the page).
     let mut groups: BTreeMap<EntityKey, Vec<InboxMessage>> = BTreeMap::new();
-    for (n, row) in rows.iter().enumerate() {
+    for (n, row) in rows.into_iter().enumerate() {
         let key = EntityKey {
             kind: row.message.target_kind.clone(),
             tenant: row.message.tenant.clone(),
@@ -85,7 +86,7 @@ async fn apply_directly(
             last_error: None,
             first_failed_at: None,
             keep_until: None,
-            message: row.message.clone(),
+            message: row.message,
         });
     }
     let keys: Vec<EntityKey> = groups.keys().cloned().collect();
@@ -96,20 +97,29 @@ async fn apply_directly(
         }
     }
     let mut writes = Vec::with_capacity(groups.len());
-    for (key, messages) in groups {
+    for (key, messages) in &groups {
         let batch: Vec<&InboxMessage> = messages.iter().collect();
-        let result = handler.handle_batch(states.get(&key).map(Vec::as_slice), &batch, now);
+        let result = handler.handle_batch(states.get(key).map(Vec::as_slice), &batch, now);
         let handled = result
             .outcomes
             .iter()
             .all(|o| matches!(o, MessageOutcome::Handled));
         if !handled || !result.events.is_empty() || !result.commands.is_empty() {
             tracing::warn!(kind = %key.kind, target = %key.id, "a replayed event was not handled (or emitted messages) in direct replay; this page goes through the Inbox, where the failure policy applies");
-            return Ok(false);
+            let mut back: Vec<InboxMessage> = groups.into_values().flatten().collect();
+            back.sort_unstable_by_key(|m| m.seq);
+            return Ok(Some(
+                back.into_iter()
+                    .map(|m| InboxWrite {
+                        shard: m.shard,
+                        message: m.message,
+                    })
+                    .collect(),
+            ));
         }
         if let Some(state) = result.state {
             writes.push(EntityStateWrite {
-                key,
+                key: key.clone(),
                 state: Some(state),
             });
         }
@@ -117,7 +127,7 @@ async fn apply_directly(
     for w in writes {
         conveyor.set_state(w);
     }
-    Ok(true)
+    Ok(None)
 }
 
 /// The running jobs as read under one lease epoch of a shard.
@@ -309,10 +319,15 @@ impl CatchUpStation {
                 }
                 .instrument(span)
                 .await;
-                let direct = !rows.is_empty()
-                    && self.may_apply_directly(conveyor, &env, &job).await?
-                    && apply_directly(conveyor, &env, handler.as_ref(), &rows, now).await?;
-                if !direct && !rows.is_empty() {
+                let rows =
+                    if !rows.is_empty() && self.may_apply_directly(conveyor, &env, &job).await? {
+                        apply_directly(conveyor, &env, handler.as_ref(), rows, now)
+                            .await?
+                            .unwrap_or_default()
+                    } else {
+                        rows
+                    };
+                if !rows.is_empty() {
                     self.spilled
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -333,6 +348,10 @@ impl CatchUpStation {
                 conveyor.emit_messages(vec![tick_message(&env, &next, Some(now + poll))]);
             }
             StepDecision::Complete => {
+                self.spilled
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&job.id);
                 tracing::info!(job = job.id, %kind, replayed = next.replayed, "catch-up completed");
             }
         }
