@@ -100,8 +100,19 @@ async fn check(sb: &Shardbox, n: usize, targets: usize) -> Result<(u64, u64), St
     Ok((lost, duplicates))
 }
 
+/// What one live run measured.
+struct LiveRun {
+    rate: f64,
+    lost: u64,
+    duplicates: u64,
+    /// Messages delivered per committed stage (how full the pages were).
+    per_stage: f64,
+    /// Lease pick-ups per 1,000 messages.
+    pick_ups_per_1k: f64,
+}
+
 /// One live run on `storage`: msgs/s from the first send to the last commit.
-async fn live_run(storage: Arc<dyn Storage>, a: &Args) -> Result<(f64, u64, u64), String> {
+async fn live_run(storage: Arc<dyn Storage>, a: &Args) -> Result<LiveRun, String> {
     let sb = shardbox(storage, a, "bench-0").await?;
     let node = sb.start();
     let started = Instant::now();
@@ -114,8 +125,15 @@ async fn live_run(storage: Arc<dyn Storage>, a: &Args) -> Result<(f64, u64, u64)
     .await?;
     let rate = a.n as f64 / started.elapsed().as_secs_f64();
     node.shutdown().await.map_err(|e| e.to_string())?;
+    let m = sb.metrics();
     let (lost, duplicates) = check(&sb, a.n, a.targets).await?;
-    Ok((rate, lost, duplicates))
+    Ok(LiveRun {
+        rate,
+        lost,
+        duplicates,
+        per_stage: m.delivered as f64 / m.stages.max(1) as f64,
+        pick_ups_per_1k: m.lease_pick_ups as f64 * 1000.0 / m.delivered.max(1) as f64,
+    })
 }
 
 fn report(a: &Args, db: &Db) -> Report {
@@ -132,12 +150,14 @@ pub async fn live(a: &Args) -> Result<Report, String> {
     let storage = db.storage(8).await?;
     let floor = floor::measure(&db, a.n, a.shards, a.targets, a.page_size)?;
     eprintln!("floor: {floor:.0} msgs/s; running live…");
-    let (rate, lost, duplicates) = live_run(storage, a).await?;
+    let run = live_run(storage, a).await?;
     let mut r = report(a, &db);
-    r.msgs_per_s = rate;
+    r.msgs_per_s = run.rate;
     r.floor_per_s = floor;
-    r.lost = lost;
-    r.duplicates = duplicates;
+    r.lost = run.lost;
+    r.duplicates = run.duplicates;
+    r.extra.push(("msgs_per_stage", run.per_stage));
+    r.extra.push(("pick_ups_per_1k", run.pick_ups_per_1k));
     Ok(r)
 }
 
@@ -234,13 +254,13 @@ pub async fn scale(a: &Args) -> Result<Report, String> {
         let storage = db.storage(8).await?;
         eprintln!("prefilling {pending} pending rows due later…");
         prefill(&storage, pending, a.shards).await?;
-        let (rate, lost, duplicates) = live_run(storage, a).await?;
-        eprintln!("{pending} pending: {rate:.0} msgs/s");
-        rates.push(rate);
+        let run = live_run(storage, a).await?;
+        eprintln!("{pending} pending: {:.0} msgs/s", run.rate);
+        rates.push(run.rate);
         let rep = r.get_or_insert_with(|| report(a, &db));
-        rep.lost += lost;
-        rep.duplicates += duplicates;
-        rep.msgs_per_s = rate;
+        rep.lost += run.lost;
+        rep.duplicates += run.duplicates;
+        rep.msgs_per_s = run.rate;
     }
     let mut r = r.ok_or("no run")?;
     r.extra.push(("rate_10k_pending", rates[0]));
