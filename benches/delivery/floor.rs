@@ -52,7 +52,7 @@ macro_rules! floor_run {
                 let mut progressed = false;
                 for shard in 0..shards {
                     let seqs: Vec<Seq> = diesel::sql_query(format!(
-                        "SELECT seq FROM inbox_messages WHERE shard = {shard} AND status = 'to_deliver' ORDER BY seq LIMIT {page}"
+                        "SELECT seq FROM inbox_messages WHERE shard = {shard} AND status = 'to_deliver' AND deliver_after IS NULL AND status <> 'delivered' ORDER BY seq LIMIT {page}"
                     ))
                     .load(conn)
                     .map_err(|e| format!("floor read: {e}"))?;

@@ -230,12 +230,20 @@ async fn stage_queries_use_their_indexes() {
             .clone()
     };
     let mut conn = raw(&path);
-    let immediate = plan(&mut conn, &find("`deliver_after` IS NULL"));
+    let immediate = plan(
+        &mut conn,
+        &find("deliver_after IS NULL AND status <> 'delivered'"),
+    );
     assert!(
         immediate.contains("USING INDEX inbox_immediate"),
         "{immediate}"
     );
     assert!(!immediate.contains("TEMP B-TREE"), "no sort: {immediate}");
+    let blocked = plan(&mut conn, &find("status = 'blocked'"));
+    assert!(
+        blocked.contains("USING INDEX inbox_blocked_by_shard"),
+        "{blocked}"
+    );
     let delayed = plan(&mut conn, &find("`deliver_after` <= ?"));
     assert!(delayed.contains("inbox_delayed"), "{delayed}");
     let waiting = plan(&mut conn, &find("attempts > 0"));

@@ -208,8 +208,9 @@ macro_rules! catch_up_units {
             Ok(())
         }
 
-        /// `CatchUpStore::has_pending_replay`: two indexed probes per shard on
-        /// (shard, status, seq), reading only pending rows.
+        /// `CatchUpStore::has_pending_replay`: per shard, indexed probes that read only
+        /// pending rows (the page and delayed indexes for covered live rows, the
+        /// to_catch_up index for replayed ones).
         pub(crate) fn has_pending_replay(
             conn: &mut Conn,
             projection_kind: String,
@@ -222,26 +223,34 @@ macro_rules! catch_up_units {
             let parked = micros(shardbox_core::catch_up::parked_until());
             for shard in shards {
                 // Live event rows the replay already covered, found through the unique
-                // index on events.id.
-                let covered: Option<i64> = im::inbox_messages
-                    .inner_join(ev::events.on(ev::id.eq(im::signal_id)))
-                    .filter(im::shard.eq(shard.as_i32()))
-                    .filter(im::status.eq(MessageStatus::ToDeliver.as_str()))
-                    .filter(im::kind.eq(shardbox_core::MessageKind::Event.as_str()))
-                    .filter(im::target_kind.eq(&projection_kind))
-                    .filter(im::tenant.eq(&tenant))
-                    .filter(ev::seq.le(cursor))
-                    // Parked rows are settled by the completion itself.
-                    .filter(im::deliver_after.is_null().or(im::deliver_after.ne(parked)))
-                    .select(im::seq)
-                    .first(conn)
-                    .optional()?;
-                if covered.is_some() {
-                    return Ok(true);
+                // index on events.id: rows without a delay through the page index, held or
+                // retrying ones (not parked: those are settled by the completion itself)
+                // through the delayed index. Event seqs start at 1, so a cursor of 0 covers
+                // nothing.
+                for pending in [IMMEDIATE, DELAYED] {
+                    if cursor <= 0 {
+                        break;
+                    }
+                    let covered: Option<i64> = im::inbox_messages
+                        .inner_join(ev::events.on(ev::id.eq(im::signal_id)))
+                        .filter(im::shard.eq(shard.as_i32()))
+                        .filter(sql::<Bool>(pending))
+                        .filter(im::status.eq(MessageStatus::ToDeliver.as_str()))
+                        .filter(im::kind.eq(shardbox_core::MessageKind::Event.as_str()))
+                        .filter(im::target_kind.eq(&projection_kind))
+                        .filter(im::tenant.eq(&tenant))
+                        .filter(ev::seq.le(cursor))
+                        .filter(im::deliver_after.is_null().or(im::deliver_after.ne(parked)))
+                        .select(im::seq)
+                        .first(conn)
+                        .optional()?;
+                    if covered.is_some() {
+                        return Ok(true);
+                    }
                 }
                 let found: Option<i64> = im::inbox_messages
                     .filter(im::shard.eq(shard.as_i32()))
-                    .filter(im::status.eq(MessageStatus::ToCatchUp.as_str()))
+                    .filter(sql::<Bool>(CATCHING_UP))
                     .filter(im::target_kind.eq(&projection_kind))
                     .filter(im::tenant.eq(&tenant))
                     .select(im::seq)

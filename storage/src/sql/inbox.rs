@@ -4,12 +4,12 @@
 //!
 //! ```text
 //!  read_page  one query per pending status on inbox_immediate (shard, status, seq) WHERE
-//!             deliver_after IS NULL, LIMIT n, plus the rows whose delay has passed from
+//!             deliver_after IS NULL AND not delivered, LIMIT n, plus the rows whose delay has passed from
 //!             inbox_delayed (shard, deliver_after) up to now, the first n by seq, merged
 //!             by seq: rows due later are never read, whatever their number, and at most n
 //!             of the due ones are loaded
 //!  waiting    inbox_retrying (shard, seq) WHERE attempts > 0 AND not delivered
-//!  blocked    inbox_due (shard, 'blocked')
+//!  blocked    inbox_blocked_by_shard (shard, seq) WHERE status = 'blocked'
 //!  next_due   inbox_delayed  (shard, deliver_after) WHERE deliver_after set AND not delivered
 //!  expired    inbox_expiring (expires_at) WHERE expires_at set AND not delivered
 //! ```
@@ -23,6 +23,12 @@ macro_rules! inbox_units {
     () => {
         /// The predicate of the partial indexes over rows not yet delivered.
         const NOT_DELIVERED: &str = "status <> 'delivered'";
+        /// The predicate of the page index: rows without a delay, not yet delivered.
+        const IMMEDIATE: &str = "deliver_after IS NULL AND status <> 'delivered'";
+        /// The predicate of the partial indexes over blocked rows.
+        const BLOCKED: &str = "status = 'blocked'";
+        /// The predicate of the partial index over replayed rows of a catch-up.
+        const CATCHING_UP: &str = "status = 'to_catch_up'";
         /// The predicate of the partial index over rows with a delay, retry or hold.
         const DELAYED: &str = "deliver_after IS NOT NULL AND status <> 'delivered'";
         /// Of the rows `DELAYED` selects, those a page may read (to_deliver and
@@ -130,7 +136,7 @@ macro_rules! inbox_units {
                         im::inbox_messages
                             .filter(im::shard.eq(s))
                             .filter(im::status.eq(status.as_str()))
-                            .filter(im::deliver_after.is_null())
+                            .filter(sql::<Bool>(IMMEDIATE))
                             .order(im::seq.asc())
                             .limit(sql_limit)
                             .select(InboxRow::as_select())
@@ -189,7 +195,7 @@ macro_rules! inbox_units {
                     .collect::<Result<Vec<_>, Failure>>()?;
                 let blocked: Vec<(String, String, String)> = im::inbox_messages
                     .filter(im::shard.eq(s))
-                    .filter(im::status.eq(MessageStatus::Blocked.as_str()))
+                    .filter(sql::<Bool>(BLOCKED))
                     .order(im::seq.asc())
                     .select((im::target_kind, im::tenant, im::target_id))
                     .load(conn)?;

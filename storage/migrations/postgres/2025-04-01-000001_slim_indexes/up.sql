@@ -1,0 +1,13 @@
+-- Fewer index writes per message. A delivered row (kept only for the deduplication window)
+-- leaves the page index instead of moving inside it, and the full (shard, status, seq) index
+-- goes: every row paid an entry there at insert, two more writes when delivered and one at
+-- purge, while pages already read through inbox_immediate and inbox_delayed. The lookups it
+-- still served get partial indexes that hold only their rare rows (blocked, to_catch_up), so
+-- a live row pays nothing for them.
+DROP INDEX inbox_due;
+DROP INDEX inbox_immediate;
+CREATE INDEX inbox_immediate ON inbox_messages (shard, status, seq)
+    WHERE deliver_after IS NULL AND status <> 'delivered';
+CREATE INDEX inbox_blocked_by_shard ON inbox_messages (shard, seq) WHERE status = 'blocked';
+CREATE INDEX inbox_catching_up ON inbox_messages (shard, target_kind, tenant)
+    WHERE status = 'to_catch_up';

@@ -1,0 +1,5 @@
+DROP INDEX inbox_catching_up;
+DROP INDEX inbox_blocked_by_shard;
+DROP INDEX inbox_immediate;
+CREATE INDEX inbox_immediate ON inbox_messages (shard, status, seq) WHERE deliver_after IS NULL;
+CREATE INDEX inbox_due ON inbox_messages (shard, status, seq);
