@@ -86,11 +86,18 @@ pub fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> R
             let path = db.sqlite_path();
             let mut c = diesel::SqliteConnection::establish(&path.to_string_lossy())
                 .map_err(|e| format!("floor: {e}"))?;
+            // The database settings Shardbox's SQLite storage runs with by default: WAL,
+            // synchronous=NORMAL, and checkpoints by a thread every 100 ms instead of inside
+            // commits (the commits' own autocheckpoint only as a safety net at 10,000 pages).
             c.batch_execute(
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000; \
+                 PRAGMA wal_autocheckpoint=10000;",
             )
             .map_err(|e| format!("floor: {e}"))?;
-            run_sqlite(&mut c, n, shards, targets, page)
+            let checkpoints = Checkpoints::start(path);
+            let rate = run_sqlite(&mut c, n, shards, targets, page);
+            checkpoints.stop();
+            rate
         }
         Backend::Postgres => {
             let (url, schema) = db.pg().cloned().unwrap_or_default();
@@ -123,5 +130,35 @@ pub fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> R
             let _ = targets;
             Ok(n as f64 / started.elapsed().as_secs_f64())
         }
+    }
+}
+
+/// The floor's checkpoint thread: `PRAGMA wal_checkpoint(PASSIVE)` every 100 ms on a
+/// connection of its own, as Shardbox's SQLite storage does.
+struct Checkpoints {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Checkpoints {
+    fn start(path: std::path::PathBuf) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let Ok(mut c) = diesel::SqliteConnection::establish(&path.to_string_lossy()) else {
+                return;
+            };
+            let _ = c.batch_execute("PRAGMA busy_timeout=10000;");
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                let _ = c.batch_execute("PRAGMA wal_checkpoint(PASSIVE);");
+            }
+        });
+        Checkpoints { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.thread.join();
     }
 }

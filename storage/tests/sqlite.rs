@@ -300,3 +300,43 @@ async fn upgrading_a_first_schema_file_keeps_rows_and_seq() {
         .batch_execute("UPDATE inbox_messages SET status = 'blocked' WHERE seq = 1")
         .expect("the new status is allowed");
 }
+
+/// The background thread copies committed pages into the database file: the commits here stay
+/// far below every autocheckpoint threshold, so the file grows only through the thread — and
+/// with the thread turned off it does not grow until the last connection closes.
+#[tokio::test]
+async fn background_checkpoints_copy_the_wal_into_the_file() {
+    for interval in [Some(std::time::Duration::from_millis(20)), None] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = db_in(&dir);
+        let options = SqliteOptions::default().checkpoint_interval(interval);
+        let storage = SqliteStorage::open_with(&path, options)
+            .await
+            .expect("open");
+        let size = || std::fs::metadata(&path).expect("db file").len();
+        let before = size();
+        let rows = (0..2_000)
+            .map(|i| command(i % 8, &format!("t{i}"), &format!("s{i}")))
+            .collect();
+        storage.write(messages(rows)).await.expect("write");
+        let wal = std::fs::metadata(dir.path().join("shardbox.db-wal"))
+            .expect("wal file")
+            .len();
+        assert!(wal > 100 * 1024, "the write went to the WAL: {wal} bytes");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut after = size();
+        while interval.is_some() && after <= before && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            after = size();
+        }
+        if interval.is_some() {
+            assert!(after > before, "checkpointed: {before} → {after} bytes");
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            assert_eq!(size(), before, "no checkpoint without the thread");
+        }
+        drop(storage);
+        let reopened = SqliteStorage::open(&path).await.expect("reopen");
+        assert_eq!(reopened.rows().await.expect("rows").len(), 2_000);
+    }
+}

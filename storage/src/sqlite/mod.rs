@@ -8,11 +8,14 @@
 //!  writes     ─► the process's writers take turns on a mutex, then BEGIN IMMEDIATE: one
 //!                writer at a time; another process's writers wait up to busy_timeout
 //!  reads      ─► deferred transactions, concurrent with the writer (WAL)
+//!  checkpoint ─► a background thread copies the WAL into the file every 100 ms
+//!                (see `checkpoint`); commits do not
 //! ```
 //!
 //! Several processes may open the same file: migrations run inside an immediate transaction,
 //! so one process applies them and the others find them applied.
 
+mod checkpoint;
 mod options;
 
 pub use options::SqliteOptions;
@@ -21,11 +24,12 @@ use crate::error::{classify_connect, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
 use crate::sql::Dialect;
+use checkpoint::Checkpointer;
 use diesel::connection::Connection;
 use diesel::r2d2::ConnectionManager;
 use diesel::SqliteConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
-use options::Pragmas;
+use options::{Pragmas, SAFETY_NET_PAGES, SQLITE_DEFAULT_PAGES};
 use shardbox_core::StorageError;
 use std::path::{Path, PathBuf};
 
@@ -44,6 +48,8 @@ pub const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/
 pub struct SqliteStorage {
     db: Db<SqliteConnection>,
     path: PathBuf,
+    /// The background checkpoint thread, stopped when the storage is dropped.
+    _checkpointer: Option<Checkpointer>,
 }
 
 impl std::fmt::Debug for SqliteStorage {
@@ -118,6 +124,10 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
     };
     let pragmas = Pragmas {
         busy_timeout: options.busy_timeout,
+        autocheckpoint: match options.checkpoint_interval {
+            Some(_) => SAFETY_NET_PAGES,
+            None => SQLITE_DEFAULT_PAGES,
+        },
     };
 
     let mut conn =
@@ -135,11 +145,21 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
 
     let pool = pool_builder(&name, options.pool_size, None, options.connection_timeout)
         .connection_customizer(Box::new(pragmas))
-        .build(ConnectionManager::<SqliteConnection>::new(url))
+        .build(ConnectionManager::<SqliteConnection>::new(url.clone()))
         .map_err(|e| classify_connect(e.to_string(), &name))?;
+    let checkpointer = match options.checkpoint_interval {
+        Some(interval) => Some(Checkpointer::start(
+            &url,
+            &name,
+            interval,
+            options.busy_timeout,
+        )?),
+        None => None,
+    };
     Ok(SqliteStorage {
         db: Db::new(pool, name).gate_writers(),
         path,
+        _checkpointer: checkpointer,
     })
 }
 

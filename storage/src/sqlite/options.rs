@@ -27,6 +27,8 @@ pub struct SqliteOptions {
     pub connection_timeout: Duration,
     /// See [`SqliteOptions::migrations`].
     pub migrations: MigrationMode,
+    /// See [`SqliteOptions::checkpoint_interval`].
+    pub checkpoint_interval: Option<Duration>,
 }
 
 impl Default for SqliteOptions {
@@ -36,6 +38,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(10),
             connection_timeout: Duration::from_secs(30),
             migrations: MigrationMode::Apply,
+            checkpoint_interval: Some(Duration::from_millis(100)),
         }
     }
 }
@@ -66,12 +69,33 @@ impl SqliteOptions {
         self.migrations = mode;
         self
     }
+
+    /// How often a background thread copies the write-ahead log into the database file
+    /// (default every 100 ms). Commits then never checkpoint themselves unless the WAL grows
+    /// past 10,000 pages (about 40 MiB) between two runs of the thread. `None` leaves
+    /// checkpoints to SQLite's default: inside the commit that takes the WAL past 1,000
+    /// pages, holding the write lock while it copies and syncs (see docs/storage.md).
+    pub fn checkpoint_interval(mut self, interval: Option<Duration>) -> Self {
+        self.checkpoint_interval = interval;
+        self
+    }
 }
+
+/// WAL pages past which a commit checkpoints itself when a background thread checkpoints:
+/// a safety net the thread keeps the WAL far below.
+pub(crate) const SAFETY_NET_PAGES: u32 = 10_000;
+/// SQLite's own default of `wal_autocheckpoint`, used without the background thread.
+pub(crate) const SQLITE_DEFAULT_PAGES: u32 = 1_000;
+/// `journal_size_limit`: the WAL file is cut back to this size (64 MiB) when it restarts,
+/// so a burst that grew it does not keep the disk space.
+const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// The pragmas set on every connection when the pool opens it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pragmas {
     pub(crate) busy_timeout: Duration,
+    /// `wal_autocheckpoint`: WAL pages after which a commit checkpoints.
+    pub(crate) autocheckpoint: u32,
 }
 
 impl Pragmas {
@@ -84,7 +108,10 @@ impl Pragmas {
             "PRAGMA busy_timeout = {ms};
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
-             PRAGMA foreign_keys = ON;"
+             PRAGMA foreign_keys = ON;
+             PRAGMA wal_autocheckpoint = {};
+             PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};",
+            self.autocheckpoint
         ))
     }
 }

@@ -1,0 +1,164 @@
+//! Background WAL checkpoints: copying the write-ahead log back into the database file off
+//! the commit path.
+//!
+//! ```text
+//!  writers ─► commit appends pages to shardbox.db-wal (no checkpoint: autocheckpoint is only a
+//!             safety net far above what the thread lets the WAL reach)
+//!  thread  ─► every interval: PRAGMA wal_checkpoint(PASSIVE) on its own connection
+//!             (copies committed pages into the database file and syncs it, never waiting
+//!             for readers or the writer); stops when the storage is dropped
+//! ```
+//!
+//! SQLite's default runs a checkpoint inside the commit that pushes the WAL past 1,000 pages:
+//! that writer then copies and syncs while holding the write lock, so every other writer (and
+//! the latency of their messages) waits for it, and hot pages rewritten by many commits are
+//! copied again at every checkpoint. On its own thread the checkpoint runs beside the writer,
+//! and pages rewritten between two checkpoints are copied once.
+
+use diesel::connection::{Connection, SimpleConnection};
+use diesel::sql_types::Integer;
+use diesel::{QueryableByName, RunQueryDsl, SqliteConnection};
+use shardbox_core::StorageError;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The row `PRAGMA wal_checkpoint` returns.
+#[derive(QueryableByName)]
+struct CheckpointRow {
+    /// 1 when another checkpoint held the checkpointer lock.
+    #[diesel(sql_type = Integer)]
+    busy: i32,
+    /// Pages in the WAL.
+    #[diesel(sql_type = Integer)]
+    log: i32,
+    /// Pages of the WAL now in the database file.
+    #[diesel(sql_type = Integer)]
+    checkpointed: i32,
+}
+
+/// A thread running passive checkpoints every interval until dropped.
+pub(crate) struct Checkpointer {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Starts the thread; it opens a connection of its own to `url` at its first checkpoint
+    /// (so that opening the storage never waits for it) and retries the connection at every
+    /// interval while it fails.
+    pub(crate) fn start(
+        url: &str,
+        database: &str,
+        interval: Duration,
+        busy_timeout: Duration,
+    ) -> Result<Self, StorageError> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let signal = stop.clone();
+        let target = Target {
+            url: url.to_owned(),
+            database: database.to_owned(),
+            busy_timeout,
+        };
+        let interval = interval.max(Duration::from_millis(1));
+        let thread = std::thread::Builder::new()
+            .name("shardbox-sqlite-checkpoint".into())
+            .spawn(move || run(&target, interval, &signal))
+            .map_err(|e| StorageError::Unavailable {
+                database: database.to_owned(),
+                reason: format!("could not start the checkpoint thread: {e}"),
+            })?;
+        Ok(Checkpointer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The database the thread checkpoints.
+struct Target {
+    url: String,
+    database: String,
+    busy_timeout: Duration,
+}
+
+impl Target {
+    fn connect(&self) -> Result<SqliteConnection, String> {
+        let mut conn = SqliteConnection::establish(&self.url).map_err(|e| e.to_string())?;
+        let ms = self.busy_timeout.as_millis().min(i32::MAX as u128);
+        conn.batch_execute(&format!("PRAGMA busy_timeout = {ms};"))
+            .map_err(|e| e.to_string())?;
+        Ok(conn)
+    }
+
+    /// One passive checkpoint, connecting first if needed.
+    fn checkpoint(&self, conn: &mut Option<SqliteConnection>) -> Result<CheckpointRow, String> {
+        if conn.is_none() {
+            *conn = Some(self.connect()?);
+        }
+        let Some(c) = conn.as_mut() else {
+            return Err("no connection".into());
+        };
+        diesel::sql_query("PRAGMA wal_checkpoint(PASSIVE)")
+            .get_result::<CheckpointRow>(c)
+            .map_err(|e| {
+                // A fresh connection at the next try.
+                *conn = None;
+                e.to_string()
+            })
+    }
+}
+
+/// The thread's loop: wait an interval (or the stop), checkpoint, repeat.
+fn run(target: &Target, interval: Duration, stop: &(Mutex<bool>, Condvar)) {
+    let (stopped, wake) = stop;
+    let database = &target.database;
+    let mut conn = None;
+    let mut failing = false;
+    loop {
+        {
+            let guard = stopped.lock().unwrap_or_else(|p| p.into_inner());
+            let (guard, _) = wake
+                .wait_timeout_while(guard, interval, |stopped| !*stopped)
+                .unwrap_or_else(|p| p.into_inner());
+            if *guard {
+                return;
+            }
+        }
+        match target.checkpoint(&mut conn) {
+            Ok(row) => {
+                if failing {
+                    tracing::info!(%database, "WAL checkpoints work again");
+                    failing = false;
+                }
+                tracing::trace!(
+                    %database,
+                    busy = row.busy,
+                    wal_pages = row.log,
+                    checkpointed = row.checkpointed,
+                    "WAL checkpoint"
+                );
+            }
+            // Logged once per outage: the writers' safety-net autocheckpoint still bounds the
+            // WAL meanwhile.
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%database, %error, "WAL checkpoint failed; retrying every interval");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let (stopped, wake) = &*self.stop;
+        *stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            // A checkpoint in progress finishes first (it copies at most what the interval
+            // let accumulate).
+            let _ = thread.join();
+        }
+    }
+}
