@@ -69,9 +69,12 @@ impl fmt::Display for WorkerId {
 pub struct SignalId(pub String);
 
 impl SignalId {
-    /// A fresh random signal id (UUID v4).
+    /// A fresh signal id: a UUID v7, time-ordered (48 bits of milliseconds, then random
+    /// bits), so that ids written together sort together and an index keyed by them grows at
+    /// its end instead of touching a random page per row (the event store's `id` index, the
+    /// inbox's deduplication key within a target).
     pub fn generate() -> Self {
-        SignalId(uuid::Uuid::new_v4().to_string())
+        SignalId(uuid::Uuid::now_v7().to_string())
     }
 
     /// A signal id derived from a parent signal, stable across redeliveries of the parent, so
