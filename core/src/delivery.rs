@@ -28,6 +28,7 @@ use crate::observer::ShardObserver;
 use crate::registry::EntityRegistry;
 use crate::station::Station;
 use crate::storage::{Lease, Page, Storage};
+use crate::write_queue::WriteQueue;
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -51,6 +52,8 @@ pub struct DeliveryEnv {
     pub metrics: DeliveryMetrics,
     pub(crate) due_timers: DueTimers,
     pub(crate) expiry: ExpiryRequests,
+    /// Group commit of the Inbox's concurrent sends.
+    pub(crate) writes: WriteQueue,
     observers: RwLock<Vec<Arc<dyn ShardObserver>>>,
     stopping: AtomicBool,
 }
@@ -73,6 +76,7 @@ impl DeliveryEnv {
             clock,
             due_timers: DueTimers::default(),
             expiry: ExpiryRequests::default(),
+            writes: WriteQueue::default(),
             observers: RwLock::new(Vec::new()),
             stopping: AtomicBool::new(false),
         }

@@ -1,6 +1,7 @@
 //! The Inbox's sending face: `send` a command to one target, `post` an event to every
 //! subscriber. Each call is one atomic write (an event with all its fan-out rows), then the
-//! shard observers are told so that workers wake at once.
+//! shard observers are told so that workers wake at once. Calls made while another write is
+//! in flight are committed together in one transaction (see `write_queue`).
 
 use crate::delivery::DeliveryEnv;
 use crate::entity::{Aggregate, Message};
@@ -286,9 +287,10 @@ impl Inbox {
         }
     }
 
-    /// Writes a batch, records it in the metrics and wakes the shards it wrote to.
+    /// Writes a batch (grouped with concurrent ones into one transaction, see
+    /// `write_queue`), records it in the metrics and wakes the shards it wrote to.
     async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
-        let report = self.env.storage.write(batch).await?;
+        let report = self.env.writes.write(&self.env.storage, batch).await?;
         self.env.metrics.record_write(&report);
         self.env.notify(&report.shards);
         Ok(report)

@@ -47,6 +47,7 @@ pub mod station;
 pub mod storage;
 pub mod strategy;
 pub mod wakeups;
+mod write_queue;
 
 pub use catch_up::{CatchUp, CatchUpProgress};
 pub use clock::{Clock, ManualClock, SystemClock};

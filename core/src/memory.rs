@@ -276,6 +276,11 @@ impl InboxStore for MemoryStorage {
         Ok(self.lock().write(batch))
     }
 
+    async fn write_all(&self, batches: Vec<WriteBatch>) -> Result<Vec<WriteReport>, StorageError> {
+        let mut state = self.lock();
+        Ok(batches.into_iter().map(|b| state.write(b)).collect())
+    }
+
     async fn read_page(
         &self,
         shard: ShardIndex,

@@ -93,6 +93,19 @@ pub trait InboxStore: Send + Sync + 'static {
     /// ignored and counted, never an error.
     async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError>;
 
+    /// Writes several batches, each as [`InboxStore::write`] would and with its own report, in
+    /// order: the group commit of concurrent sends. The durable backends write them all in one
+    /// transaction (all or none); the default writes them one after another, each atomic on
+    /// its own. Writing a batch again after an error is safe: its rows and events are then
+    /// ignored as duplicates.
+    async fn write_all(&self, batches: Vec<WriteBatch>) -> Result<Vec<WriteReport>, StorageError> {
+        let mut reports = Vec::with_capacity(batches.len());
+        for batch in batches {
+            reports.push(self.write(batch).await?);
+        }
+        Ok(reports)
+    }
+
     /// Up to `limit` rows of `shard` that are due at `now` (`deliver_after` unset or passed)
     /// and not delivered (nor blocked), in `seq` order, with the shard's waiting and blocked
     /// targets (see [`Page`]). Costs O(limit + waiting + blocked) whatever the size of the

@@ -316,3 +316,44 @@ pub async fn concurrent_writers_all_succeed<S: Storage + Inspect>(store: S) {
         .expect("events");
     assert_eq!(events.len(), TASKS * WRITES);
 }
+
+/// `write_all` writes every batch with a report of its own, in order: a duplicate of an
+/// earlier batch's row counts in the later batch's report, events are appended in batch
+/// order, and the rows are read back as if written one batch at a time.
+pub async fn write_all_reports_each_batch<S: Storage + Inspect>(store: S) {
+    let first = messages(vec![command(1, "a", "s1"), command(3, "b", "s2")]);
+    let second = WriteBatch {
+        events: vec![super::fixtures::event("e1", "booked", t0())],
+        messages: vec![command(1, "a", "s1"), command(1, "c", "s3")],
+    };
+    let reports = store
+        .write_all(vec![first, WriteBatch::default(), second])
+        .await
+        .expect("write_all");
+    assert_eq!(
+        reports,
+        vec![
+            WriteReport {
+                events: 0,
+                written: 2,
+                duplicates: 0,
+                shards: vec![ShardIndex(1), ShardIndex(3)],
+            },
+            WriteReport::default(),
+            WriteReport {
+                events: 1,
+                written: 1,
+                duplicates: 1,
+                shards: vec![ShardIndex(1)],
+            },
+        ]
+    );
+    let page = store
+        .read_page(ShardIndex(1), t0(), 10)
+        .await
+        .expect("read");
+    assert_eq!(signals(&page.messages), ["s1", "s3"]);
+    let events = store.read_events(0, &[], None, 10).await.expect("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event.id.0, "e1");
+}

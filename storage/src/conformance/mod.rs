@@ -64,7 +64,8 @@ pub use failures::{
 pub use inbox::{
     catch_up_rows_interleave_in_seq_order, concurrent_writers_all_succeed, counts_by_status,
     deliver_after_is_respected, due_pages_take_the_first_rows_by_seq,
-    paging_with_equal_timestamps_crosses_pages, write_then_read_in_seq_order,
+    paging_with_equal_timestamps_crosses_pages, write_all_reports_each_batch,
+    write_then_read_in_seq_order,
 };
 pub use registry::{
     concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
@@ -90,6 +91,7 @@ macro_rules! conformance_suite {
             counts_by_status,
             catch_up_rows_interleave_in_seq_order,
             concurrent_writers_all_succeed,
+            write_all_reports_each_batch,
             retry_reports_waiting_target,
             delivered_rows_kept_until_window_then_purged,
             commit_is_all_or_nothing,

@@ -117,6 +117,29 @@ macro_rules! inbox_units {
             })
         }
 
+        /// `InboxStore::write_all`: every batch's messages, then every batch's events (the
+        /// appends last, see `append_events`), in one write transaction.
+        pub(crate) fn write_all(
+            conn: &mut Conn,
+            batches: Vec<WriteBatch>,
+        ) -> Result<Vec<WriteReport>, Failure> {
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                let mut reports = Vec::with_capacity(batches.len());
+                let mut events = Vec::with_capacity(batches.len());
+                for batch in batches {
+                    let mut report = WriteReport::default();
+                    insert_messages(conn, batch.messages, &mut report)?;
+                    reports.push(report);
+                    events.push(batch.events);
+                }
+                for (report, events) in reports.iter_mut().zip(events) {
+                    append_events(conn, events, report)?;
+                    finish_report(report);
+                }
+                Ok(reports)
+            })
+        }
+
         /// `InboxStore::read_page`.
         pub(crate) fn read_page(
             conn: &mut Conn,

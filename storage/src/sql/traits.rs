@@ -25,6 +25,27 @@ macro_rules! storage_impls {
                 Ok(report)
             }
 
+            async fn write_all(
+                &self,
+                batches: Vec<shardbox_core::storage::WriteBatch>,
+            ) -> Result<Vec<shardbox_core::storage::WriteReport>, shardbox_core::StorageError> {
+                if batches.iter().all(|b| b.is_empty()) {
+                    return Ok(vec![Default::default(); batches.len()]);
+                }
+                let reports = self
+                    .db
+                    .run(move |conn| $units::write_all(conn, batches))
+                    .await?;
+                let mut shards: Vec<shardbox_core::ShardIndex> = reports
+                    .iter()
+                    .flat_map(|r| r.shards.iter().copied())
+                    .collect();
+                shards.sort_unstable();
+                shards.dedup();
+                self.written_backend(&shards);
+                Ok(reports)
+            }
+
             async fn read_page(
                 &self,
                 shard: shardbox_core::ShardIndex,
