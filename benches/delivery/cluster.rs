@@ -95,7 +95,7 @@ pub async fn serve_node(a: &Args, node: &str) -> Result<(), String> {
     let m = sb.metrics();
     say(&format!(
         "{STOPPED} delivered={} stages={} pick_ups={} takeovers={} refusals={} lease_losses={} \
-         notifications={} listener_connects={} peak_rss_mib={:.1}",
+         notifications={} listener_connects={} peak_rss_mib={:.1} cpu_s={:.2}",
         m.delivered,
         m.stages,
         m.lease_pick_ups,
@@ -104,8 +104,25 @@ pub async fn serve_node(a: &Args, node: &str) -> Result<(), String> {
         m.lease_losses,
         listener.notifications,
         listener.connects,
-        peak_rss_mib()
+        peak_rss_mib(),
+        cpu_seconds()
     ))
+}
+
+/// CPU time (user + system) this process has used so far, in seconds, from
+/// `/proc/self/stat` (in clock ticks of 1/100 s, Linux's `USER_HZ`); 0 if unknown.
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // The fields after the command name, which is in parentheses and may hold spaces:
+            // state is the 3rd field, utime the 14th and stime the 15th.
+            let rest = &s[s.rfind(')')? + 1..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0)
 }
 
 /// One line to the parent on stdout; an error (not a panic) if the parent is gone.
@@ -229,10 +246,15 @@ impl NodeProcess {
                 Ok(Some(line)) if line.starts_with(prefix) => return Ok(line),
                 Ok(Some(line)) => eprintln!("{}: {line}", self.name),
                 Ok(None) => {
-                    let status = tokio::time::timeout(timeout, self.child.wait()).await;
+                    let exit = match tokio::time::timeout(timeout, self.child.wait()).await {
+                        Ok(Ok(status)) => status.to_string(),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "still running".into(),
+                    };
                     return Err(format!(
-                        "node process {} closed its stdout before `{prefix}` (exit: {status:?})",
-                        self.name
+                        "node process {} closed its stdout before `{}` ({exit})",
+                        self.name,
+                        prefix.trim()
                     ));
                 }
                 Err(_) => {
@@ -358,10 +380,39 @@ impl Pending {
     }
 }
 
+/// The machine's CPU time so far, from the first line of `/proc/stat`: (busy, I/O wait,
+/// total) in clock ticks over all cores.
+fn machine_ticks() -> (u64, u64, u64) {
+    let line = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = line
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let get = |i: usize| f.get(i).copied().unwrap_or(0);
+    let busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
+    (busy, get(4), busy + get(3) + get(4))
+}
+
 /// What one run with `nodes` node processes measured.
 struct ClusterRun {
     rate: f64,
     stats: Vec<NodeStats>,
+    /// The share of the machine's CPU time (all cores, every process, other users' too) that
+    /// was busy while the run was timed.
+    busy: f64,
+}
+
+impl ClusterRun {
+    /// CPU seconds of the run's node processes together (start to stop).
+    fn cpu(&self) -> f64 {
+        self.stats.iter().map(|s| s.get("cpu_s")).sum()
+    }
 }
 
 /// One run: a fresh schema, `nodes` node processes, N commands from the parent.
@@ -388,6 +439,8 @@ async fn run_once(a: &Args, nodes: usize) -> Result<ClusterRun, String> {
         a.n
     );
     let mut pending = Pending::connect(&url, &schema, a.shards)?;
+    let cpu_before = cpu_seconds();
+    let machine_before = machine_ticks();
     let started = Instant::now();
     send_all(&sender, a.n, a.targets, a.batch).await?;
     let sent = started.elapsed();
@@ -421,6 +474,11 @@ async fn run_once(a: &Args, nodes: usize) -> Result<ClusterRun, String> {
         tokio::time::sleep(POLL).await;
     }
     let elapsed = started.elapsed();
+    let parent_cpu = cpu_seconds() - cpu_before;
+    let machine_after = machine_ticks();
+    let total = machine_after.2.saturating_sub(machine_before.2).max(1) as f64;
+    let busy = machine_after.0.saturating_sub(machine_before.0) as f64 / total;
+    let iowait = machine_after.1.saturating_sub(machine_before.1) as f64 / total;
     let rate = a.n as f64 / elapsed.as_secs_f64();
     // Tell every process first, so that they shut down side by side.
     for p in &mut procs {
@@ -432,16 +490,20 @@ async fn run_once(a: &Args, nodes: usize) -> Result<ClusterRun, String> {
     }
     let (lost, duplicates) = check(&sender, a.n, a.targets).await?;
     eprintln!(
-        "{nodes} node process(es): {rate:.0} msgs/s (sent in {:.2} s, all delivered at {:.2} s)",
+        "{nodes} node process(es): {rate:.0} msgs/s (sent in {:.2} s, all delivered at {:.2} s; \
+         the sending parent used {parent_cpu:.2} s of CPU; the machine's cores were {:.0} % \
+         busy, {:.0} % in I/O wait)",
         sent.as_secs_f64(),
-        elapsed.as_secs_f64()
+        elapsed.as_secs_f64(),
+        busy * 100.0,
+        iowait * 100.0
     );
     for s in &stats {
         let delivered = s.get("delivered");
         eprintln!(
             "  {}: delivered {delivered:.0} ({:.1} %), stages {:.0}, pick-ups {:.0}, \
              take-overs {:.0}, refusals {:.0}, lease losses {:.0}, notifications heard {:.0}, \
-             peak RSS {:.1} MiB",
+             CPU {:.2} s, peak RSS {:.1} MiB",
             s.name,
             100.0 * delivered / a.n as f64,
             s.get("stages"),
@@ -450,6 +512,7 @@ async fn run_once(a: &Args, nodes: usize) -> Result<ClusterRun, String> {
             s.get("refusals"),
             s.get("lease_losses"),
             s.get("notifications"),
+            s.get("cpu_s"),
             s.get("peak_rss_mib"),
         );
     }
@@ -465,7 +528,7 @@ async fn run_once(a: &Args, nodes: usize) -> Result<ClusterRun, String> {
             "{nodes} node process(es): lost {lost}, duplicates {duplicates}"
         ));
     }
-    Ok(ClusterRun { rate, stats })
+    Ok(ClusterRun { rate, stats, busy })
 }
 
 /// The `cluster` workload: one node process, then `--nodes` node processes, each on a fresh
@@ -490,6 +553,11 @@ pub async fn run(a: &Args) -> Result<Report, String> {
     r.extra.push(("rate_n_nodes", many.rate));
     r.extra.push(("nodes", a.nodes as f64));
     r.extra.push(("cluster_ratio", many.rate / one.rate));
+    // CPU seconds of all node processes together, per run: what more nodes cost on top.
+    r.extra.push(("node_cpu_s_1_node", one.cpu()));
+    r.extra.push(("node_cpu_s_n_nodes", many.cpu()));
+    r.extra.push(("machine_busy_1_node", one.busy));
+    r.extra.push(("machine_busy_n_nodes", many.busy));
     // The least busy node's share against an even split (1.0: even).
     r.extra.push((
         "min_node_share",
