@@ -57,7 +57,7 @@ const START_STOP_TIMEOUT: Duration = Duration::from_secs(60);
 const DELIVERY_LIMIT: Duration = Duration::from_secs(3600);
 /// How often the parent asks the node processes for their delivered counts.
 const POLL: Duration = Duration::from_millis(5);
-/// How often the parent prints the number of rows still waiting.
+/// How often the parent prints how many messages were delivered while it waits.
 const PROGRESS: Duration = Duration::from_secs(5);
 
 /// A node process's main (`--node-process <id> --schema <schema>`): serves the schema with
