@@ -60,6 +60,11 @@ pub struct Args {
     pub batch: usize,
     /// Entries of the deduplication cache (`None`: the framework's default).
     pub cache_capacity: Option<u64>,
+    /// Hidden: run as one node process of the `cluster` workload, with this node id (see
+    /// the `cluster` module), instead of running a workload.
+    pub node_process: Option<String>,
+    /// Hidden: the PostgreSQL schema a node process serves (with `--node-process`).
+    pub schema: Option<String>,
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
@@ -83,6 +88,8 @@ impl Args {
             secs: 10,
             batch: 0,
             cache_capacity: None,
+            node_process: None,
+            schema: None,
         };
         let mut n = None;
         while let Some(flag) = it.next() {
@@ -117,6 +124,10 @@ impl Args {
                 "--cache-capacity" => {
                     a.cache_capacity = Some(number("--cache-capacity", it.next())?)
                 }
+                "--node-process" => {
+                    a.node_process = Some(it.next().ok_or("--node-process needs a node id")?)
+                }
+                "--schema" => a.schema = Some(it.next().ok_or("--schema needs a schema name")?),
                 other => return Err(format!("unknown flag `{other}`")),
             }
         }

@@ -51,12 +51,7 @@ impl Db {
             ),
             Backend::Postgres => {
                 let (url, schema) = self.pg.clone().unwrap_or_default();
-                let options = PostgresOptions::default().schema(schema).pool_size(pool);
-                Arc::new(
-                    PostgresStorage::connect_with(url, options)
-                        .await
-                        .map_err(|e| e.to_string())?,
-                )
+                postgres_storage(&url, &schema, pool).await?
             }
         })
     }
@@ -72,6 +67,25 @@ impl Db {
     pub fn pg(&self) -> Option<&(String, String)> {
         self.pg.as_ref()
     }
+}
+
+/// A PostgreSQL storage over `schema` with `pool` connections, listening for other nodes'
+/// writes (the default, stated here because the cluster workload's node processes rely on
+/// it). Does not own the schema: nothing is dropped with it.
+pub async fn postgres_storage(
+    url: &str,
+    schema: &str,
+    pool: u32,
+) -> Result<Arc<dyn Storage>, String> {
+    let options = PostgresOptions::default()
+        .schema(schema)
+        .pool_size(pool)
+        .listen(true);
+    Ok(Arc::new(
+        PostgresStorage::connect_with(url, options)
+            .await
+            .map_err(|e| e.to_string())?,
+    ))
 }
 
 impl Drop for Db {

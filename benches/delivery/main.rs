@@ -9,10 +9,12 @@
 //! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
 //! `n`, `msgs_per_s`, `floor_per_s`, `ratio`, `p50_ms`, `p99_ms`, `peak_rss_mib`,
 //! `duplicates`, `lost`. PostgreSQL runs read `SHARDBOX_PG_URL` and work in a schema of their
-//! own, dropped at the end.
+//! own, dropped at the end. The `cluster` workload runs its nodes as processes of this same
+//! binary (a hidden `--node-process` mode, see the `cluster` module).
 
 mod args;
 mod backend;
+mod cluster;
 mod floor;
 mod model;
 mod report;
@@ -40,6 +42,14 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // A node process of the `cluster` workload, started by the workload itself.
+    if let Some(node) = &args.node_process {
+        if let Err(e) = runtime.block_on(cluster::serve_node(&args, node)) {
+            eprintln!("error: node process {node}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let result: Result<Report, String> = runtime.block_on(async {
         match args.workload {
             Workload::Live => workloads::live(&args).await,

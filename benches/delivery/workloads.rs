@@ -14,7 +14,11 @@ use shardbox::{CatchUp, NodeId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-async fn shardbox(storage: Arc<dyn Storage>, a: &Args, node: &str) -> Result<Shardbox, String> {
+pub(crate) async fn shardbox(
+    storage: Arc<dyn Storage>,
+    a: &Args,
+    node: &str,
+) -> Result<Shardbox, String> {
     let builder = Shardbox::builder()
         .shared_storage(storage)
         .node_id(NodeId(node.to_owned()))
@@ -37,7 +41,12 @@ fn target(i: usize, targets: usize) -> String {
 }
 
 /// Sends `n` bumps from 4 tasks, round-robin over the targets, `batch` per write.
-async fn send_all(sb: &Shardbox, n: usize, targets: usize, batch: usize) -> Result<(), String> {
+pub(crate) async fn send_all(
+    sb: &Shardbox,
+    n: usize,
+    targets: usize,
+    batch: usize,
+) -> Result<(), String> {
     let mut tasks = Vec::new();
     for t in 0..4 {
         let sb = sb.clone();
@@ -85,7 +94,7 @@ async fn until_delivered(nodes: &[Shardbox], count: u64, limit: Duration) -> Res
 }
 
 /// Lost and double-applied messages: each target's counter against what was sent to it.
-async fn check(sb: &Shardbox, n: usize, targets: usize) -> Result<(u64, u64), String> {
+pub(crate) async fn check(sb: &Shardbox, n: usize, targets: usize) -> Result<(u64, u64), String> {
     let (mut lost, mut duplicates) = (0u64, 0u64);
     for t in 0..targets.min(n) {
         let expected = (n / targets + usize::from(t < n % targets)) as u64;
@@ -340,42 +349,8 @@ pub async fn catch_up(a: &Args) -> Result<Report, String> {
     Ok(r)
 }
 
+/// 1 node process vs `--nodes` node processes on the same workload (see the `cluster`
+/// module).
 pub async fn cluster(a: &Args) -> Result<Report, String> {
-    if a.backend != Backend::Postgres {
-        return Err("the cluster workload needs --backend postgres".into());
-    }
-    let mut rates = Vec::new();
-    for nodes in [1, a.nodes] {
-        let db = Db::new(a.backend)?;
-        let mut boxes = Vec::new();
-        let mut handles = Vec::new();
-        for i in 0..nodes {
-            let sb = shardbox(db.storage(4).await?, a, &format!("bench-{i}")).await?;
-            handles.push(sb.start());
-            boxes.push(sb);
-        }
-        let started = Instant::now();
-        send_all(&boxes[0], a.n, a.targets, a.batch).await?;
-        until_delivered(&boxes, a.n as u64, Duration::from_secs(3600)).await?;
-        let rate = a.n as f64 / started.elapsed().as_secs_f64();
-        for h in handles {
-            h.shutdown().await.map_err(|e| e.to_string())?;
-        }
-        let (lost, duplicates) = check(&boxes[0], a.n, a.targets).await?;
-        if lost + duplicates > 0 {
-            return Err(format!(
-                "{nodes} nodes: lost {lost}, duplicates {duplicates}"
-            ));
-        }
-        eprintln!("{nodes} node(s): {rate:.0} msgs/s");
-        rates.push(rate);
-    }
-    let db = Db::new(a.backend)?;
-    let mut r = report(a, &db);
-    r.msgs_per_s = rates[1];
-    r.extra.push(("rate_1_node", rates[0]));
-    r.extra.push(("rate_n_nodes", rates[1]));
-    r.extra.push(("nodes", a.nodes as f64));
-    r.extra.push(("cluster_ratio", rates[1] / rates[0]));
-    Ok(r)
+    crate::cluster::run(a).await
 }
