@@ -7,6 +7,7 @@
 //!         Conveyor through every station
 //!         commit intents + states + events + fan-out, renewing the lease (fenced by epoch)
 //!         monitor.should_continue? ──no──► break
+//!         with a linger, a short page (fewer rows than page_size)? ──► expire as above; break
 //!   release; re-check for rows that arrived meanwhile (and go again if any)
 //!   next_due(shard)? ──► a timer wakes the shard then (see `due`)
 //! ```
@@ -237,7 +238,7 @@ impl Delivery {
             };
             report.picked_up = true;
             let epoch = lease.epoch;
-            let end = match self.drain(&mut lease, &mut report, keep_on).await {
+            let end = match self.drain(&mut lease, &mut report, keep_on, linger).await {
                 Ok(end) => end,
                 Err(e) if e.is_lease_lost() => {
                     env.metrics.record_lease_lost();
@@ -414,6 +415,7 @@ impl Delivery {
         lease: &mut Lease,
         report: &mut DeliveryReport,
         keep_on: &(dyn Fn() -> bool + Sync),
+        short_ends: bool,
     ) -> Result<DrainEnd, DeliveryError> {
         let env = &self.env;
         loop {
@@ -427,14 +429,15 @@ impl Delivery {
                 .read_page(lease.shard, now, env.config.page_size)
                 .await?;
             if page.messages.is_empty() {
-                if env.expiry.take(lease.shard) {
-                    if let Err(e) = self.expire(lease, report).await {
-                        env.expiry.restore(lease.shard);
-                        return Err(e);
-                    }
-                }
+                self.expire_if_asked(lease, report).await?;
                 return Ok(DrainEnd::Drained);
             }
+            // With a linger, a short page held every row due when it was read: the drain ends
+            // after its stage without reading an empty page. Rows written meanwhile (by the
+            // stage itself, or by senders) woke the shard, which the runner serves again
+            // under the kept lease. Without one, the empty read stays: it serves such rows
+            // under this lease instead of a release and a new pick-up.
+            let short = short_ends && page.messages.len() < env.config.page_size;
             let info = StageInfo {
                 shard: lease.shard,
                 epoch: lease.epoch,
@@ -465,10 +468,31 @@ impl Delivery {
             if !env.monitor.should_continue(&info, &stage_report) {
                 return Ok(DrainEnd::Stopped);
             }
+            if short {
+                self.expire_if_asked(lease, report).await?;
+                return Ok(DrainEnd::Drained);
+            }
             if !keep_on() {
                 return Ok(DrainEnd::Yielded);
             }
         }
+    }
+
+    /// Expires the shard's rows whose TTL passed if a sweep asked for it (see
+    /// [`Delivery::request_expiry`]); asked again if that fails.
+    async fn expire_if_asked(
+        &self,
+        lease: &mut Lease,
+        report: &mut DeliveryReport,
+    ) -> Result<(), DeliveryError> {
+        let env = &self.env;
+        if env.expiry.take(lease.shard) {
+            if let Err(e) = self.expire(lease, report).await {
+                env.expiry.restore(lease.shard);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     async fn run_stage(

@@ -181,14 +181,23 @@ fn plan(conn: &mut SqliteConnection, sql: &str) -> String {
 
 /// Every statement a stage issues, as diesel sent it (captured by instrumentation).
 static ISSUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The statements diesel kept in a connection's prepared-statement cache.
+static CACHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn capture() -> Option<Box<dyn Instrumentation>> {
-    Some(Box::new(|event: InstrumentationEvent<'_>| {
-        if let InstrumentationEvent::StartQuery { query, .. } = event {
+    Some(Box::new(|event: InstrumentationEvent<'_>| match event {
+        InstrumentationEvent::StartQuery { query, .. } => {
             let sql = query.to_string();
             let sql = sql.split(" -- binds").next().unwrap_or_default().to_owned();
             ISSUED.lock().unwrap_or_else(|p| p.into_inner()).push(sql);
         }
+        InstrumentationEvent::CacheQuery { sql, .. } => {
+            CACHED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(sql.to_owned());
+        }
+        _ => {}
     }))
 }
 
@@ -253,6 +262,22 @@ async fn stage_queries_use_their_indexes() {
     assert!(next_due.contains("inbox_delayed"), "{next_due}");
     let purge = plan(&mut conn, &find("`keep_until` <= ?"));
     assert!(purge.contains("inbox_purge"), "{purge}");
+
+    // The page read's statements are prepared once per connection, not at every read: the
+    // partial-index predicates, written as SQL text, must not make them uncacheable.
+    let cached = CACHED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for needle in [
+        "deliver_after IS NULL AND status <> 'delivered'",
+        "`deliver_after` <= ?",
+        "attempts > 0",
+        "status = 'blocked'",
+        "min(",
+    ] {
+        assert!(
+            cached.iter().any(|sql| sql.contains(needle)),
+            "{needle:?} not cached: {cached:#?}"
+        );
+    }
 }
 
 /// A file made by the first schema is migrated in place: its rows survive whole, the new

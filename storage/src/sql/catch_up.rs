@@ -163,7 +163,7 @@ macro_rules! catch_up_units {
                 // (seq, target id, whether the replay applied its event)
                 let candidates: Vec<(i64, String, bool)> = im::inbox_messages
                     .filter(im::shard.eq(*shard))
-                    .filter(sql::<Bool>(DELAYED))
+                    .filter(DELAYED)
                     .filter(im::deliver_after.eq(parked))
                     .filter(im::status.eq(MessageStatus::ToDeliver.as_str()))
                     .filter(im::kind.eq(shardbox_core::MessageKind::Event.as_str()))
@@ -234,7 +234,7 @@ macro_rules! catch_up_units {
                     let covered: Option<i64> = im::inbox_messages
                         .inner_join(ev::events.on(ev::id.eq(im::signal_id)))
                         .filter(im::shard.eq(shard.as_i32()))
-                        .filter(sql::<Bool>(pending))
+                        .filter(pending)
                         .filter(im::status.eq(MessageStatus::ToDeliver.as_str()))
                         .filter(im::kind.eq(shardbox_core::MessageKind::Event.as_str()))
                         .filter(im::target_kind.eq(&projection_kind))
@@ -250,7 +250,7 @@ macro_rules! catch_up_units {
                 }
                 let found: Option<i64> = im::inbox_messages
                     .filter(im::shard.eq(shard.as_i32()))
-                    .filter(sql::<Bool>(CATCHING_UP))
+                    .filter(CATCHING_UP)
                     .filter(im::target_kind.eq(&projection_kind))
                     .filter(im::tenant.eq(&tenant))
                     .select(im::seq)

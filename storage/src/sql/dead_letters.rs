@@ -157,7 +157,7 @@ macro_rules! dead_letter_units {
         ) -> Result<Vec<shardbox_core::storage::BlockedTarget>, Failure> {
             use $crate::schema::inbox_messages::dsl as im;
             im::inbox_messages
-                .filter(sql::<Bool>(BLOCKED))
+                .filter(BLOCKED)
                 .order(im::seq.asc())
                 .limit(i64::try_from(limit).unwrap_or(i64::MAX))
                 .select(InboxRow::as_select())
@@ -197,7 +197,7 @@ macro_rules! dead_letter_units {
                     .filter(im::tenant.eq(target.tenant.clone()))
                     .filter(im::target_kind.eq(target.kind.clone()))
                     .filter(im::target_id.eq(target.id.clone()))
-                    .filter(sql::<Bool>(BLOCKED))
+                    .filter(BLOCKED)
             };
             <Conn as Dialect>::write_transaction(conn, |conn| {
                 let rows: Vec<InboxMessage> = blocked()

@@ -22,24 +22,24 @@
 macro_rules! inbox_units {
     () => {
         /// The predicate of the partial indexes over rows not yet delivered.
-        const NOT_DELIVERED: &str = "status <> 'delivered'";
+        const NOT_DELIVERED: Predicate = Predicate("status <> 'delivered'");
         /// The predicate of the page index: rows without a delay, not yet delivered.
-        const IMMEDIATE: &str = "deliver_after IS NULL AND status <> 'delivered'";
+        const IMMEDIATE: Predicate = Predicate("deliver_after IS NULL AND status <> 'delivered'");
         /// The predicate of the partial indexes over blocked rows.
-        const BLOCKED: &str = "status = 'blocked'";
+        const BLOCKED: Predicate = Predicate("status = 'blocked'");
         /// The predicate of the partial index over replayed rows of a catch-up.
-        const CATCHING_UP: &str = "status = 'to_catch_up'";
+        const CATCHING_UP: Predicate = Predicate("status = 'to_catch_up'");
         /// The predicate of the partial index over rows with a delay, retry or hold.
-        const DELAYED: &str = "deliver_after IS NOT NULL AND status <> 'delivered'";
+        const DELAYED: Predicate = Predicate("deliver_after IS NOT NULL AND status <> 'delivered'");
         /// Of the rows `DELAYED` selects, those a page may read (to_deliver and
         /// to_catch_up). Not an index condition on purpose: `status = ? OR status = ?` lets
         /// PostgreSQL without statistics pick `inbox_due` and read every pending row of the
         /// shard, due later or not.
-        const NOT_BLOCKED: &str = "status <> 'blocked'";
+        const NOT_BLOCKED: Predicate = Predicate("status <> 'blocked'");
         /// The predicate of the partial index over rows that failed at least once.
-        const RETRYING: &str = "attempts > 0 AND status <> 'delivered'";
+        const RETRYING: Predicate = Predicate("attempts > 0 AND status <> 'delivered'");
         /// The predicate of the partial index over rows with a TTL not yet delivered.
-        const EXPIRING: &str = "expires_at IS NOT NULL AND status <> 'delivered'";
+        const EXPIRING: Predicate = Predicate("expires_at IS NOT NULL AND status <> 'delivered'");
 
         /// Inserts inbox rows, ignoring (and counting) duplicates of the dedup key.
         pub(crate) fn insert_messages(
@@ -159,7 +159,7 @@ macro_rules! inbox_units {
                         im::inbox_messages
                             .filter(im::shard.eq(s))
                             .filter(im::status.eq(status.as_str()))
-                            .filter(sql::<Bool>(IMMEDIATE))
+                            .filter(IMMEDIATE)
                             .order(im::seq.asc())
                             .limit(sql_limit)
                             .select(InboxRow::as_select())
@@ -176,9 +176,9 @@ macro_rules! inbox_units {
                 due.extend(
                     im::inbox_messages
                         .filter(im::shard.eq(s))
-                        .filter(sql::<Bool>(DELAYED))
+                        .filter(DELAYED)
                         .filter(im::deliver_after.le(now))
-                        .filter(sql::<Bool>(NOT_BLOCKED))
+                        .filter(NOT_BLOCKED)
                         // `seq + 0`: no index yields this order, so a planner that expects
                         // many due rows cannot walk the table in seq order past every row
                         // due later (PostgreSQL with statistics does that for `seq`); it
@@ -198,8 +198,8 @@ macro_rules! inbox_units {
                 // inbox_delayed index eligible too, and SQLite would pick it.
                 let waiting: Vec<(String, String, String, i64)> = im::inbox_messages
                     .filter(im::shard.eq(s))
-                    .filter(sql::<Bool>(RETRYING))
-                    .filter(sql::<Bool>("COALESCE(deliver_after, 0) > ").bind::<BigInt, _>(now))
+                    .filter(RETRYING)
+                    .filter(coalesce(im::deliver_after, 0i64).gt(now))
                     // A retrying row whose TTL passed is expired, not waited for.
                     .filter(im::expires_at.is_null().or(im::expires_at.gt(now)))
                     .order(im::seq.asc())
@@ -218,7 +218,7 @@ macro_rules! inbox_units {
                     .collect::<Result<Vec<_>, Failure>>()?;
                 let blocked: Vec<(String, String, String)> = im::inbox_messages
                     .filter(im::shard.eq(s))
-                    .filter(sql::<Bool>(BLOCKED))
+                    .filter(BLOCKED)
                     .order(im::seq.asc())
                     .select((im::target_kind, im::tenant, im::target_id))
                     .load(conn)?;
@@ -241,7 +241,7 @@ macro_rules! inbox_units {
         ) -> Result<Vec<ShardIndex>, Failure> {
             use $crate::schema::inbox_messages::dsl as im;
             let shards: Vec<i32> = im::inbox_messages
-                .filter(sql::<Bool>(EXPIRING))
+                .filter(EXPIRING)
                 .filter(im::expires_at.le(micros(now)))
                 .filter(im::status.ne(MessageStatus::Blocked.as_str()))
                 .select(im::shard)
@@ -260,7 +260,7 @@ macro_rules! inbox_units {
         ) -> Result<Vec<InboxMessage>, Failure> {
             use $crate::schema::inbox_messages::dsl as im;
             im::inbox_messages
-                .filter(sql::<Bool>(EXPIRING))
+                .filter(EXPIRING)
                 .filter(im::expires_at.le(micros(now)))
                 .filter(im::shard.eq(shard.as_i32()))
                 .filter(im::status.ne(MessageStatus::Blocked.as_str()))
@@ -285,7 +285,7 @@ macro_rules! inbox_units {
                 .filter(im::deliver_after.gt(micros(now)))
                 // Parked rows wait for their catch-up to complete, not for a time.
                 .filter(im::deliver_after.lt(micros(shardbox_core::catch_up::parked_until())))
-                .filter(sql::<Bool>(NOT_DELIVERED))
+                .filter(NOT_DELIVERED)
                 .select(diesel::dsl::min(im::deliver_after))
                 .first(conn)?;
             rows::opt_time(next)

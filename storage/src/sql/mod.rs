@@ -22,6 +22,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod entities;
 pub(crate) mod events;
 pub(crate) mod inbox;
+pub(crate) mod predicate;
 pub(crate) mod prelude;
 pub(crate) mod registry;
 pub(crate) mod traits;

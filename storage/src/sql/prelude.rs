@@ -6,6 +6,7 @@ pub(crate) use crate::rows::{
     NewEntityStateRow, NewEventRow, NewInboxRow, SessionRow, StoredDeadLetterRow,
 };
 pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
+pub(crate) use crate::sql::predicate::{coalesce, Predicate};
 pub(crate) use crate::sql::{Dialect, INSERT_CHUNK, IN_CHUNK};
 pub(crate) use chrono::{DateTime, Utc};
 pub(crate) use diesel::dsl::sql;
