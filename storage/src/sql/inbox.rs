@@ -3,8 +3,8 @@
 //! Index use (see the migrations):
 //!
 //! ```text
-//!  read_page  one query per pending status on inbox_immediate (shard, status, seq) WHERE
-//!             deliver_after IS NULL AND not delivered, LIMIT n, plus the rows whose delay has passed from
+//!  read_page  one range of inbox_immediate (shard, seq) WHERE deliver_after IS NULL AND
+//!             not delivered, LIMIT n, plus the rows whose delay has passed from
 //!             inbox_delayed (shard, deliver_after) up to now, the first n by seq, merged
 //!             by seq: rows due later are never read, whatever their number, and at most n
 //!             of the due ones are loaded
@@ -152,20 +152,16 @@ macro_rules! inbox_units {
             let now = micros(now);
             let sql_limit = i64::try_from(limit).unwrap_or(i64::MAX);
             <Conn as Dialect>::read_transaction(conn, |conn| {
-                let mut due: Vec<InboxRow> = Vec::new();
-                for status in [MessageStatus::ToDeliver, MessageStatus::ToCatchUp] {
-                    // Rows without a delay: inbox_immediate, in seq order, stops after a page.
-                    due.extend(
-                        im::inbox_messages
-                            .filter(im::shard.eq(s))
-                            .filter(im::status.eq(status.as_str()))
-                            .filter(IMMEDIATE)
-                            .order(im::seq.asc())
-                            .limit(sql_limit)
-                            .select(InboxRow::as_select())
-                            .load(conn)?,
-                    );
-                }
+                // Rows without a delay (to deliver or replayed by a catch-up):
+                // inbox_immediate, one range in seq order that stops after a page.
+                let mut due: Vec<InboxRow> = im::inbox_messages
+                    .filter(im::shard.eq(s))
+                    .filter(IMMEDIATE)
+                    .filter(NOT_BLOCKED)
+                    .order(im::seq.asc())
+                    .limit(sql_limit)
+                    .select(InboxRow::as_select())
+                    .load(conn)?;
                 // Rows whose delay, retry or hold has passed: inbox_delayed, a range that
                 // ends at `now`, so rows due later are never read. Its predicate is stated
                 // literally so that the partial index is usable. Only the first `limit` of

@@ -6,7 +6,9 @@
 -- a live row pays nothing for them.
 DROP INDEX inbox_due;
 DROP INDEX inbox_immediate;
-CREATE INDEX inbox_immediate ON inbox_messages (shard, status, seq)
+-- The page index holds only rows a page may read at once (no delay, not delivered; blocked
+-- rows always carry a time): one range in seq order per page, whatever their status.
+CREATE INDEX inbox_immediate ON inbox_messages (shard, seq)
     WHERE deliver_after IS NULL AND status <> 'delivered';
 CREATE INDEX inbox_blocked_by_shard ON inbox_messages (shard, seq) WHERE status = 'blocked';
 CREATE INDEX inbox_catching_up ON inbox_messages (shard, target_kind, tenant)
