@@ -91,7 +91,7 @@ pub fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> R
             // commits (the commits' own autocheckpoint only as a safety net at 10,000 pages).
             c.batch_execute(
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000; \
-                 PRAGMA wal_autocheckpoint=10000;",
+                 PRAGMA wal_autocheckpoint=10000; PRAGMA temp_store=MEMORY;",
             )
             .map_err(|e| format!("floor: {e}"))?;
             let checkpoints = Checkpoints::start(path);

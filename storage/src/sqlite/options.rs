@@ -109,6 +109,7 @@ impl Pragmas {
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              PRAGMA foreign_keys = ON;
+             PRAGMA temp_store = MEMORY;
              PRAGMA wal_autocheckpoint = {};
              PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};",
             self.autocheckpoint
