@@ -13,3 +13,9 @@ CREATE INDEX inbox_immediate ON inbox_messages (shard, seq)
 CREATE INDEX inbox_blocked_by_shard ON inbox_messages (shard, seq) WHERE status = 'blocked';
 CREATE INDEX inbox_catching_up ON inbox_messages (shard, target_kind, tenant)
     WHERE status = 'to_catch_up';
+-- The deduplication key leads with the signal id: fresh ids are time-ordered (UUID v7), so a
+-- batch of new rows lands on a few pages at the end of the index instead of one page per
+-- target. The key is the same set of columns, so ON CONFLICT finds it as before.
+ALTER TABLE inbox_messages DROP CONSTRAINT inbox_dedup;
+ALTER TABLE inbox_messages
+    ADD CONSTRAINT inbox_dedup UNIQUE (signal_id, tenant, target_kind, target_id);

@@ -1,3 +1,5 @@
+DROP INDEX inbox_dedup;
+CREATE UNIQUE INDEX inbox_dedup ON inbox_messages (tenant, target_kind, target_id, signal_id);
 DROP INDEX inbox_catching_up;
 DROP INDEX inbox_blocked_by_shard;
 DROP INDEX inbox_immediate;
