@@ -34,6 +34,8 @@ pub(crate) struct WriteQueue {
     queued: Mutex<Vec<Queued>>,
     /// Held by the caller writing groups.
     leader: tokio::sync::Mutex<()>,
+    /// Told when a leader lets go (or its send is cancelled).
+    released: tokio::sync::Notify,
     /// Groups written so far.
     groups: std::sync::atomic::AtomicU64,
 }
@@ -49,31 +51,46 @@ impl WriteQueue {
         storage: &Arc<dyn Storage>,
         batch: WriteBatch,
     ) -> Result<WriteReport, StorageError> {
-        let (done, report) = oneshot::channel();
+        let (done, mut report) = oneshot::channel();
         self.queued().push(Queued { batch, done });
         // Whoever leads re-checks the queue after letting go and leads again if a batch
-        // arrived meanwhile; a caller that finds a leader at work waits for its report, as
-        // the leader (or a later one) will take its batch.
-        while let Ok(leading) = self.leader.try_lock() {
-            loop {
-                let group = self.take_group();
-                if group.is_empty() {
+        // arrived meanwhile. A caller that finds a leader at work waits for its report or for
+        // the leader to let go (also when the leader's send is cancelled mid-way), then tries
+        // to lead in turn, so no queued batch waits for a leader that is gone.
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Ok(guard) = self.leader.try_lock() {
+                let leading = Leading {
+                    guard: Some(guard),
+                    released: &self.released,
+                };
+                loop {
+                    let group = self.take_group();
+                    if group.is_empty() {
+                        break;
+                    }
+                    self.groups
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // On a task of its own: a leader whose send is cancelled does not abandon
+                    // the batches it took.
+                    if tokio::spawn(write_group(storage.clone(), group))
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!("a group write panicked; its sends fail");
+                    }
+                }
+                drop(leading);
+                if self.queued().is_empty() {
                     break;
                 }
-                self.groups
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                // On a task of its own: a leader whose send is cancelled does not abandon the
-                // other callers' batches.
-                if tokio::spawn(write_group(storage.clone(), group))
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("a group write panicked; its sends fail");
-                }
+                continue;
             }
-            drop(leading);
-            if self.queued().is_empty() {
-                break;
+            tokio::select! {
+                result = &mut report => return result.unwrap_or_else(|_| Err(abandoned())),
+                () = &mut released => {}
             }
         }
         report.await.unwrap_or_else(|_| Err(abandoned()))
@@ -92,6 +109,22 @@ impl WriteQueue {
             n += 1;
         }
         queued.drain(..n).collect()
+    }
+}
+
+/// The leader's place, held while it writes groups; letting go (also by a cancelled send)
+/// wakes the waiting callers.
+struct Leading<'a> {
+    guard: Option<tokio::sync::MutexGuard<'a, ()>>,
+    released: &'a tokio::sync::Notify,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        // The place is free before the waiters wake, or they would find it still taken and
+        // wait again with no one left to wake them.
+        drop(self.guard.take());
+        self.released.notify_waiters();
     }
 }
 
@@ -211,6 +244,41 @@ mod tests {
         }
         assert_eq!(memory.rows().len(), 1600);
         assert!(queue.queued().is_empty());
+    }
+
+    /// A leader whose send is cancelled while others wait does not strand them: they are
+    /// woken and one of them leads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiting_sends_go_on_when_the_leader_is_cancelled() {
+        let memory = Arc::new(MemoryStorage::new());
+        let storage: Arc<dyn Storage> = memory.clone();
+        let queue = Arc::new(WriteQueue::default());
+        // The test takes the leader's place, as a leader would, and then goes away without
+        // writing anything (a cancelled send drops its place the same way).
+        let leading = Leading {
+            guard: Some(queue.leader.lock().await),
+            released: &queue.released,
+        };
+        let mut sends = Vec::new();
+        for i in 0..10 {
+            let (queue, storage) = (queue.clone(), storage.clone());
+            sends.push(tokio::spawn(async move {
+                queue.write(&storage, batch(i)).await
+            }));
+        }
+        while queue.queued().len() < 10 {
+            tokio::task::yield_now().await;
+        }
+        drop(leading);
+        for send in sends {
+            let report = tokio::time::timeout(std::time::Duration::from_secs(5), send)
+                .await
+                .expect("a waiting send was stranded")
+                .expect("task")
+                .expect("send");
+            assert_eq!(report.written, 1);
+        }
+        assert_eq!(memory.rows().len(), 10);
     }
 
     /// A group takes batches up to the row limit, and always at least one.
