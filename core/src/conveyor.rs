@@ -338,7 +338,6 @@ mod tests {
     use crate::config::DeliveryConfig;
     use crate::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
     use crate::memory::MemoryStorage;
-    use crate::message::{MessageKind, NewMessage};
     use crate::monitor::NoopMonitor;
     use crate::registry::EntityRegistry;
     use crate::strategy::StableHashStrategy;
@@ -389,19 +388,12 @@ mod tests {
             last_error: None,
             first_failed_at: None,
             keep_until: None,
-            message: NewMessage {
-                signal_id: SignalId(format!("sig-{seq}")),
-                kind: MessageKind::Command,
-                target_kind: "counter".into(),
-                target_id: format!("t-{seq}"),
-                tenant: String::new(),
-                payload: b"{}".to_vec(),
-                payload_type: "counter.command".into(),
-                metadata: Default::default(),
-                received_at: t0() - secs(5),
-                deliver_after: None,
-                expires_at: None,
-            },
+            message: crate::message::test_command(
+                &format!("sig-{seq}"),
+                "counter",
+                &format!("t-{seq}"),
+                t0() - secs(5),
+            ),
         }
     }
 

@@ -34,7 +34,7 @@ pub enum ConfigError {
 }
 
 /// A storage backend could not do what was asked.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 #[non_exhaustive]
 pub enum StorageError {
     /// The shard's lease moved to another owner (or expired and was taken) since this worker

@@ -192,6 +192,30 @@ impl InboxMessage {
     }
 }
 
+/// A command for unit tests: signal `signal` to `target_kind` instance `target_id`, received
+/// at `received_at`, with an empty JSON object as payload and no delay, TTL or metadata.
+#[cfg(test)]
+pub(crate) fn test_command(
+    signal: &str,
+    target_kind: &str,
+    target_id: &str,
+    received_at: DateTime<Utc>,
+) -> NewMessage {
+    NewMessage {
+        signal_id: SignalId::from(signal),
+        kind: MessageKind::Command,
+        target_kind: target_kind.into(),
+        target_id: target_id.into(),
+        tenant: String::new(),
+        payload: b"{}".to_vec(),
+        payload_type: "counter.command".into(),
+        metadata: Default::default(),
+        received_at,
+        deliver_after: None,
+        expires_at: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

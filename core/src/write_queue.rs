@@ -10,9 +10,11 @@
 //!
 //! A lone send is written at once, as before; under concurrent sends the database sees one
 //! commit (on PostgreSQL one WAL flush and one NOTIFY; on SQLite one turn of the single
-//! writer) for all those that queued meanwhile, instead of one each. If a group's write fails,
-//! each of its batches is written again on its own, so that one bad batch fails only its own
-//! send (a batch written twice is harmless: its rows and events are ignored as duplicates).
+//! writer) for all those that queued meanwhile, instead of one each. A group is all or
+//! nothing: if its transaction fails, every send in it gets the error and nothing of it is
+//! written (what fails a write — the database down, read-only, a lost connection — is not
+//! particular to one batch), and sending again is safe (rows and events written twice are
+//! ignored as duplicates).
 
 use crate::error::StorageError;
 use crate::storage::{Storage, WriteBatch, WriteReport};
@@ -135,27 +137,27 @@ fn abandoned() -> StorageError {
     }
 }
 
-/// Writes one group and hands every caller its report.
+/// Writes one group in one `write_all` and hands every caller its report, or the group's
+/// error.
 async fn write_group(storage: Arc<dyn Storage>, group: Vec<Queued>) {
-    if group.len() == 1 {
-        if let Some(q) = group.into_iter().next() {
-            let _ = q.done.send(storage.write(q.batch).await);
-        }
-        return;
-    }
-    let batches: Vec<WriteBatch> = group.iter().map(|q| q.batch.clone()).collect();
+    let (batches, callers): (Vec<WriteBatch>, Vec<_>) =
+        group.into_iter().map(|q| (q.batch, q.done)).unzip();
+    let n = callers.len();
     match storage.write_all(batches).await {
-        Ok(reports) if reports.len() == group.len() => {
-            for (q, report) in group.into_iter().zip(reports) {
-                let _ = q.done.send(Ok(report));
+        Ok(reports) if reports.len() == n => {
+            for (done, report) in callers.into_iter().zip(reports) {
+                let _ = done.send(Ok(report));
             }
         }
         outcome => {
-            if let Err(error) = &outcome {
-                tracing::debug!(%error, batches = group.len(), "group write failed; writing its batches one by one");
-            }
-            for q in group {
-                let _ = q.done.send(storage.write(q.batch).await);
+            let error = outcome.err().unwrap_or_else(|| {
+                StorageError::Corrupt(format!(
+                    "write_all returned reports for other than {n} batches"
+                ))
+            });
+            tracing::debug!(%error, batches = n, "group write failed; every send in it fails");
+            for done in callers {
+                let _ = done.send(Err(error.clone()));
             }
         }
     }
@@ -164,30 +166,42 @@ async fn write_group(storage: Arc<dyn Storage>, group: Vec<Queued>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{ShardIndex, SignalId};
+    use crate::ids::ShardIndex;
     use crate::memory::MemoryStorage;
-    use crate::message::{InboxWrite, MessageKind, NewMessage};
+    use crate::message::{test_command, InboxWrite};
 
     fn batch(i: usize) -> WriteBatch {
         WriteBatch {
             events: vec![],
             messages: vec![InboxWrite {
                 shard: ShardIndex((i % 4) as u32),
-                message: NewMessage {
-                    signal_id: SignalId(format!("s{i}")),
-                    kind: MessageKind::Command,
-                    target_kind: "counter".into(),
-                    target_id: format!("t{i}"),
-                    tenant: String::new(),
-                    payload: b"null".to_vec(),
-                    payload_type: "bump".into(),
-                    metadata: Default::default(),
-                    received_at: chrono::Utc::now(),
-                    deliver_after: None,
-                    expires_at: None,
-                },
+                message: test_command(
+                    &format!("s{i}"),
+                    "counter",
+                    &format!("t{i}"),
+                    chrono::Utc::now(),
+                ),
             }],
         }
+    }
+
+    /// Spawns sends of batches `0..n` and waits until all of them are queued (the test holds
+    /// the leader's place, so none can be written yet).
+    async fn queue_sends(
+        queue: &Arc<WriteQueue>,
+        storage: &Arc<dyn Storage>,
+        n: usize,
+    ) -> Vec<tokio::task::JoinHandle<Result<WriteReport, StorageError>>> {
+        let sends = (0..n)
+            .map(|i| {
+                let (queue, storage) = (queue.clone(), storage.clone());
+                tokio::spawn(async move { queue.write(&storage, batch(i)).await })
+            })
+            .collect();
+        while queue.queued().len() < n {
+            tokio::task::yield_now().await;
+        }
+        sends
     }
 
     /// Sends that queue while a write is in flight are written as one group, each caller
@@ -199,16 +213,7 @@ mod tests {
         let queue = Arc::new(WriteQueue::default());
         // A write in flight: the test holds the leader's place while 50 sends queue.
         let in_flight = queue.leader.lock().await;
-        let mut sends = Vec::new();
-        for i in 0..50 {
-            let (queue, storage) = (queue.clone(), storage.clone());
-            sends.push(tokio::spawn(async move {
-                queue.write(&storage, batch(i)).await
-            }));
-        }
-        while queue.queued().len() < 50 {
-            tokio::task::yield_now().await;
-        }
+        let sends = queue_sends(&queue, &storage, 50).await;
         drop(in_flight);
         // The next send leads and takes every queued batch with its own.
         let last = queue.write(&storage, batch(50)).await.expect("last send");
@@ -259,16 +264,7 @@ mod tests {
             guard: Some(queue.leader.lock().await),
             released: &queue.released,
         };
-        let mut sends = Vec::new();
-        for i in 0..10 {
-            let (queue, storage) = (queue.clone(), storage.clone());
-            sends.push(tokio::spawn(async move {
-                queue.write(&storage, batch(i)).await
-            }));
-        }
-        while queue.queued().len() < 10 {
-            tokio::task::yield_now().await;
-        }
+        let sends = queue_sends(&queue, &storage, 10).await;
         drop(leading);
         for send in sends {
             let report = tokio::time::timeout(std::time::Duration::from_secs(5), send)

@@ -278,7 +278,7 @@ pub trait DeadLetterStore: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{InboxMessage, MessageKind, MessageStatus, NewMessage};
+    use crate::message::{test_command, InboxMessage, MessageStatus};
 
     fn letter(kind: &str, id: &str, at: i64) -> DeadLetter {
         let t = DateTime::from_timestamp(at, 0).unwrap_or_default();
@@ -291,19 +291,7 @@ mod tests {
                 last_error: None,
                 first_failed_at: None,
                 keep_until: None,
-                message: NewMessage {
-                    signal_id: SignalId::from("s"),
-                    kind: MessageKind::Command,
-                    target_kind: kind.into(),
-                    target_id: id.into(),
-                    tenant: String::new(),
-                    payload: Vec::new(),
-                    payload_type: "t".into(),
-                    metadata: Default::default(),
-                    received_at: t,
-                    deliver_after: None,
-                    expires_at: None,
-                },
+                message: test_command("s", kind, id, t),
             },
             reason: "r".into(),
             attempts: 1,

@@ -94,10 +94,10 @@ pub trait InboxStore: Send + Sync + 'static {
     async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError>;
 
     /// Writes several batches, each as [`InboxStore::write`] would and with its own report, in
-    /// order: the group commit of concurrent sends. The durable backends write them all in one
-    /// transaction (all or none); the default writes them one after another, each atomic on
-    /// its own. Writing a batch again after an error is safe: its rows and events are then
-    /// ignored as duplicates.
+    /// order: the group commit of concurrent sends. The durable backends and the memory
+    /// backend write them all at once (all or none); the default writes them one after
+    /// another, each atomic on its own. Writing a batch again after an error is safe: its rows
+    /// and events are then ignored as duplicates.
     async fn write_all(&self, batches: Vec<WriteBatch>) -> Result<Vec<WriteReport>, StorageError> {
         let mut reports = Vec::with_capacity(batches.len());
         for batch in batches {

@@ -106,19 +106,9 @@ macro_rules! inbox_units {
             report.shards.dedup();
         }
 
-        /// `InboxStore::write`: messages, then events, in one write transaction.
-        pub(crate) fn write(conn: &mut Conn, batch: WriteBatch) -> Result<WriteReport, Failure> {
-            <Conn as Dialect>::write_transaction(conn, |conn| {
-                let mut report = WriteReport::default();
-                insert_messages(conn, batch.messages, &mut report)?;
-                append_events(conn, batch.events, &mut report)?;
-                finish_report(&mut report);
-                Ok(report)
-            })
-        }
-
-        /// `InboxStore::write_all`: every batch's messages, then every batch's events (the
-        /// appends last, see `append_events`), in one write transaction.
+        /// `InboxStore::write_all` (and `write`, a group of one): every batch's messages, then
+        /// every batch's events (the appends last, see `append_events`), in one write
+        /// transaction.
         pub(crate) fn write_all(
             conn: &mut Conn,
             batches: Vec<WriteBatch>,

@@ -17,12 +17,9 @@ macro_rules! storage_impls {
                 &self,
                 batch: shardbox_core::storage::WriteBatch,
             ) -> Result<shardbox_core::storage::WriteReport, shardbox_core::StorageError> {
-                if batch.is_empty() {
-                    return Ok(Default::default());
-                }
-                let report = self.db.run(move |conn| $units::write(conn, batch)).await?;
-                self.written_backend(&report.shards);
-                Ok(report)
+                // One path for one batch and for a group (see `write_all`).
+                let mut reports = self.write_all(vec![batch]).await?;
+                Ok(reports.pop().unwrap_or_default())
             }
 
             async fn write_all(
