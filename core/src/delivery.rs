@@ -429,8 +429,7 @@ impl Delivery {
                 .read_page(lease.shard, now, env.config.page_size)
                 .await?;
             if page.messages.is_empty() {
-                self.expire_if_asked(lease, report).await?;
-                return Ok(DrainEnd::Drained);
+                break;
             }
             // With a linger, a short page held every row due when it was read: the drain ends
             // after its stage without reading an empty page. Rows written meanwhile (by the
@@ -469,30 +468,21 @@ impl Delivery {
                 return Ok(DrainEnd::Stopped);
             }
             if short {
-                self.expire_if_asked(lease, report).await?;
-                return Ok(DrainEnd::Drained);
+                break;
             }
             if !keep_on() {
                 return Ok(DrainEnd::Yielded);
             }
         }
-    }
-
-    /// Expires the shard's rows whose TTL passed if a sweep asked for it (see
-    /// [`Delivery::request_expiry`]); asked again if that fails.
-    async fn expire_if_asked(
-        &self,
-        lease: &mut Lease,
-        report: &mut DeliveryReport,
-    ) -> Result<(), DeliveryError> {
-        let env = &self.env;
+        // Drained: rows whose TTL passed (due or not) are expired now if a sweep asked for it
+        // (see `request_expiry`); asked again if that fails.
         if env.expiry.take(lease.shard) {
             if let Err(e) = self.expire(lease, report).await {
                 env.expiry.restore(lease.shard);
                 return Err(e);
             }
         }
-        Ok(())
+        Ok(DrainEnd::Drained)
     }
 
     async fn run_stage(

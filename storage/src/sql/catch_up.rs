@@ -227,10 +227,12 @@ macro_rules! catch_up_units {
                 // retrying ones (not parked: those are settled by the completion itself)
                 // through the delayed index. Event seqs start at 1, so a cursor of 0 covers
                 // nothing.
-                for pending in [IMMEDIATE, DELAYED] {
-                    if cursor <= 0 {
-                        break;
-                    }
+                let covering = if cursor > 0 {
+                    [IMMEDIATE, DELAYED].as_slice()
+                } else {
+                    &[]
+                };
+                for &pending in covering {
                     let covered: Option<i64> = im::inbox_messages
                         .inner_join(ev::events.on(ev::id.eq(im::signal_id)))
                         .filter(im::shard.eq(shard.as_i32()))

@@ -15,7 +15,8 @@
 //! copied again at every checkpoint. On its own thread the checkpoint runs beside the writer,
 //! and pages rewritten between two checkpoints are copied once.
 
-use diesel::connection::{Connection, SimpleConnection};
+use super::options::Pragmas;
+use diesel::connection::Connection;
 use diesel::sql_types::Integer;
 use diesel::{QueryableByName, RunQueryDsl, SqliteConnection};
 use shardbox_core::StorageError;
@@ -51,14 +52,14 @@ impl Checkpointer {
         url: &str,
         database: &str,
         interval: Duration,
-        busy_timeout: Duration,
+        pragmas: Pragmas,
     ) -> Result<Self, StorageError> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let signal = stop.clone();
         let target = Target {
             url: url.to_owned(),
             database: database.to_owned(),
-            busy_timeout,
+            pragmas,
         };
         let interval = interval.max(Duration::from_millis(1));
         let thread = std::thread::Builder::new()
@@ -79,15 +80,14 @@ impl Checkpointer {
 struct Target {
     url: String,
     database: String,
-    busy_timeout: Duration,
+    /// The pooled connections' pragmas (busy timeout first).
+    pragmas: Pragmas,
 }
 
 impl Target {
     fn connect(&self) -> Result<SqliteConnection, String> {
         let mut conn = SqliteConnection::establish(&self.url).map_err(|e| e.to_string())?;
-        let ms = self.busy_timeout.as_millis().min(i32::MAX as u128);
-        conn.batch_execute(&format!("PRAGMA busy_timeout = {ms};"))
-            .map_err(|e| e.to_string())?;
+        self.pragmas.apply(&mut conn).map_err(|e| e.to_string())?;
         Ok(conn)
     }
 

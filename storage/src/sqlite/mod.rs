@@ -148,12 +148,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
         .build(ConnectionManager::<SqliteConnection>::new(url.clone()))
         .map_err(|e| classify_connect(e.to_string(), &name))?;
     let checkpointer = match options.checkpoint_interval {
-        Some(interval) => Some(Checkpointer::start(
-            &url,
-            &name,
-            interval,
-            options.busy_timeout,
-        )?),
+        Some(interval) => Some(Checkpointer::start(&url, &name, interval, pragmas)?),
         None => None,
     };
     Ok(SqliteStorage {
