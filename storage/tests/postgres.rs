@@ -198,3 +198,89 @@ async fn page_queries_use_indexes_whatever_the_inbox_holds() {
     assert_eq!(page.messages.len(), 100);
     assert!(page.messages.iter().all(|m| m.seq % 200 == 100));
 }
+
+/// Event appends run side by side, so `seq` order is not commit order: an appender may take a
+/// lower `seq` and commit after another. A reader paging by `seq` must never return the later
+/// one without the earlier (it would move its cursor past it and miss it for good).
+///
+/// Appender A inserts two events in one statement: the first gets its `seq`, the second
+/// waits on a conflicting insert a raw connection holds open. Appender B commits after it,
+/// with a higher `seq`. A read then waits for A instead of returning B's event alone, and
+/// returns both once A commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_read_never_passes_an_append_still_in_flight() {
+    use diesel::Connection;
+    use shardbox_core::storage::WriteBatch;
+    use shardbox_core::EventStore;
+    use shardbox_storage::conformance::fixtures::{event, t0};
+    let Some(url) = pg_url("an_event_read_never_passes_an_append_still_in_flight") else {
+        return;
+    };
+    let schema = Schema::new(&url, "event_high_water");
+    let storage = std::sync::Arc::new(
+        PostgresStorage::connect_with(url.clone(), schema.options(4))
+            .await
+            .expect("connect"),
+    );
+    let events = |ids: &[&str]| WriteBatch {
+        events: ids.iter().map(|id| event(id, "booked", t0())).collect(),
+        messages: vec![],
+    };
+    // A raw transaction holds an uncommitted event `x` (it takes no part in the protocol;
+    // it only makes appender A wait while A holds its own `seq`).
+    let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let mut raw = schema.raw();
+    let holder = std::thread::spawn(move || {
+        raw.transaction(|conn| {
+            conn.batch_execute(
+                "INSERT INTO events (id, event_type, source_kind, source_id, tenant, \
+                 occurred_at, payload) VALUES ('x', 'booked', 'k', 'i', '', 0, '')",
+            )?;
+            held_tx.send(()).expect("signal");
+            hold_rx.recv().expect("release");
+            Err::<(), _>(diesel::result::Error::RollbackTransaction)
+        })
+        .expect_err("rolled back");
+    });
+    held_rx.recv().expect("holder ready");
+    let a = tokio::spawn({
+        let storage = storage.clone();
+        async move { storage.write(events(&["a", "x"])).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!a.is_finished(), "A waits on the held insert of x");
+    storage.write(events(&["b"])).await.expect("B commits");
+    let read = tokio::spawn({
+        let storage = storage.clone();
+        async move { storage.read_events(0, &[], None, 100).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !read.is_finished(),
+        "the read waits for A instead of returning B's event without A's"
+    );
+    hold_tx.send(()).expect("release the holder");
+    holder.join().expect("holder");
+    a.await.expect("task").expect("A commits");
+    let first: Vec<String> = read
+        .await
+        .expect("task")
+        .expect("read")
+        .into_iter()
+        .map(|e| e.event.id.0)
+        .collect();
+    let all: Vec<String> = storage
+        .read_events(0, &[], None, 100)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|e| e.event.id.0)
+        .collect();
+    assert_eq!(
+        all,
+        ["a", "x", "b"],
+        "seq order: a and x were taken before b"
+    );
+    assert_eq!(first, all, "the waiting read returns every event up to b");
+}

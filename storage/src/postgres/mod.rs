@@ -19,12 +19,14 @@
 mod listen;
 mod notify;
 mod options;
+mod states_by_id;
 
 pub use options::PostgresOptions;
 
 use crate::error::{classify_connect, redact, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
+use crate::rows::EntityStateRow;
 use crate::sql::Dialect;
 use diesel::connection::{Connection, SimpleConnection};
 use diesel::r2d2::ConnectionManager;
@@ -33,6 +35,7 @@ use diesel::{PgConnection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 use options::{quote_identifier, SearchPath};
 use shardbox_core::{ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError};
+use states_by_id::StatesById;
 use std::sync::Arc;
 
 /// The PostgreSQL schema's migrations (`storage/migrations/postgres`).
@@ -225,12 +228,42 @@ impl Dialect for PgConnection {
     }
 
     fn lock_event_append(&mut self) -> Result<(), Failure> {
+        // Shared: appenders run side by side, each holding the lock until it commits, and
+        // take their `seq` only once they hold it.
         diesel::sql_query(
-            "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))",
+            "SELECT pg_advisory_xact_lock_shared($1, hashtext(COALESCE(current_schema(), '')))",
         )
         .bind::<Integer, _>(LOCK_EVENT_APPEND)
         .execute(self)?;
         Ok(())
+    }
+
+    fn event_high_water(&mut self) -> Result<Option<i64>, Failure> {
+        // Exclusive, for the moment of one read: granted once every appender in flight has
+        // ended, and every `seq` taken so far was taken by one of them. The maximum read
+        // under it (READ COMMITTED: a snapshot taken after the grant) is therefore final
+        // with everything below it; appenders after the release take higher ones.
+        self.transaction(|conn| {
+            diesel::sql_query(
+                "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))",
+            )
+            .bind::<Integer, _>(LOCK_EVENT_APPEND)
+            .execute(conn)?;
+            use diesel::QueryDsl;
+            let last: Option<i64> = crate::schema::events::table
+                .select(diesel::dsl::max(crate::schema::events::seq))
+                .first(conn)?;
+            Ok(Some(last.unwrap_or(0)))
+        })
+    }
+
+    fn load_state_rows(
+        &mut self,
+        kind: &str,
+        tenant: &str,
+        ids: &[String],
+    ) -> Result<Vec<EntityStateRow>, Failure> {
+        Ok(StatesById { kind, tenant, ids }.load(self)?)
     }
 }
 

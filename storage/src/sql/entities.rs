@@ -1,8 +1,8 @@
 //! Entity states' SQL: loading by key. (States are written by the stage commit, see
 //! [`crate::sql::commit`].)
 //!
-//! Keys are grouped by (kind, tenant) so that each group is one primary-key range query with
-//! an `IN` list of ids, whatever the number of keys.
+//! Keys are grouped by (kind, tenant) so that each group is one query over the primary key
+//! (`Dialect::load_state_rows`) with the list of ids, whatever the number of keys.
 
 /// Stamps the entity-state units; see [`crate::sql`].
 macro_rules! entity_units {
@@ -12,7 +12,6 @@ macro_rules! entity_units {
             conn: &mut Conn,
             keys: Vec<EntityKey>,
         ) -> Result<Vec<EntityState>, Failure> {
-            use $crate::schema::entity_states::dsl as es;
             let mut groups: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
             for key in keys {
                 groups
@@ -25,13 +24,7 @@ macro_rules! entity_units {
                 ids.sort_unstable();
                 ids.dedup();
                 for chunk in ids.chunks(IN_CHUNK) {
-                    let rows: Vec<EntityStateRow> = es::entity_states
-                        .filter(es::kind.eq(&kind))
-                        .filter(es::tenant.eq(&tenant))
-                        .filter(es::id.eq_any(chunk))
-                        .select(EntityStateRow::as_select())
-                        .load(conn)?;
-                    for row in rows {
+                    for row in <Conn as Dialect>::load_state_rows(conn, &kind, &tenant, chunk)? {
                         states.push(row.into_state()?);
                     }
                 }

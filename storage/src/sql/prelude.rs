@@ -2,8 +2,8 @@
 
 pub(crate) use crate::error::Failure;
 pub(crate) use crate::rows::{
-    self, micros, CatchUpRow, DeadLetterRow, EntityStateRow, EventRow, InboxRow, NewCatchUpRow,
-    NewEntityStateRow, NewEventRow, NewInboxRow, SessionRow, StoredDeadLetterRow,
+    self, micros, CatchUpRow, DeadLetterRow, EventRow, InboxRow, NewCatchUpRow, NewEntityStateRow,
+    NewEventRow, NewInboxRow, SessionRow, StoredDeadLetterRow,
 };
 pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
 pub(crate) use crate::sql::predicate::{coalesce, Predicate};

@@ -23,6 +23,7 @@ pub use options::SqliteOptions;
 use crate::error::{classify_connect, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
+use crate::rows::EntityStateRow;
 use crate::sql::Dialect;
 use checkpoint::Checkpointer;
 use diesel::connection::Connection;
@@ -183,6 +184,26 @@ impl Dialect for SqliteConnection {
     fn lock_event_append(&mut self) -> Result<(), Failure> {
         // Writers are serialised, so events commit in seq order already.
         Ok(())
+    }
+
+    fn event_high_water(&mut self) -> Result<Option<i64>, Failure> {
+        Ok(None)
+    }
+
+    fn load_state_rows(
+        &mut self,
+        kind: &str,
+        tenant: &str,
+        ids: &[String],
+    ) -> Result<Vec<EntityStateRow>, Failure> {
+        use crate::schema::entity_states::dsl as es;
+        use diesel::{ExpressionMethods, QueryDsl, RunQueryDsl, SelectableHelper};
+        Ok(es::entity_states
+            .filter(es::kind.eq(kind))
+            .filter(es::tenant.eq(tenant))
+            .filter(es::id.eq_any(ids))
+            .select(EntityStateRow::as_select())
+            .load(self)?)
     }
 }
 
