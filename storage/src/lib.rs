@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod checkout;
 pub mod conformance;
 mod error;
 mod inspect;

@@ -9,8 +9,9 @@
 //! on the database. [`Db`] pairs the r2d2 pool with the database's printable name, which every
 //! error carries.
 
+use crate::checkout::Manager;
 use crate::error::{classify_connect, Failure};
-use diesel::r2d2::{Builder, ConnectionManager, HandleError, Pool, R2D2Connection};
+use diesel::r2d2::{Builder, HandleError, Pool, R2D2Connection};
 use shardbox_core::StorageError;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
@@ -56,14 +57,15 @@ pub(crate) fn gated<T>(write: impl FnOnce() -> T) -> T {
 
 /// An r2d2 pool builder with the values r2d2 would panic on clamped (at least one connection,
 /// no more idle connections than connections, a positive checkout timeout), reporting the
-/// pool's background connection failures through `tracing`. Connections are checked (pinged)
-/// at checkout, so that connections a restarted server dropped are replaced, not handed out.
+/// pool's background connection failures through `tracing`. Connections idle for a while are
+/// checked (pinged) at checkout, so that connections a restarted server dropped are replaced,
+/// not handed out (see [`crate::checkout`]).
 pub(crate) fn pool_builder<C: R2D2Connection + Send + 'static>(
     database: &str,
     size: u32,
     min_idle: Option<u32>,
     connection_timeout: Duration,
-) -> Builder<ConnectionManager<C>> {
+) -> Builder<Manager<C>> {
     let size = size.max(1);
     Pool::builder()
         .max_size(size)
@@ -89,13 +91,13 @@ impl HandleError<diesel::r2d2::Error> for TracePoolErrors {
 
 /// A connection pool and the name of the database behind it.
 pub(crate) struct Db<C: R2D2Connection + Send + 'static> {
-    pool: Pool<ConnectionManager<C>>,
+    pool: Pool<Manager<C>>,
     name: Arc<str>,
     writers: Option<Arc<Mutex<()>>>,
 }
 
 impl<C: R2D2Connection + Send + 'static> Db<C> {
-    pub(crate) fn new(pool: Pool<ConnectionManager<C>>, name: impl Into<Arc<str>>) -> Self {
+    pub(crate) fn new(pool: Pool<Manager<C>>, name: impl Into<Arc<str>>) -> Self {
         Db {
             pool,
             name: name.into(),

@@ -23,13 +23,13 @@ mod states_by_id;
 
 pub use options::PostgresOptions;
 
+use crate::checkout::Manager;
 use crate::error::{classify_connect, redact, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
 use crate::rows::EntityStateRow;
 use crate::sql::Dialect;
 use diesel::connection::{Connection, SimpleConnection};
-use diesel::r2d2::ConnectionManager;
 use diesel::sql_types::{Integer, Nullable, Text};
 use diesel::{PgConnection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
@@ -184,7 +184,7 @@ fn connect_blocking(
         options.connection_timeout,
     )
     .connection_customizer(Box::new(search_path))
-    .build(ConnectionManager::<PgConnection>::new(url.clone()))
+    .build(Manager::<PgConnection>::new(url.clone()))
     .map_err(|e| classify_connect(e.to_string(), &name))?;
     let notifier = notify::Notifier::start(pool.clone(), Arc::from(name.as_str()))
         .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
@@ -203,6 +203,13 @@ impl Dialect for PgConnection {
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
         self.transaction(work)
+    }
+
+    fn write_statement<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        work(self)
     }
 
     fn read_transaction<T>(

@@ -18,8 +18,8 @@
 //! missed notification.
 
 use super::listen::channel_sql;
-use diesel::connection::Connection;
-use diesel::r2d2::{ConnectionManager, Pool};
+use crate::checkout::Manager;
+use diesel::r2d2::Pool;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
 use shardbox_core::listener::shard_payloads;
@@ -56,7 +56,7 @@ pub(crate) struct Notifier {
 impl Notifier {
     /// Starts the notifier thread of a pool of the database named `database`.
     pub(crate) fn start(
-        pool: Pool<ConnectionManager<PgConnection>>,
+        pool: Pool<Manager<PgConnection>>,
         database: Arc<str>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
@@ -87,7 +87,7 @@ impl Drop for Notifier {
     }
 }
 
-fn run(shared: &Shared, pool: &Pool<ConnectionManager<PgConnection>>, database: &str) {
+fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &str) {
     loop {
         let shards: Vec<ShardIndex> = {
             let mut pending = shared.lock();
@@ -109,15 +109,15 @@ fn run(shared: &Shared, pool: &Pool<ConnectionManager<PgConnection>>, database: 
     }
 }
 
-fn send(pool: &Pool<ConnectionManager<PgConnection>>, shards: &[ShardIndex]) -> Result<(), String> {
+fn send(pool: &Pool<Manager<PgConnection>>, shards: &[ShardIndex]) -> Result<(), String> {
     let mut conn = pool.get().map_err(|e| e.to_string())?;
-    conn.transaction(|conn| {
-        for payload in shard_payloads(shards, MAX_PAYLOAD) {
-            diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))
-                .bind::<Text, _>(payload)
-                .execute(conn)?;
-        }
-        diesel::QueryResult::Ok(())
-    })
-    .map_err(|e| e.to_string())
+    // Each payload on its own (no transaction around them, two round trips fewer): a
+    // notification is a hint, and one that fails only delays its rows until a poll.
+    for payload in shard_payloads(shards, MAX_PAYLOAD) {
+        diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))
+            .bind::<Text, _>(payload)
+            .execute(&mut **conn)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }

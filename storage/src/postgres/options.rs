@@ -1,6 +1,7 @@
 //! PostgreSQL settings: the options a user chooses and the `search_path` every pooled
 //! connection gets when a schema is chosen.
 
+use crate::checkout::Pooled;
 use crate::migrate::MigrationMode;
 use diesel::connection::SimpleConnection;
 use diesel::r2d2::CustomizeConnection;
@@ -113,8 +114,8 @@ impl SearchPath {
     }
 }
 
-impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SearchPath {
-    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+impl CustomizeConnection<Pooled<PgConnection>, diesel::r2d2::Error> for SearchPath {
+    fn on_acquire(&self, conn: &mut Pooled<PgConnection>) -> Result<(), diesel::r2d2::Error> {
         self.apply(conn).map_err(diesel::r2d2::Error::QueryError)
     }
 }

@@ -108,11 +108,23 @@ macro_rules! inbox_units {
 
         /// `InboxStore::write_all` (and `write`, a group of one): every batch's messages, then
         /// every batch's events (the appends last, see `append_events`), in one write
-        /// transaction.
+        /// transaction — or, for one batch of messages that a single `INSERT` holds (a lone
+        /// `send`), that statement alone (`Dialect::write_statement`).
         pub(crate) fn write_all(
             conn: &mut Conn,
-            batches: Vec<WriteBatch>,
+            mut batches: Vec<WriteBatch>,
         ) -> Result<Vec<WriteReport>, Failure> {
+            if let [batch] = batches.as_slice() {
+                if batch.events.is_empty() && batch.messages.len() <= INSERT_CHUNK {
+                    let messages = batches.pop().map(|b| b.messages).unwrap_or_default();
+                    return <Conn as Dialect>::write_statement(conn, |conn| {
+                        let mut report = WriteReport::default();
+                        insert_messages(conn, messages, &mut report)?;
+                        finish_report(&mut report);
+                        Ok(vec![report])
+                    });
+                }
+            }
             <Conn as Dialect>::write_transaction(conn, |conn| {
                 let mut reports = Vec::with_capacity(batches.len());
                 let mut events = Vec::with_capacity(batches.len());

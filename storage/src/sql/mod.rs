@@ -46,6 +46,15 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,
     ) -> Result<T, Failure>;
 
+    /// Runs `work`, a single write statement, as atomic as `write_transaction` makes it.
+    /// SQLite: `write_transaction` (the writer gate and the write lock up front).
+    /// PostgreSQL: on its own, without `BEGIN` and `COMMIT` — one statement is a transaction
+    /// of its own, and two round trips fewer.
+    fn write_statement<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure>;
+
     /// Runs `work` (several reads that must agree) in a read transaction.
     fn read_transaction<T>(
         &mut self,

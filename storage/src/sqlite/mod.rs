@@ -20,6 +20,7 @@ mod options;
 
 pub use options::SqliteOptions;
 
+use crate::checkout::Manager;
 use crate::error::{classify_connect, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
@@ -27,7 +28,6 @@ use crate::rows::EntityStateRow;
 use crate::sql::Dialect;
 use checkpoint::Checkpointer;
 use diesel::connection::Connection;
-use diesel::r2d2::ConnectionManager;
 use diesel::SqliteConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 use options::{Pragmas, SAFETY_NET_PAGES, SQLITE_DEFAULT_PAGES};
@@ -146,7 +146,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
 
     let pool = pool_builder(&name, options.pool_size, None, options.connection_timeout)
         .connection_customizer(Box::new(pragmas))
-        .build(ConnectionManager::<SqliteConnection>::new(url.clone()))
+        .build(Manager::<SqliteConnection>::new(url.clone()))
         .map_err(|e| classify_connect(e.to_string(), &name))?;
     let checkpointer = match options.checkpoint_interval {
         Some(interval) => Some(Checkpointer::start(&url, &name, interval, pragmas)?),
@@ -167,6 +167,13 @@ impl Dialect for SqliteConnection {
         // Writers of this process take turns before BEGIN IMMEDIATE (see Db::gate_writers);
         // other processes still meet the busy timeout.
         crate::pool::gated(|| self.immediate_transaction(work))
+    }
+
+    fn write_statement<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        self.write_transaction(work)
     }
 
     fn read_transaction<T>(

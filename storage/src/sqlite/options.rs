@@ -1,5 +1,6 @@
 //! SQLite settings: the options a user chooses and the pragmas every pooled connection gets.
 
+use crate::checkout::Pooled;
 use crate::migrate::MigrationMode;
 use diesel::connection::SimpleConnection;
 use diesel::r2d2::CustomizeConnection;
@@ -117,8 +118,8 @@ impl Pragmas {
     }
 }
 
-impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for Pragmas {
-    fn on_acquire(&self, conn: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
+impl CustomizeConnection<Pooled<SqliteConnection>, diesel::r2d2::Error> for Pragmas {
+    fn on_acquire(&self, conn: &mut Pooled<SqliteConnection>) -> Result<(), diesel::r2d2::Error> {
         self.apply(conn).map_err(diesel::r2d2::Error::QueryError)
     }
 }
