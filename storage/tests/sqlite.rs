@@ -226,6 +226,22 @@ async fn stage_queries_use_their_indexes() {
     );
     commit.purge_delivered = 10;
     storage.commit_stage(commit).await.expect("commit");
+    // A send of one event, and one state loaded: the single-row and single-value forms.
+    storage
+        .write(WriteBatch {
+            events: vec![fixtures::event("e1", "booked", t0())],
+            messages: vec![command(1, "b", "e1")],
+        })
+        .await
+        .expect("write an event");
+    let key = shardbox_core::storage::EntityKey {
+        kind: "account".into(),
+        tenant: String::new(),
+        id: "a".into(),
+    };
+    shardbox_core::storage::EntityStore::load_states(&storage, &[key])
+        .await
+        .expect("states");
     drop(storage);
 
     let issued: Vec<String> = ISSUED.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -264,7 +280,8 @@ async fn stage_queries_use_their_indexes() {
     assert!(purge.contains("inbox_purge"), "{purge}");
 
     // The page read's statements are prepared once per connection, not at every read: the
-    // partial-index predicates, written as SQL text, must not make them uncacheable.
+    // partial-index predicates, written as SQL text, must not make them uncacheable. Nor are
+    // the single-row inserts and the single-id state load.
     let cached = CACHED.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for needle in [
         "deliver_after IS NULL AND status <> 'delivered'",
@@ -272,6 +289,13 @@ async fn stage_queries_use_their_indexes() {
         "attempts > 0",
         "status = 'blocked'",
         "min(",
+        // One message, one event, one state: statements of a stage or send of one message.
+        "INSERT INTO `inbox_messages`",
+        "INSERT INTO `events`",
+        "FROM `entity_states`",
+        // The commit's fence and its one delivered row.
+        "UPDATE shard_sessions SET lease_until",
+        "UPDATE inbox_messages SET status = 'delivered'",
     ] {
         assert!(
             cached.iter().any(|sql| sql.contains(needle)),

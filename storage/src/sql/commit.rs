@@ -66,13 +66,12 @@ macro_rules! commit_units {
         ) -> Result<(), Failure> {
             use $crate::schema::shard_sessions::dsl as ss;
             let shard = lease.shard.as_i32();
-            let renewed = diesel::update(
-                ss::shard_sessions
-                    .filter(ss::shard.eq(shard))
-                    .filter(ss::epoch.eq(lease.epoch.0))
-                    .filter(ss::node_id.eq(&lease.node_id.0)),
-            )
-            .set(ss::lease_until.eq(Some(micros(until))))
+            let renewed = RenewLease {
+                shard,
+                epoch: lease.epoch.0,
+                node_id: &lease.node_id.0,
+                until: micros(until),
+            }
             .execute(conn)?;
             if renewed == 1 {
                 return Ok(());
@@ -124,6 +123,15 @@ macro_rules! commit_units {
             }
             for (keep_until, seqs) in delivered {
                 for_each_chunk(conn, shard, seqs, |conn, chunk| {
+                    if let [seq] = chunk {
+                        let seq = *seq;
+                        return Ok(MarkDelivered {
+                            shard: s,
+                            seq,
+                            keep_until,
+                        }
+                        .execute(conn)?);
+                    }
                     Ok(diesel::update(
                         im::inbox_messages
                             .filter(im::shard.eq(s))

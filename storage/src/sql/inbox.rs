@@ -58,12 +58,16 @@ macro_rules! inbox_units {
                 .collect::<Result<Vec<_>, _>>()?;
             let mut written = 0;
             for chunk in rows.chunks(INSERT_CHUNK) {
-                let shards: Vec<i32> = diesel::insert_into(im::inbox_messages)
-                    .values(chunk)
-                    .on_conflict((im::tenant, im::target_kind, im::target_id, im::signal_id))
-                    .do_nothing()
-                    .returning(im::shard)
-                    .get_results(conn)?;
+                // A lone row as a single-row insert: diesel keeps that statement prepared,
+                // while a multi-row one is prepared anew at each call (see `one_or_many!`).
+                let shards: Vec<i32> = one_or_many!(chunk, |values| {
+                    diesel::insert_into(im::inbox_messages)
+                        .values(values)
+                        .on_conflict((im::tenant, im::target_kind, im::target_id, im::signal_id))
+                        .do_nothing()
+                        .returning(im::shard)
+                        .get_results(conn)
+                })?;
                 written += shards.len();
                 for s in shards {
                     report.shards.push(rows::shard(s)?);
@@ -91,11 +95,13 @@ macro_rules! inbox_units {
                 .collect::<Result<Vec<_>, _>>()?;
             <Conn as Dialect>::lock_event_append(conn)?;
             for chunk in rows.chunks(INSERT_CHUNK) {
-                report.events += diesel::insert_into(ev::events)
-                    .values(chunk)
-                    .on_conflict(ev::id)
-                    .do_nothing()
-                    .execute(conn)?;
+                report.events += one_or_many!(chunk, |values| {
+                    diesel::insert_into(ev::events)
+                        .values(values)
+                        .on_conflict(ev::id)
+                        .do_nothing()
+                        .execute(conn)
+                })?;
             }
             Ok(())
         }

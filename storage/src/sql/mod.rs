@@ -24,6 +24,7 @@ pub(crate) mod events;
 pub(crate) mod inbox;
 pub(crate) mod predicate;
 pub(crate) mod prelude;
+pub(crate) mod prepared;
 pub(crate) mod registry;
 pub(crate) mod traits;
 
@@ -32,6 +33,21 @@ use crate::error::Failure;
 /// Rows per multi-row `INSERT`, kept well under both backends' bind-parameter limits
 /// (SQLite 32766, PostgreSQL 65535): an inbox row binds 17 values, a dead letter 22.
 pub(crate) const INSERT_CHUNK: usize = 1000;
+
+/// Runs `$statement` (a closure-like body over `$values`) with the one element of `$rows`
+/// when it holds one, else with the slice. Diesel never keeps a multi-row `INSERT` or an
+/// `IN (…)` list prepared (its text depends on the count), but does keep the single-row or
+/// single-value form: a stage or send of one message — the common case at low rates — then
+/// parses no statement.
+macro_rules! one_or_many {
+    ($rows:expr, |$values:ident| $statement:expr) => {
+        match $rows {
+            [$values] => $statement,
+            $values => $statement,
+        }
+    };
+}
+pub(crate) use one_or_many;
 
 /// Values per `IN (…)` list.
 pub(crate) const IN_CHUNK: usize = 1000;

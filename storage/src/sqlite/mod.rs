@@ -205,12 +205,15 @@ impl Dialect for SqliteConnection {
     ) -> Result<Vec<EntityStateRow>, Failure> {
         use crate::schema::entity_states::dsl as es;
         use diesel::{ExpressionMethods, QueryDsl, RunQueryDsl, SelectableHelper};
-        Ok(es::entity_states
+        let states = es::entity_states
             .filter(es::kind.eq(kind))
             .filter(es::tenant.eq(tenant))
-            .filter(es::id.eq_any(ids))
-            .select(EntityStateRow::as_select())
-            .load(self)?)
+            .select(EntityStateRow::as_select());
+        Ok(match ids {
+            // One id as `=`: a statement diesel keeps prepared (an `IN` list it never does).
+            [id] => states.filter(es::id.eq(id)).load(self)?,
+            ids => states.filter(es::id.eq_any(ids)).load(self)?,
+        })
     }
 }
 

@@ -1,0 +1,89 @@
+//! Updates of a stage's commit written with constant SQL text, so that diesel keeps them
+//! prepared.
+//!
+//! ```text
+//!  diesel::update(…)   ─► marked unsafe to cache by diesel, whatever it updates: parsed
+//!                         (and on PostgreSQL planned) at every execution
+//!  RenewLease          ─► the fence, at every stage commit
+//!  MarkDelivered       ─► one delivered row (a stage of one message)
+//! ```
+//!
+//! Diesel prepares every `UPDATE` anew; a stage commit has two of them. Each type here writes
+//! one statement's text (the same at every call, with `?` or `$n` placeholders from the
+//! backend) and has a static query id, so diesel prepares it once per connection.
+
+use diesel::backend::Backend;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::serialize::ToSql;
+use diesel::sql_types::{BigInt, HasSqlType, Integer, Text};
+use diesel::{QueryResult, RunQueryDsl};
+
+/// `UPDATE shard_sessions SET lease_until WHERE shard, epoch, node_id`: renews a lease if
+/// it is still held (1 row) or touches nothing (0 rows: lost).
+pub(crate) struct RenewLease<'a> {
+    pub(crate) shard: i32,
+    pub(crate) epoch: i64,
+    pub(crate) node_id: &'a str,
+    /// The new `lease_until` (µs).
+    pub(crate) until: i64,
+}
+
+impl<DB> QueryFragment<DB> for RenewLease<'_>
+where
+    DB: Backend + HasSqlType<Integer> + HasSqlType<BigInt> + HasSqlType<Text>,
+    i32: ToSql<Integer, DB>,
+    i64: ToSql<BigInt, DB>,
+    str: ToSql<Text, DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE shard_sessions SET lease_until = ");
+        out.push_bind_param::<BigInt, _>(&self.until)?;
+        out.push_sql(" WHERE shard = ");
+        out.push_bind_param::<Integer, _>(&self.shard)?;
+        out.push_sql(" AND epoch = ");
+        out.push_bind_param::<BigInt, _>(&self.epoch)?;
+        out.push_sql(" AND node_id = ");
+        out.push_bind_param::<Text, _>(self.node_id)?;
+        Ok(())
+    }
+}
+
+impl QueryId for RenewLease<'_> {
+    type QueryId = RenewLease<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for RenewLease<'_> {}
+
+/// `UPDATE inbox_messages SET status = 'delivered', keep_until WHERE shard, seq`: marks one
+/// row delivered (1 row) or touches nothing (0 rows: not a row of the shard).
+pub(crate) struct MarkDelivered {
+    pub(crate) shard: i32,
+    pub(crate) seq: i64,
+    /// The new `keep_until` (µs).
+    pub(crate) keep_until: i64,
+}
+
+impl<DB> QueryFragment<DB> for MarkDelivered
+where
+    DB: Backend + HasSqlType<Integer> + HasSqlType<BigInt>,
+    i32: ToSql<Integer, DB>,
+    i64: ToSql<BigInt, DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE inbox_messages SET status = 'delivered', keep_until = ");
+        out.push_bind_param::<BigInt, _>(&self.keep_until)?;
+        out.push_sql(" WHERE shard = ");
+        out.push_bind_param::<Integer, _>(&self.shard)?;
+        out.push_sql(" AND seq = ");
+        out.push_bind_param::<BigInt, _>(&self.seq)?;
+        Ok(())
+    }
+}
+
+impl QueryId for MarkDelivered {
+    type QueryId = MarkDelivered;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for MarkDelivered {}
