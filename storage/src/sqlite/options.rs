@@ -100,15 +100,27 @@ pub(crate) struct Pragmas {
 }
 
 impl Pragmas {
-    /// Applies the pragmas. `busy_timeout` comes first so that switching to WAL waits for a
-    /// concurrent opener instead of failing.
+    /// Applies the pragmas. `busy_timeout` comes first, and the switch to WAL is retried
+    /// for up to that long: SQLite answers "database is locked" at once, without its busy
+    /// handler, when the switch meets another connection of a file not yet in WAL mode (two
+    /// processes opening a new file together).
     pub(crate) fn apply(&self, conn: &mut SqliteConnection) -> diesel::QueryResult<()> {
         let ms = u64::try_from(self.busy_timeout.as_millis()).unwrap_or(u64::MAX);
         let ms = ms.min(i32::MAX as u64);
+        conn.batch_execute(&format!("PRAGMA busy_timeout = {ms};"))?;
+        let deadline = std::time::Instant::now() + self.busy_timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match conn.batch_execute("PRAGMA journal_mode = WAL;") {
+                Err(e) if is_locked(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                done => break done?,
+            }
+        }
         conn.batch_execute(&format!(
-            "PRAGMA busy_timeout = {ms};
-             PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = NORMAL;
+            "PRAGMA synchronous = NORMAL;
              PRAGMA foreign_keys = ON;
              PRAGMA temp_store = MEMORY;
              PRAGMA wal_autocheckpoint = {};
@@ -116,6 +128,11 @@ impl Pragmas {
             self.autocheckpoint
         ))
     }
+}
+
+/// Whether `error` is SQLite's "database is locked" (`SQLITE_BUSY`).
+fn is_locked(error: &diesel::result::Error) -> bool {
+    matches!(error, diesel::result::Error::DatabaseError(_, info) if info.message().contains("locked"))
 }
 
 impl CustomizeConnection<Pooled<SqliteConnection>, diesel::r2d2::Error> for Pragmas {
