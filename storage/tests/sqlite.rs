@@ -225,6 +225,15 @@ async fn stage_queries_use_their_indexes() {
         vec![fixtures::delivered(page.messages[0].seq, t0())],
     );
     commit.purge_delivered = 10;
+    let key = shardbox_core::storage::EntityKey {
+        kind: "account".into(),
+        tenant: String::new(),
+        id: "a".into(),
+    };
+    commit.states = vec![shardbox_core::storage::EntityStateWrite {
+        key: key.clone(),
+        state: Some(b"{}".to_vec()),
+    }];
     storage.commit_stage(commit).await.expect("commit");
     // A send of one event, and one state loaded: the single-row and single-value forms.
     storage
@@ -234,14 +243,11 @@ async fn stage_queries_use_their_indexes() {
         })
         .await
         .expect("write an event");
-    let key = shardbox_core::storage::EntityKey {
-        kind: "account".into(),
-        tenant: String::new(),
-        id: "a".into(),
-    };
-    shardbox_core::storage::EntityStore::load_states(&storage, &[key])
+    let states = shardbox_core::storage::EntityStore::load_states(&storage, &[key])
         .await
         .expect("states");
+    assert_eq!(states.len(), 1, "the state the commit stored");
+    assert_eq!(states[0].version, 1);
     drop(storage);
 
     let issued: Vec<String> = ISSUED.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -296,6 +302,7 @@ async fn stage_queries_use_their_indexes() {
         // The commit's fence and its one delivered row.
         "UPDATE shard_sessions SET lease_until",
         "UPDATE inbox_messages SET status = 'delivered'",
+        "INSERT INTO entity_states",
     ] {
         assert!(
             cached.iter().any(|sql| sql.contains(needle)),

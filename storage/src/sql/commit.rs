@@ -302,6 +302,10 @@ macro_rules! commit_units {
             // One multi-row upsert per chunk: a page's states in one round trip. A new row
             // starts at its number of writes; an existing one moves up by it.
             for chunk in upserts.chunks(INSERT_CHUNK) {
+                if let [row] = chunk {
+                    UpsertState(row).execute(conn)?;
+                    continue;
+                }
                 diesel::insert_into(es::entity_states)
                     .values(chunk)
                     .on_conflict((es::kind, es::tenant, es::id))

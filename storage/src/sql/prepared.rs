@@ -6,16 +6,18 @@
 //!                         (and on PostgreSQL planned) at every execution
 //!  RenewLease          ─► the fence, at every stage commit
 //!  MarkDelivered       ─► one delivered row (a stage of one message)
+//!  UpsertState         ─► one state (a stage of one target)
 //! ```
 //!
-//! Diesel prepares every `UPDATE` anew; a stage commit has two of them. Each type here writes
+//! Diesel prepares every `UPDATE` and every upsert anew; a stage commit has three of them. Each type here writes
 //! one statement's text (the same at every call, with `?` or `$n` placeholders from the
 //! backend) and has a static query id, so diesel prepares it once per connection.
 
+use crate::rows::NewEntityStateRow;
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::serialize::ToSql;
-use diesel::sql_types::{BigInt, HasSqlType, Integer, Text};
+use diesel::sql_types::{BigInt, Binary, HasSqlType, Integer, Text};
 use diesel::{QueryResult, RunQueryDsl};
 
 /// `UPDATE shard_sessions SET lease_until WHERE shard, epoch, node_id`: renews a lease if
@@ -87,3 +89,46 @@ impl QueryId for MarkDelivered {
 }
 
 impl<Conn> RunQueryDsl<Conn> for MarkDelivered {}
+
+/// `INSERT INTO entity_states … ON CONFLICT DO UPDATE` of one state: a new row starts at
+/// `version`, an existing one moves up by it (diesel never keeps an upsert prepared).
+pub(crate) struct UpsertState<'a>(pub(crate) &'a NewEntityStateRow<'a>);
+
+impl<DB> QueryFragment<DB> for UpsertState<'_>
+where
+    DB: Backend + HasSqlType<Text> + HasSqlType<BigInt> + HasSqlType<Binary>,
+    i64: ToSql<BigInt, DB>,
+    str: ToSql<Text, DB>,
+    [u8]: ToSql<Binary, DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        let row = self.0;
+        out.push_sql(
+            "INSERT INTO entity_states (kind, tenant, id, version, state, updated_at) VALUES (",
+        );
+        out.push_bind_param::<Text, _>(row.kind)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(row.tenant)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(row.id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&row.version)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(row.state)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&row.updated_at)?;
+        out.push_sql(
+            ") ON CONFLICT (kind, tenant, id) DO UPDATE SET \
+             version = entity_states.version + excluded.version, \
+             state = excluded.state, updated_at = excluded.updated_at",
+        );
+        Ok(())
+    }
+}
+
+impl QueryId for UpsertState<'_> {
+    type QueryId = UpsertState<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for UpsertState<'_> {}
