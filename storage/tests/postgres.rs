@@ -199,35 +199,33 @@ async fn page_queries_use_indexes_whatever_the_inbox_holds() {
     assert!(page.messages.iter().all(|m| m.seq % 200 == 100));
 }
 
-/// Event appends run side by side, so `seq` order is not commit order: an appender may take a
-/// lower `seq` and commit after another. A reader paging by `seq` must never return the later
-/// one without the earlier (it would move its cursor past it and miss it for good).
+/// Events commit in `seq` order, so a reader paging by `seq` never returns a later event
+/// without an earlier one that is still being appended (its cursor would pass it for good).
 ///
 /// Appender A inserts two events in one statement: the first gets its `seq`, the second
-/// waits on a conflicting insert a raw connection holds open. Appender B commits after it,
-/// with a higher `seq`. A read then waits for A instead of returning B's event alone, and
-/// returns both once A commits.
+/// waits on a conflicting insert a raw connection holds open. Appender B starts after it:
+/// it must not commit its event (a higher `seq`) before A, so a read meanwhile returns
+/// neither; once the raw insert rolls back, both commit in `seq` order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_read_never_passes_an_append_still_in_flight() {
+async fn a_late_event_commit_never_shows_past_an_earlier_one() {
     use diesel::Connection;
     use shardbox_core::storage::WriteBatch;
     use shardbox_core::EventStore;
     use shardbox_storage::conformance::fixtures::{event, t0};
-    let Some(url) = pg_url("an_event_read_never_passes_an_append_still_in_flight") else {
+    let Some(url) = pg_url("a_late_event_commit_never_shows_past_an_earlier_one") else {
         return;
     };
-    let schema = Schema::new(&url, "event_high_water");
-    let storage = std::sync::Arc::new(
-        PostgresStorage::connect_with(url.clone(), schema.options(4))
-            .await
-            .expect("connect"),
-    );
+    let schema = Schema::new(&url, "event_commit_order");
+    let storage = std::sync::Arc::new(schema.connect(4).await);
     let events = |ids: &[&str]| WriteBatch {
         events: ids.iter().map(|id| event(id, "booked", t0())).collect(),
         messages: vec![],
     };
-    // A raw transaction holds an uncommitted event `x` (it takes no part in the protocol;
-    // it only makes appender A wait while A holds its own `seq`).
+    let ids = |read: Vec<shardbox_core::StoredEvent>| -> Vec<String> {
+        read.into_iter().map(|e| e.event.id.0).collect()
+    };
+    // A raw transaction holds an uncommitted event `x` (it takes no part in the ordering; it
+    // only makes appender A wait after A has taken its own `seq`).
     let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
     let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
     let mut raw = schema.raw();
@@ -250,37 +248,20 @@ async fn an_event_read_never_passes_an_append_still_in_flight() {
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!a.is_finished(), "A waits on the held insert of x");
-    storage.write(events(&["b"])).await.expect("B commits");
-    let read = tokio::spawn({
+    let b = tokio::spawn({
         let storage = storage.clone();
-        async move { storage.read_events(0, &[], None, 100).await }
+        async move { storage.write(events(&["b"])).await }
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let meanwhile = ids(storage.read_events(0, &[], None, 100).await.expect("read"));
     assert!(
-        !read.is_finished(),
-        "the read waits for A instead of returning B's event without A's"
+        meanwhile.is_empty(),
+        "B's event must not be readable before A's: {meanwhile:?}"
     );
     hold_tx.send(()).expect("release the holder");
     holder.join().expect("holder");
     a.await.expect("task").expect("A commits");
-    let first: Vec<String> = read
-        .await
-        .expect("task")
-        .expect("read")
-        .into_iter()
-        .map(|e| e.event.id.0)
-        .collect();
-    let all: Vec<String> = storage
-        .read_events(0, &[], None, 100)
-        .await
-        .expect("read")
-        .into_iter()
-        .map(|e| e.event.id.0)
-        .collect();
-    assert_eq!(
-        all,
-        ["a", "x", "b"],
-        "seq order: a and x were taken before b"
-    );
-    assert_eq!(first, all, "the waiting read returns every event up to b");
+    b.await.expect("task").expect("B commits");
+    let all = ids(storage.read_events(0, &[], None, 100).await.expect("read"));
+    assert_eq!(all, ["a", "x", "b"], "seq order is commit order");
 }

@@ -11,9 +11,7 @@ use chrono::{DateTime, Utc};
 #[async_trait]
 pub trait EventStore: Send + Sync + 'static {
     /// Up to `limit` events with `seq > after_seq`, of one of `event_types` (all if empty),
-    /// that occurred at or after `since` (if given), in `seq` order. Never past an event
-    /// still being appended: an event that commits after this read has a higher `seq` than
-    /// every event it returned, so a reader paging by `seq` misses none.
+    /// that occurred at or after `since` (if given), in `seq` order.
     async fn read_events(
         &self,
         after_seq: i64,

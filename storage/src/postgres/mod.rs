@@ -235,33 +235,12 @@ impl Dialect for PgConnection {
     }
 
     fn lock_event_append(&mut self) -> Result<(), Failure> {
-        // Shared: appenders run side by side, each holding the lock until it commits, and
-        // take their `seq` only once they hold it.
         diesel::sql_query(
-            "SELECT pg_advisory_xact_lock_shared($1, hashtext(COALESCE(current_schema(), '')))",
+            "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))",
         )
         .bind::<Integer, _>(LOCK_EVENT_APPEND)
         .execute(self)?;
         Ok(())
-    }
-
-    fn event_high_water(&mut self) -> Result<Option<i64>, Failure> {
-        // Exclusive, for the moment of one read: granted once every appender in flight has
-        // ended, and every `seq` taken so far was taken by one of them. The maximum read
-        // under it (READ COMMITTED: a snapshot taken after the grant) is therefore final
-        // with everything below it; appenders after the release take higher ones.
-        self.transaction(|conn| {
-            diesel::sql_query(
-                "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))",
-            )
-            .bind::<Integer, _>(LOCK_EVENT_APPEND)
-            .execute(conn)?;
-            use diesel::QueryDsl;
-            let last: Option<i64> = crate::schema::events::table
-                .select(diesel::dsl::max(crate::schema::events::seq))
-                .first(conn)?;
-            Ok(Some(last.unwrap_or(0)))
-        })
     }
 
     fn load_state_rows(

@@ -1,5 +1,4 @@
-//! The event store's SQL: pages by `seq`, filtered by type and time, never past the
-//! appends still in flight (`Dialect::event_high_water`).
+//! The event store's SQL: pages by `seq`, filtered by type and time.
 //!
 //! Appends are in [`crate::sql::inbox`] (`append_events`), because an event is always written
 //! with its fan-out in one transaction.
@@ -16,7 +15,6 @@ macro_rules! event_units {
             limit: usize,
         ) -> Result<Vec<StoredEvent>, Failure> {
             use $crate::schema::events::dsl as ev;
-            let high_water = <Conn as Dialect>::event_high_water(conn)?;
             let mut query = ev::events
                 .filter(ev::seq.gt(after_seq))
                 .select(EventRow::as_select())
@@ -28,9 +26,6 @@ macro_rules! event_units {
             }
             if let Some(since) = since {
                 query = query.filter(ev::occurred_at.ge(micros(since)));
-            }
-            if let Some(high_water) = high_water {
-                query = query.filter(ev::seq.le(high_water));
             }
             query
                 .load(conn)?

@@ -81,19 +81,13 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// tenant until the transaction ends, so that "check for overlap, then insert" is atomic.
     fn lock_catch_up_start(&mut self, projection_kind: &str, tenant: &str) -> Result<(), Failure>;
 
-    /// Inside a write transaction, right before appending events: marks the transaction as
-    /// an appender until it ends (see [`Dialect::event_high_water`]). Appenders do not wait
-    /// for each other.
+    /// Inside a write transaction, right before appending events: serialises event appends
+    /// until the transaction ends, so that events commit in `seq` order and a reader paging
+    /// by `seq` never skips an event that committed late with a lower `seq`.
     ///
     /// Nothing that can wait on another transaction may follow it in the transaction (only
     /// the event insert does), which keeps it free of deadlocks.
     fn lock_event_append(&mut self) -> Result<(), Failure>;
-
-    /// The highest event `seq` below which every `seq` is final (committed or never to
-    /// commit), or `None` if events always commit in `seq` order. A reader paging by `seq`
-    /// reads no further, so it never passes an event that commits late with a lower `seq`.
-    /// Called outside a transaction: it waits for the appenders in flight to end.
-    fn event_high_water(&mut self) -> Result<Option<i64>, Failure>;
 
     /// The stored states of `ids` (of `kind` and `tenant`), in any order.
     fn load_state_rows(

@@ -193,10 +193,6 @@ impl Dialect for SqliteConnection {
         Ok(())
     }
 
-    fn event_high_water(&mut self) -> Result<Option<i64>, Failure> {
-        Ok(None)
-    }
-
     fn load_state_rows(
         &mut self,
         kind: &str,
