@@ -79,6 +79,27 @@ macro_rules! floor_run {
 floor_run!(run_sqlite, diesel::SqliteConnection, "X'6e756c6c'");
 floor_run!(run_pg, diesel::PgConnection, "'\\x6e756c6c'::bytea");
 
+/// How many times `live` measures the floor; it reports the median. On the project's
+/// machine one SQLite floor run lands at about 55–60k or 78–94k rows/s, whatever the build,
+/// so a single run could move the ratio by a third.
+pub const RUNS: usize = 3;
+
+/// The median of [`RUNS`] floor measurements, and every measurement in order.
+pub fn median(
+    db: &Db,
+    n: usize,
+    shards: u32,
+    targets: usize,
+    page: usize,
+) -> Result<(f64, Vec<f64>), String> {
+    let runs = (0..RUNS)
+        .map(|_| measure(db, n, shards, targets, page))
+        .collect::<Result<Vec<f64>, String>>()?;
+    let mut sorted = runs.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok((sorted[sorted.len() / 2], runs))
+}
+
 /// Messages per second of the floor on `db` (whose schema must already exist).
 pub fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
     match db.backend {

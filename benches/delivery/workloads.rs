@@ -157,8 +157,12 @@ fn report(a: &Args, db: &Db) -> Report {
 pub async fn live(a: &Args) -> Result<Report, String> {
     let db = Db::new(a.backend)?;
     let storage = db.storage(8).await?;
-    let floor = floor::measure(&db, a.n, a.shards, a.targets, a.page_size)?;
-    eprintln!("floor: {floor:.0} msgs/s; running live…");
+    let (floor, floors) = floor::median(&db, a.n, a.shards, a.targets, a.page_size)?;
+    let shown: Vec<String> = floors.iter().map(|f| format!("{f:.0}")).collect();
+    eprintln!(
+        "floor: {floor:.0} msgs/s (median of {}); running live…",
+        shown.join(", ")
+    );
     let run = live_run(storage, a).await?;
     let mut r = report(a, &db);
     r.msgs_per_s = run.rate;
@@ -167,6 +171,12 @@ pub async fn live(a: &Args) -> Result<Report, String> {
     r.duplicates = run.duplicates;
     r.extra.push(("msgs_per_stage", run.per_stage));
     r.extra.push(("pick_ups_per_1k", run.pick_ups_per_1k));
+    r.extra.push((
+        "floor_min",
+        floors.iter().copied().fold(f64::INFINITY, f64::min),
+    ));
+    r.extra
+        .push(("floor_max", floors.iter().copied().fold(0.0, f64::max)));
     Ok(r)
 }
 
