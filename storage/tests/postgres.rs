@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{pg_url, Schema};
+use common::{explain, pg_url, Schema};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::Text;
 use diesel::{QueryableByName, RunQueryDsl};
@@ -129,12 +129,6 @@ async fn schemas_isolate_their_data() {
     assert_eq!(b.schema(), Some(two.name.as_str()));
 }
 
-#[derive(QueryableByName)]
-struct PlanLine {
-    #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
-    line: String,
-}
-
 /// The page query never scans or sorts the table: with a large backlog it walks an index in
 /// `seq` order and stops after the page; with mostly delivered rows (kept for deduplication)
 /// it reads the shard's pending rows from inbox_due. The waiting targets come from the small
@@ -151,16 +145,6 @@ async fn page_queries_use_indexes_whatever_the_inbox_holds() {
         .collect();
     storage.write(messages(rows)).await.expect("write");
     let mut conn = schema.raw();
-    let explain = |conn: &mut diesel::PgConnection, sql: &str| -> String {
-        let lines: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {sql}"))
-            .load(conn)
-            .expect("explain");
-        lines
-            .into_iter()
-            .map(|l| l.line)
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     let page_sql = "SELECT * FROM inbox_messages WHERE shard = 3 AND status = 'to_deliver' \
          AND deliver_after IS NULL AND status <> 'delivered' ORDER BY seq ASC LIMIT 100";
 

@@ -5,6 +5,7 @@
 //!  pg_url(test)            SHARDBOX_PG_URL, or None after a loud SKIPPED notice
 //!  TestSchema::new(url, t) a unique name; nothing is created until a storage connects
 //!  drop                    DROP SCHEMA … CASCADE (also when the test panics)
+//!  explain(conn, sql)      the lines of `EXPLAIN sql`, joined, for plan assertions
 //! ```
 
 use crate::{PostgresOptions, PostgresStorage};
@@ -25,6 +26,27 @@ pub fn pg_url(test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// A line of `EXPLAIN` output.
+#[derive(diesel::QueryableByName)]
+struct PlanLine {
+    #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
+    line: String,
+}
+
+/// The plan PostgreSQL gives `sql` (`EXPLAIN sql`, lines joined by newlines); panics if it
+/// cannot explain it.
+pub fn explain(conn: &mut PgConnection, sql: &str) -> String {
+    use diesel::RunQueryDsl;
+    let lines: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {sql}"))
+        .load(conn)
+        .expect("explain");
+    lines
+        .into_iter()
+        .map(|l| l.line)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A test schema with a unique name, dropped with everything in it when the guard drops.

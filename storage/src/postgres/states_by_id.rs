@@ -68,15 +68,8 @@ impl RunQueryDsl<PgConnection> for StatesById<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::{pg_url, TestSchema};
+    use crate::conformance::{explain, pg_url, TestSchema};
     use diesel::connection::SimpleConnection;
-    use diesel::QueryableByName;
-
-    #[derive(QueryableByName)]
-    struct PlanLine {
-        #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
-        line: String,
-    }
 
     /// The generic plan (what a prepared statement ends up with) of the statement as diesel
     /// sends it, on a table of states that was never analyzed.
@@ -86,15 +79,10 @@ mod tests {
              PREPARE load_states(text[], text, text) AS {sql}"
         ))
         .expect("prepare");
-        let lines: Vec<PlanLine> =
-            diesel::sql_query("EXPLAIN EXECUTE load_states(ARRAY['t-1', 't-2'], 'counter', '')")
-                .load(conn)
-                .expect("explain");
-        lines
-            .into_iter()
-            .map(|l| l.line)
-            .collect::<Vec<_>>()
-            .join("\n")
+        explain(
+            conn,
+            "EXECUTE load_states(ARRAY['t-1', 't-2'], 'counter', '')",
+        )
     }
 
     #[tokio::test]
