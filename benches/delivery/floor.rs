@@ -101,7 +101,7 @@ pub fn median(
 }
 
 /// Messages per second of the floor on `db` (whose schema must already exist).
-pub fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
+fn measure(db: &Db, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
     match db.backend {
         Backend::Sqlite => {
             let path = db.sqlite_path();

@@ -66,11 +66,11 @@ macro_rules! commit_units {
         ) -> Result<(), Failure> {
             use $crate::schema::shard_sessions::dsl as ss;
             let shard = lease.shard.as_i32();
-            let renewed = RenewLease {
+            let renewed = SetLease {
                 shard,
                 epoch: lease.epoch.0,
                 node_id: &lease.node_id.0,
-                until: micros(until),
+                until: Some(micros(until)),
             }
             .execute(conn)?;
             if renewed == 1 {

@@ -37,8 +37,8 @@ pub(crate) const INSERT_CHUNK: usize = 1000;
 /// Runs `$statement` (a closure-like body over `$values`) with the one element of `$rows`
 /// when it holds one, else with the slice. Diesel never keeps a multi-row `INSERT` or an
 /// `IN (…)` list prepared (its text depends on the count), but does keep the single-row or
-/// single-value form: a stage or send of one message — the common case at low rates — then
-/// parses no statement.
+/// single-value form, so a stage or send of one message — the common case at low rates — does
+/// not parse these statements again.
 macro_rules! one_or_many {
     ($rows:expr, |$values:ident| $statement:expr) => {
         match $rows {

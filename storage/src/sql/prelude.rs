@@ -7,7 +7,7 @@ pub(crate) use crate::rows::{
 };
 pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
 pub(crate) use crate::sql::predicate::{coalesce, Predicate};
-pub(crate) use crate::sql::prepared::{MarkDelivered, RenewLease, UpsertState};
+pub(crate) use crate::sql::prepared::{MarkDelivered, SetLease, UpsertState};
 pub(crate) use crate::sql::{one_or_many, Dialect, INSERT_CHUNK, IN_CHUNK};
 pub(crate) use chrono::{DateTime, Utc};
 pub(crate) use diesel::dsl::sql;

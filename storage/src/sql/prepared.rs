@@ -4,12 +4,13 @@
 //! ```text
 //!  diesel::update(…)   ─► marked unsafe to cache by diesel, whatever it updates: parsed
 //!                         (and on PostgreSQL planned) at every execution
-//!  RenewLease          ─► the fence, at every stage commit
+//!  SetLease            ─► the fence at every stage commit (and heartbeat), the release
 //!  MarkDelivered       ─► one delivered row (a stage of one message)
 //!  UpsertState         ─► one state (a stage of one target)
 //! ```
 //!
-//! Diesel prepares every `UPDATE` and every upsert anew; a stage commit has three of them. Each type here writes
+//! Diesel prepares every `UPDATE` and every upsert anew; a stage commit has three of them,
+//! and a turn that ends releases its lease with a fourth. Each type here writes
 //! one statement's text (the same at every call, with `?` or `$n` placeholders from the
 //! backend) and has a static query id, so diesel prepares it once per connection.
 
@@ -17,29 +18,32 @@ use crate::rows::NewEntityStateRow;
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::serialize::ToSql;
-use diesel::sql_types::{BigInt, Binary, HasSqlType, Integer, Text};
+use diesel::sql_types::{BigInt, Binary, HasSqlType, Integer, Nullable, Text};
 use diesel::{QueryResult, RunQueryDsl};
+use shardbox_core::MessageStatus;
 
-/// `UPDATE shard_sessions SET lease_until WHERE shard, epoch, node_id`: renews a lease if
-/// it is still held (1 row) or touches nothing (0 rows: lost).
-pub(crate) struct RenewLease<'a> {
+/// `UPDATE shard_sessions SET lease_until WHERE shard, epoch, node_id`: renews a lease (a
+/// new end) or releases it (`None`) if it is still held (1 row), or touches nothing (0 rows:
+/// lost).
+pub(crate) struct SetLease<'a> {
     pub(crate) shard: i32,
     pub(crate) epoch: i64,
     pub(crate) node_id: &'a str,
-    /// The new `lease_until` (µs).
-    pub(crate) until: i64,
+    /// The new `lease_until` (µs), or `None` to release.
+    pub(crate) until: Option<i64>,
 }
 
-impl<DB> QueryFragment<DB> for RenewLease<'_>
+impl<DB> QueryFragment<DB> for SetLease<'_>
 where
     DB: Backend + HasSqlType<Integer> + HasSqlType<BigInt> + HasSqlType<Text>,
     i32: ToSql<Integer, DB>,
     i64: ToSql<BigInt, DB>,
+    Option<i64>: ToSql<Nullable<BigInt>, DB>,
     str: ToSql<Text, DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("UPDATE shard_sessions SET lease_until = ");
-        out.push_bind_param::<BigInt, _>(&self.until)?;
+        out.push_bind_param::<Nullable<BigInt>, _>(&self.until)?;
         out.push_sql(" WHERE shard = ");
         out.push_bind_param::<Integer, _>(&self.shard)?;
         out.push_sql(" AND epoch = ");
@@ -50,12 +54,12 @@ where
     }
 }
 
-impl QueryId for RenewLease<'_> {
-    type QueryId = RenewLease<'static>;
+impl QueryId for SetLease<'_> {
+    type QueryId = SetLease<'static>;
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<Conn> RunQueryDsl<Conn> for RenewLease<'_> {}
+impl<Conn> RunQueryDsl<Conn> for SetLease<'_> {}
 
 /// `UPDATE inbox_messages SET status = 'delivered', keep_until WHERE shard, seq`: marks one
 /// row delivered (1 row) or touches nothing (0 rows: not a row of the shard).
@@ -73,7 +77,9 @@ where
     i64: ToSql<BigInt, DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("UPDATE inbox_messages SET status = 'delivered', keep_until = ");
+        out.push_sql("UPDATE inbox_messages SET status = '");
+        out.push_sql(MessageStatus::Delivered.as_str());
+        out.push_sql("', keep_until = ");
         out.push_bind_param::<BigInt, _>(&self.keep_until)?;
         out.push_sql(" WHERE shard = ");
         out.push_bind_param::<Integer, _>(&self.shard)?;

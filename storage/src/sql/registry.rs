@@ -84,15 +84,13 @@ macro_rules! registry_units {
 
         /// `WorkRegistry::release`: frees the shard if `lease` still holds it.
         pub(crate) fn release(conn: &mut Conn, lease: Lease) -> Result<(), Failure> {
-            use $crate::schema::shard_sessions::dsl as ss;
-            <Conn as Dialect>::write_transaction(conn, |conn| {
-                diesel::update(
-                    ss::shard_sessions
-                        .filter(ss::shard.eq(lease.shard.as_i32()))
-                        .filter(ss::epoch.eq(lease.epoch.0))
-                        .filter(ss::node_id.eq(&lease.node_id.0)),
-                )
-                .set(ss::lease_until.eq(None::<i64>))
+            <Conn as Dialect>::write_statement(conn, |conn| {
+                SetLease {
+                    shard: lease.shard.as_i32(),
+                    epoch: lease.epoch.0,
+                    node_id: &lease.node_id.0,
+                    until: None,
+                }
                 .execute(conn)?;
                 Ok(())
             })
