@@ -5,11 +5,12 @@
 
 mod common;
 
-use common::{explain, pg_url, Schema};
+use common::{pg_url, Schema};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::Text;
 use diesel::{QueryableByName, RunQueryDsl};
 use shardbox_core::{InboxStore, ShardIndex, Storage, StorageError};
+use shardbox_storage::conformance::explain;
 use shardbox_storage::conformance::fixtures::{command, messages};
 use shardbox_storage::{MigrationMode, PostgresStorage};
 

@@ -2,4 +2,4 @@
 //! module, which the root crate's tests use too).
 #![allow(dead_code)] // each test crate uses a part
 
-pub use shardbox_storage::conformance::{explain, pg_url, TestSchema as Schema};
+pub use shardbox_storage::conformance::{pg_url, TestSchema as Schema};
