@@ -212,16 +212,6 @@ impl Dialect for PgConnection {
         work(self)
     }
 
-    fn read_transaction<T>(
-        &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
-    ) -> Result<T, Failure> {
-        self.build_transaction()
-            .read_only()
-            .repeatable_read()
-            .run(work)
-    }
-
     fn lock_catch_up_start(&mut self, kind: &str, tenant: &str) -> Result<(), Failure> {
         diesel::sql_query(
             "SELECT pg_advisory_xact_lock($1, \

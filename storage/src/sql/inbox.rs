@@ -21,26 +21,6 @@
 /// Stamps the Inbox units; see [`crate::sql`].
 macro_rules! inbox_units {
     () => {
-        /// The predicate of the partial indexes over rows not yet delivered.
-        const NOT_DELIVERED: Predicate = Predicate("status <> 'delivered'");
-        /// The predicate of the page index: rows without a delay, not yet delivered.
-        const IMMEDIATE: Predicate = Predicate("deliver_after IS NULL AND status <> 'delivered'");
-        /// The predicate of the partial indexes over blocked rows.
-        const BLOCKED: Predicate = Predicate("status = 'blocked'");
-        /// The predicate of the partial index over replayed rows of a catch-up.
-        const CATCHING_UP: Predicate = Predicate("status = 'to_catch_up'");
-        /// The predicate of the partial index over rows with a delay, retry or hold.
-        const DELAYED: Predicate = Predicate("deliver_after IS NOT NULL AND status <> 'delivered'");
-        /// Of the rows `DELAYED` selects, those a page may read (to_deliver and
-        /// to_catch_up). Not an index condition on purpose: `status = ? OR status = ?` lets
-        /// PostgreSQL without statistics pick `inbox_due` and read every pending row of the
-        /// shard, due later or not.
-        const NOT_BLOCKED: Predicate = Predicate("status <> 'blocked'");
-        /// The predicate of the partial index over rows that failed at least once.
-        const RETRYING: Predicate = Predicate("attempts > 0 AND status <> 'delivered'");
-        /// The predicate of the partial index over rows with a TTL not yet delivered.
-        const EXPIRING: Predicate = Predicate("expires_at IS NOT NULL AND status <> 'delivered'");
-
         /// Inserts inbox rows, ignoring (and counting) duplicates of the dedup key.
         pub(crate) fn insert_messages(
             conn: &mut Conn,
@@ -148,94 +128,66 @@ macro_rules! inbox_units {
             })
         }
 
-        /// `InboxStore::read_page`.
+        /// `InboxStore::read_page`: one statement ([`PageRead`]), so its parts read one
+        /// snapshot.
         pub(crate) fn read_page(
             conn: &mut Conn,
             shard: ShardIndex,
             now: DateTime<Utc>,
             limit: usize,
         ) -> Result<Page, Failure> {
-            use $crate::schema::inbox_messages::dsl as im;
-            let s = shard.as_i32();
-            let now = micros(now);
-            let sql_limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            <Conn as Dialect>::read_transaction(conn, |conn| {
-                // Rows without a delay (to deliver or replayed by a catch-up):
-                // inbox_immediate, one range in seq order that stops after a page.
-                let mut due: Vec<InboxRow> = im::inbox_messages
-                    .filter(im::shard.eq(s))
-                    .filter(IMMEDIATE)
-                    .filter(NOT_BLOCKED)
-                    .order(im::seq.asc())
-                    .limit(sql_limit)
-                    .select(InboxRow::as_select())
-                    .load(conn)?;
-                // Rows whose delay, retry or hold has passed: inbox_delayed, a range that
-                // ends at `now`, so rows due later are never read. Its predicate is stated
-                // literally so that the partial index is usable. Only the first `limit` of
-                // them by seq can make the page (the merge below keeps the first `limit` of
-                // both lists by seq), so no more are loaded however many are due; a limit
-                // by deliver_after instead would skip earlier rows of a target and break
-                // its order.
-                due.extend(
-                    im::inbox_messages
-                        .filter(im::shard.eq(s))
-                        .filter(DELAYED)
-                        .filter(im::deliver_after.le(now))
-                        .filter(NOT_BLOCKED)
-                        // `seq + 0`: no index yields this order, so a planner that expects
-                        // many due rows cannot walk the table in seq order past every row
-                        // due later (PostgreSQL with statistics does that for `seq`); it
-                        // sorts the range of inbox_delayed instead, keeping `limit` rows.
-                        .order((im::seq + 0i64).asc())
-                        .limit(sql_limit)
-                        .select(InboxRow::as_select())
-                        .load(conn)?,
-                );
-                due.sort_unstable_by_key(|r| r.seq);
-                due.truncate(limit);
-                let messages = due
-                    .into_iter()
-                    .map(InboxRow::into_message)
-                    .collect::<Result<Vec<_>, _>>()?;
-                // `COALESCE` on purpose: a plain `deliver_after > ?` would make the larger
-                // inbox_delayed index eligible too, and SQLite would pick it.
-                let waiting: Vec<(String, String, String, i64)> = im::inbox_messages
-                    .filter(im::shard.eq(s))
-                    .filter(RETRYING)
-                    .filter(coalesce(im::deliver_after, 0i64).gt(now))
-                    // A retrying row whose TTL passed is expired, not waited for.
-                    .filter(im::expires_at.is_null().or(im::expires_at.gt(now)))
-                    .order(im::seq.asc())
-                    .select((
-                        im::target_kind,
-                        im::tenant,
-                        im::target_id,
-                        im::deliver_after.assume_not_null(),
-                    ))
-                    .load(conn)?;
-                let waiting = waiting
-                    .into_iter()
-                    .map(|(kind, tenant, id, at)| {
-                        Ok((EntityKey { kind, tenant, id }, rows::time(at)?))
-                    })
-                    .collect::<Result<Vec<_>, Failure>>()?;
-                let blocked: Vec<(String, String, String)> = im::inbox_messages
-                    .filter(im::shard.eq(s))
-                    .filter(BLOCKED)
-                    .order(im::seq.asc())
-                    .select((im::target_kind, im::tenant, im::target_id))
-                    .load(conn)?;
-                let blocked = blocked
-                    .into_iter()
-                    .map(|(kind, tenant, id)| EntityKey { kind, tenant, id })
-                    .collect();
-                Ok(Page {
-                    messages,
-                    waiting,
-                    blocked,
+            let rows: Vec<(i32, InboxRow)> = PageRead {
+                shard: shard.as_i32(),
+                now: micros(now),
+                limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            }
+            .load(conn)?;
+            let (mut due, mut waiting, mut blocked) = (Vec::new(), Vec::new(), Vec::new());
+            for (part, row) in rows {
+                match PagePart::of(part) {
+                    Some(PagePart::Due) => due.push(row),
+                    Some(PagePart::Waiting) => waiting.push(row),
+                    Some(PagePart::Blocked) => blocked.push(row),
+                    None => {
+                        return Err(Failure::Storage(StorageError::Corrupt(format!(
+                            "page read: unknown part {part} for row {}",
+                            row.seq
+                        ))))
+                    }
+                }
+            }
+            // Each index gave at most `limit` rows: the page is the first `limit` of both
+            // by seq.
+            due.sort_unstable_by_key(|r| r.seq);
+            due.truncate(limit);
+            waiting.sort_unstable_by_key(|r| r.seq);
+            blocked.sort_unstable_by_key(|r| r.seq);
+            let messages = due
+                .into_iter()
+                .map(InboxRow::into_message)
+                .collect::<Result<Vec<_>, _>>()?;
+            let waiting = waiting
+                .into_iter()
+                .map(|r| {
+                    let at = rows::time(r.deliver_after.unwrap_or_default())?;
+                    Ok((entity_key(r), at))
                 })
+                .collect::<Result<Vec<_>, Failure>>()?;
+            let blocked = blocked.into_iter().map(entity_key).collect();
+            Ok(Page {
+                messages,
+                waiting,
+                blocked,
             })
+        }
+
+        /// The target of an inbox row.
+        fn entity_key(row: InboxRow) -> EntityKey {
+            EntityKey {
+                kind: row.target_kind,
+                tenant: row.tenant,
+                id: row.target_id,
+            }
         }
 
         /// `InboxStore::expired_shards`: a range of `inbox_expiring` over the expired rows.

@@ -22,6 +22,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod entities;
 pub(crate) mod events;
 pub(crate) mod inbox;
+pub(crate) mod page_read;
 pub(crate) mod predicate;
 pub(crate) mod prelude;
 pub(crate) mod prepared;
@@ -67,12 +68,6 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// PostgreSQL: on its own, without `BEGIN` and `COMMIT` — one statement is a transaction
     /// of its own, and two round trips fewer.
     fn write_statement<T>(
-        &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
-    ) -> Result<T, Failure>;
-
-    /// Runs `work` (several reads that must agree) in a read transaction.
-    fn read_transaction<T>(
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,
     ) -> Result<T, Failure>;

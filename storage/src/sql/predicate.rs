@@ -51,6 +51,29 @@ impl<GroupByClause> ValidGrouping<GroupByClause> for Predicate {
     type IsAggregate = is_aggregate::Never;
 }
 
+/// The predicate of the partial indexes over rows not yet delivered.
+pub(crate) const NOT_DELIVERED: Predicate = Predicate("status <> 'delivered'");
+/// The predicate of the page index: rows without a delay, not yet delivered.
+pub(crate) const IMMEDIATE: Predicate =
+    Predicate("deliver_after IS NULL AND status <> 'delivered'");
+/// The predicate of the partial indexes over blocked rows.
+pub(crate) const BLOCKED: Predicate = Predicate("status = 'blocked'");
+/// The predicate of the partial index over replayed rows of a catch-up.
+pub(crate) const CATCHING_UP: Predicate = Predicate("status = 'to_catch_up'");
+/// The predicate of the partial index over rows with a delay, retry or hold.
+pub(crate) const DELAYED: Predicate =
+    Predicate("deliver_after IS NOT NULL AND status <> 'delivered'");
+/// Of the rows `DELAYED` selects, those a page may read (to_deliver and
+/// to_catch_up). Not an index condition on purpose: `status = ? OR status = ?` lets
+/// PostgreSQL without statistics pick `inbox_due` and read every pending row of the
+/// shard, due later or not.
+pub(crate) const NOT_BLOCKED: Predicate = Predicate("status <> 'blocked'");
+/// The predicate of the partial index over rows that failed at least once.
+pub(crate) const RETRYING: Predicate = Predicate("attempts > 0 AND status <> 'delivered'");
+/// The predicate of the partial index over rows with a TTL not yet delivered.
+pub(crate) const EXPIRING: Predicate =
+    Predicate("expires_at IS NOT NULL AND status <> 'delivered'");
+
 diesel::define_sql_function! {
     /// `COALESCE(value, otherwise)` over big integers: a condition on a nullable column that
     /// keeps a partial index over that column's non-null rows out of the planner's choice,

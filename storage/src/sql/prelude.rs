@@ -6,7 +6,10 @@ pub(crate) use crate::rows::{
     NewEventRow, NewInboxRow, SessionRow, StoredDeadLetterRow,
 };
 pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
-pub(crate) use crate::sql::predicate::{coalesce, Predicate};
+pub(crate) use crate::sql::page_read::{PagePart, PageRead};
+pub(crate) use crate::sql::predicate::{
+    BLOCKED, CATCHING_UP, DELAYED, EXPIRING, IMMEDIATE, NOT_DELIVERED,
+};
 pub(crate) use crate::sql::prepared::{MarkDelivered, SetLease, UpsertState};
 pub(crate) use crate::sql::{one_or_many, Dialect, INSERT_CHUNK, IN_CHUNK};
 pub(crate) use chrono::{DateTime, Utc};

@@ -176,13 +176,6 @@ impl Dialect for SqliteConnection {
         self.write_transaction(work)
     }
 
-    fn read_transaction<T>(
-        &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, Failure>,
-    ) -> Result<T, Failure> {
-        self.transaction(work)
-    }
-
     fn lock_catch_up_start(&mut self, _kind: &str, _tenant: &str) -> Result<(), Failure> {
         // The immediate transaction already excludes every other writer.
         Ok(())
