@@ -204,6 +204,45 @@ pub fn shard_payloads(shards: &[ShardIndex], max_len: usize) -> Vec<String> {
     payloads
 }
 
+/// A fresh origin for the notifications of one storage instance (32 random hex digits), so
+/// that its own listener can tell them from other processes' (see [`split_origin`]).
+pub fn new_origin() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Notification payloads for writes to `shards` made through the storage instance `origin`:
+/// `origin;3,17,40`, each at most `max_len` bytes (see [`shard_payloads`]).
+///
+/// ```
+/// use shardbox_core::listener::{origin_payloads, split_origin};
+/// use shardbox_core::ShardIndex;
+/// let payloads = origin_payloads("a1", &[ShardIndex(4), ShardIndex(2)], 100);
+/// assert_eq!(payloads, ["a1;2,4"]);
+/// assert_eq!(split_origin(&payloads[0]), (Some("a1"), "2,4"));
+/// ```
+pub fn origin_payloads(origin: &str, shards: &[ShardIndex], max_len: usize) -> Vec<String> {
+    let room = max_len.saturating_sub(origin.len() + 1).max(1);
+    shard_payloads(shards, room)
+        .into_iter()
+        .map(|list| format!("{origin};{list}"))
+        .collect()
+}
+
+/// A notification payload's origin (the storage instance that wrote, if it says) and its
+/// list of shards. A payload without an origin (`3,17`) is all shards.
+///
+/// ```
+/// use shardbox_core::listener::split_origin;
+/// assert_eq!(split_origin("x;1,2"), (Some("x"), "1,2"));
+/// assert_eq!(split_origin("1,2"), (None, "1,2"));
+/// ```
+pub fn split_origin(payload: &str) -> (Option<&str>, &str) {
+    match payload.split_once(';') {
+        Some((origin, shards)) => (Some(origin), shards),
+        None => (None, payload),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +260,23 @@ mod tests {
         let want: Vec<_> = (0..2000).map(ShardIndex).collect();
         assert_eq!(back, want, "every shard once, in order");
         assert!(shard_payloads(&[], 100).is_empty());
+    }
+
+    #[test]
+    fn origin_payloads_keep_the_size_limit_and_name_their_origin() {
+        let origin = new_origin();
+        assert_eq!(origin.len(), 32);
+        assert_ne!(origin, new_origin(), "each storage instance its own");
+        let shards: Vec<_> = (0..2000).map(ShardIndex).collect();
+        let payloads = origin_payloads(&origin, &shards, 100);
+        let mut back = Vec::new();
+        for p in &payloads {
+            assert!(p.len() <= 100, "{p}");
+            let (from, list) = split_origin(p);
+            assert_eq!(from, Some(origin.as_str()));
+            assert!(parse_shards(list, 2000, &mut back));
+        }
+        assert_eq!(back, shards);
     }
 
     #[test]

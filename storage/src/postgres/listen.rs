@@ -4,7 +4,8 @@
 //! ```text
 //!  listener thread: connect ─► search_path, application_name ─► LISTEN "<channel>"
 //!                   ─► on_missed_writes (writes made while not listening were not heard)
-//!    every TICK          read the notification queue (non-blocking) ─► on_write(shards)
+//!    every TICK          read the notification queue (non-blocking) ─► on_write(shards),
+//!                        skipping this instance's own writes (see OwnEcho)
 //!    every HEALTH_CHECK  of silence: SELECT 1
 //!    error ─► disconnected ─► wait (100 ms, doubling up to 5 s) ─► connect again
 //! ```
@@ -25,8 +26,9 @@ use diesel::connection::{Connection, SimpleConnection};
 use diesel::dsl::sql;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
-use shardbox_core::listener::{parse_shards, ListenerControl};
+use shardbox_core::listener::{new_origin, parse_shards, split_origin, ListenerControl};
 use shardbox_core::{ListenerHandle, NodeId, ShardObserver, StorageError};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,6 +79,58 @@ impl ReconnectDelay {
     }
 }
 
+/// A storage instance's own notifications, heard back by its own listener.
+///
+/// Every write a node makes through the Shardbox API wakes its shards in the node at once
+/// (`Delivery::notify`), and the same write's notification comes back to the node's own
+/// listener a few milliseconds later: a second wake, and a page read that finds nothing
+/// (about a quarter of all page reads in the two-node `latency` benchmark). Each instance
+/// therefore names its notifications with an origin of its own, and its listener skips them —
+/// but only while it is the instance's one listener: with two nodes on one instance, the
+/// second node hears the first one's writes only by notification.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnEcho {
+    origin: Arc<str>,
+    /// Listener threads of this instance running now.
+    listeners: Arc<AtomicUsize>,
+}
+
+impl OwnEcho {
+    /// A fresh origin, no listeners.
+    pub(crate) fn new() -> Self {
+        OwnEcho {
+            origin: Arc::from(new_origin()),
+            listeners: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The origin the instance's notifications carry.
+    pub(crate) fn origin(&self) -> Arc<str> {
+        self.origin.clone()
+    }
+
+    /// Whether a notification from `origin` is this instance's own, already heard in the node
+    /// that made it.
+    fn is_own(&self, origin: Option<&str>) -> bool {
+        origin == Some(&*self.origin) && self.listeners.load(Ordering::SeqCst) == 1
+    }
+
+    /// Counts a listener thread for as long as the guard lives.
+    fn enter(&self) -> ListenerCount {
+        self.listeners.fetch_add(1, Ordering::SeqCst);
+        ListenerCount(self.listeners.clone())
+    }
+}
+
+/// One running listener of an instance (see [`OwnEcho`]); uncounted when dropped.
+struct ListenerCount(Arc<AtomicUsize>);
+
+impl Drop for ListenerCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Where the listener connects: the pool's URL and schema.
 pub(crate) struct ListenTarget {
     /// The URL (with its password: never logged).
@@ -85,6 +139,8 @@ pub(crate) struct ListenTarget {
     pub(crate) schema: Option<String>,
     /// The URL with the password redacted, for logs.
     pub(crate) database: String,
+    /// The instance's own notifications.
+    pub(crate) echo: OwnEcho,
 }
 
 /// Starts the listening thread of `node`.
@@ -95,9 +151,15 @@ pub(crate) fn start(
     observer: Arc<dyn ShardObserver>,
 ) -> Result<ListenerHandle, StorageError> {
     let (handle, control) = ListenerHandle::new(node);
+    // Counted from here, not from the thread's start, so that two listeners started one
+    // after the other both see the other.
+    let counted = target.echo.enter();
     std::thread::Builder::new()
         .name("shardbox-listen".into())
-        .spawn(move || run(target, shard_count, observer, control))
+        .spawn(move || {
+            let _counted = counted;
+            run(target, shard_count, observer, control)
+        })
         .map_err(|e| StorageError::Task(format!("could not start the listener thread: {e}")))?;
     Ok(handle)
 }
@@ -118,7 +180,13 @@ fn run(
                 delay.reset();
                 tracing::info!(%channel, "listening for other nodes' writes");
                 observer.on_missed_writes();
-                match pump(&mut conn, shard_count, observer.as_ref(), &control) {
+                match pump(
+                    &mut conn,
+                    &target.echo,
+                    shard_count,
+                    observer.as_ref(),
+                    &control,
+                ) {
                     Ok(()) => break,
                     Err(reason) => {
                         control.disconnected();
@@ -161,6 +229,7 @@ fn open(target: &ListenTarget, node: &str) -> Result<(PgConnection, String), Str
 /// Hands notifications to `observer` until stopped (`Ok`) or the connection fails (`Err`).
 fn pump(
     conn: &mut PgConnection,
+    echo: &OwnEcho,
     shard_count: u32,
     observer: &dyn ShardObserver,
     control: &ListenerControl,
@@ -175,16 +244,22 @@ fn pump(
         for notification in conn.notifications_iter() {
             let notification = notification.map_err(|e| e.to_string())?;
             heard += 1;
-            if !parse_shards(&notification.payload, shard_count, &mut shards) {
+            let (origin, list) = split_origin(&notification.payload);
+            if echo.is_own(origin) {
+                continue;
+            }
+            if !parse_shards(list, shard_count, &mut shards) {
                 tracing::debug!(payload = %notification.payload, "ignored what is not a shard of this node in a notification");
             }
         }
         if heard > 0 {
             control.notified(heard);
-            shards.sort_unstable();
-            shards.dedup();
-            observer.on_write(&shards);
-            shards.clear();
+            if !shards.is_empty() {
+                shards.sort_unstable();
+                shards.dedup();
+                observer.on_write(&shards);
+                shards.clear();
+            }
             checked = Instant::now();
         } else if checked.elapsed() >= HEALTH_CHECK {
             diesel::sql_query("SELECT 1")
@@ -199,6 +274,100 @@ fn pump(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conformance::fixtures::{command, messages};
+    use crate::conformance::{pg_url, TestSchema};
+    use shardbox_core::storage::InboxStore;
+    use shardbox_core::{ShardIndex, WriteListener};
+    use std::sync::Mutex;
+
+    /// Records the shards it is told of.
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<u32>>);
+
+    impl ShardObserver for Heard {
+        fn on_write(&self, shards: &[ShardIndex]) {
+            self.0.lock().unwrap().extend(shards.iter().map(|s| s.0));
+        }
+    }
+
+    impl Heard {
+        fn take(&self) -> Vec<u32> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    async fn until(what: &str, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ok() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits for `shard` in what `heard` was told, and returns everything it was told by then.
+    async fn hears(heard: &Heard, shard: u32) -> Vec<u32> {
+        let mut got = Vec::new();
+        until(&format!("shard {shard}"), || {
+            got.extend(heard.take());
+            got.contains(&shard)
+        })
+        .await;
+        got
+    }
+
+    /// A node's own writes do not come back to it by notification (it woke its shards when it
+    /// wrote them); another instance's writes do. With two listeners on one instance, each
+    /// hears the instance's writes, since the other node's wake covers only itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn own_writes_are_not_heard_back_while_the_instance_has_one_listener() {
+        let Some(url) = pg_url("own_writes_are_not_heard_back") else {
+            return;
+        };
+        let schema = TestSchema::new(&url, "own_echo");
+        let (own, other) = (schema.connect(2).await, schema.connect(2).await);
+        let heard = Arc::new(Heard::default());
+        let first = own
+            .listen(&NodeId("first".into()), 16, heard.clone())
+            .expect("listen");
+        until("listening", || first.stats().connected).await;
+        own.write(messages(vec![command(3, "a", "s1")]))
+            .await
+            .expect("own write");
+        // The notification arrives (and is counted), but wakes nothing.
+        until("the own notification", || first.stats().notifications == 1).await;
+        assert_eq!(heard.take(), Vec::<u32>::new(), "own write heard back");
+        other
+            .write(messages(vec![command(5, "b", "s2")]))
+            .await
+            .expect("other write");
+        assert_eq!(hears(&heard, 5).await, [5]);
+
+        let second_heard = Arc::new(Heard::default());
+        let second = own
+            .listen(&NodeId("second".into()), 16, second_heard.clone())
+            .expect("listen");
+        until("second listening", || second.stats().connected).await;
+        own.write(messages(vec![command(6, "c", "s3")]))
+            .await
+            .expect("own write, two listeners");
+        assert_eq!(hears(&heard, 6).await, [6]);
+        assert_eq!(hears(&second_heard, 6).await, [6]);
+
+        drop(second);
+        until("the second listener to stop", || {
+            own.echo.listeners.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        let before = first.stats().notifications;
+        own.write(messages(vec![command(7, "d", "s4")]))
+            .await
+            .expect("own write, one listener again");
+        until("the own notification", || {
+            first.stats().notifications == before + 1
+        })
+        .await;
+        assert_eq!(heard.take(), Vec::<u32>::new(), "own write heard back");
+    }
 
     #[test]
     fn reconnect_delays_double_up_to_the_cap_and_reset_after_a_success() {

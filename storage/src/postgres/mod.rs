@@ -67,6 +67,8 @@ pub struct PostgresStorage {
     url: String,
     listen: bool,
     notifier: notify::Notifier,
+    /// Names this instance's notifications (see [`listen::OwnEcho`]).
+    echo: listen::OwnEcho,
 }
 
 impl std::fmt::Debug for PostgresStorage {
@@ -137,6 +139,7 @@ impl shardbox_core::WriteListener for PostgresStorage {
             url: self.url.clone(),
             schema: self.schema.clone(),
             database: self.db.name().to_owned(),
+            echo: self.echo.clone(),
         };
         listen::start(target, node_id, shard_count, observer)
     }
@@ -186,10 +189,13 @@ fn connect_blocking(
     .connection_customizer(Box::new(search_path))
     .build(Manager::<PgConnection>::new(url.clone()))
     .map_err(|e| classify_connect(e.to_string(), &name))?;
-    let notifier = notify::Notifier::start(pool.clone(), Arc::from(name.as_str()))
-        .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
+    let echo = listen::OwnEcho::new();
+    let notifier =
+        notify::Notifier::start(pool.clone(), Arc::from(name.as_str()), echo.origin())
+            .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
     Ok(PostgresStorage {
         notifier,
+        echo,
         db: Db::new(pool, name),
         schema: options.schema,
         url,

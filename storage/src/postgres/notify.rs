@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  write / stage commit ─► COMMIT ─► Notifier::written(shards)   (a set insert, no I/O)
-//!  notifier thread: wait for shards ─► take them all ─► SELECT pg_notify(channel, '3,17,40')
+//!  notifier thread: wait for shards ─► take them all ─► SELECT pg_notify(channel, '<origin>;3,17,40')
 //! ```
 //!
 //! Why not `pg_notify` inside the writing transaction: PostgreSQL serialises the commits of
@@ -22,7 +22,7 @@ use crate::checkout::Manager;
 use diesel::r2d2::Pool;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
-use shardbox_core::listener::shard_payloads;
+use shardbox_core::listener::origin_payloads;
 use shardbox_core::ShardIndex;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -58,6 +58,7 @@ impl Notifier {
     pub(crate) fn start(
         pool: Pool<Manager<PgConnection>>,
         database: Arc<str>,
+        origin: Arc<str>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
@@ -66,7 +67,7 @@ impl Notifier {
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("shardbox-notify".into())
-            .spawn(move || run(&thread_shared, &pool, &database))?;
+            .spawn(move || run(&thread_shared, &pool, &database, &origin))?;
         Ok(Notifier { shared })
     }
 
@@ -87,7 +88,7 @@ impl Drop for Notifier {
     }
 }
 
-fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &str) {
+fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &str, origin: &str) {
     loop {
         let shards: Vec<ShardIndex> = {
             let mut pending = shared.lock();
@@ -102,18 +103,22 @@ fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &str) {
                 .map(ShardIndex)
                 .collect()
         };
-        if let Err(error) = send(pool, &shards) {
+        if let Err(error) = send(pool, origin, &shards) {
             // Only a delay: the other nodes' pollers find the rows.
             tracing::debug!(%database, %error, shards = shards.len(), "could not notify other nodes of writes");
         }
     }
 }
 
-fn send(pool: &Pool<Manager<PgConnection>>, shards: &[ShardIndex]) -> Result<(), String> {
+fn send(
+    pool: &Pool<Manager<PgConnection>>,
+    origin: &str,
+    shards: &[ShardIndex],
+) -> Result<(), String> {
     let mut conn = pool.get().map_err(|e| e.to_string())?;
     // Each payload on its own (no transaction around them, two round trips fewer): a
     // notification is a hint, and one that fails only delays its rows until a poll.
-    for payload in shard_payloads(shards, MAX_PAYLOAD) {
+    for payload in origin_payloads(origin, shards, MAX_PAYLOAD) {
         diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))
             .bind::<Text, _>(payload)
             .execute(&mut **conn)
