@@ -213,27 +213,41 @@ async fn stage_queries_use_their_indexes() {
         .write(messages(vec![command(0, "a", "s1")]))
         .await
         .expect("write");
+    // A batch of four: the multi-row forms of a page (cut into arrays, see `ladder!`).
+    storage
+        .write(messages(
+            (0..4)
+                .map(|i| command(0, &format!("m{i}"), &format!("sm{i}")))
+                .collect(),
+        ))
+        .await
+        .expect("write four");
     let lease = fixtures::pick(&storage, 0, "node-a", t0()).await;
     let page = storage
         .read_page(ShardIndex(0), t0(), 10)
         .await
         .expect("read");
     storage.next_due(ShardIndex(0), t0()).await.expect("next");
+    assert_eq!(page.messages.len(), 5);
     let mut commit = fixtures::stage(
         &lease,
         t0(),
-        vec![fixtures::delivered(page.messages[0].seq, t0())],
+        page.messages
+            .iter()
+            .map(|m| fixtures::delivered(m.seq, t0()))
+            .collect(),
     );
     commit.purge_delivered = 10;
-    let key = shardbox_core::storage::EntityKey {
-        kind: "account".into(),
-        tenant: String::new(),
-        id: "a".into(),
-    };
-    commit.states = vec![shardbox_core::storage::EntityStateWrite {
-        key: key.clone(),
+    let state_of = |id: &str| shardbox_core::storage::EntityStateWrite {
+        key: shardbox_core::storage::EntityKey {
+            kind: "account".into(),
+            tenant: String::new(),
+            id: id.into(),
+        },
         state: Some(b"{}".to_vec()),
-    }];
+    };
+    let key = state_of("a").key;
+    commit.states = ["a", "m0", "m1", "m2", "m3"].map(state_of).to_vec();
     storage.commit_stage(commit).await.expect("commit");
     // A send of one event, and one state loaded: the single-row and single-value forms.
     storage
@@ -298,12 +312,16 @@ async fn stage_queries_use_their_indexes() {
         "min(",
         // One message, one event, one state: statements of a stage or send of one message.
         "INSERT INTO `inbox_messages`",
+        // The batch of four messages: one statement of four rows.
+        "`first_failed_at`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
         "INSERT INTO `events`",
         "FROM `entity_states`",
-        // The commit's fence and its one delivered row.
+        // The commit's fence, its delivered rows and states (five: four and one).
         "UPDATE shard_sessions SET lease_until",
-        "UPDATE inbox_messages SET status = 'delivered'",
+        "seq IN (?)",
+        "seq IN (?, ?, ?, ?)",
         "INSERT INTO entity_states",
+        "VALUES (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?) ON",
     ] {
         assert!(
             cached.iter().any(|sql| sql.contains(needle)),

@@ -123,25 +123,16 @@ macro_rules! commit_units {
             }
             for (keep_until, seqs) in delivered {
                 for_each_chunk(conn, shard, seqs, |conn, chunk| {
-                    if let [seq] = chunk {
-                        let seq = *seq;
-                        return Ok(MarkDelivered {
+                    let mut touched = 0;
+                    ladder!(chunk, |seqs| {
+                        touched += MarkDelivered {
                             shard: s,
-                            seq,
+                            seqs,
                             keep_until,
                         }
-                        .execute(conn)?);
-                    }
-                    Ok(diesel::update(
-                        im::inbox_messages
-                            .filter(im::shard.eq(s))
-                            .filter(im::seq.eq_any(chunk)),
-                    )
-                    .set((
-                        im::status.eq(MessageStatus::Delivered.as_str()),
-                        im::keep_until.eq(Some(keep_until)),
-                    ))
-                    .execute(conn)?)
+                        .execute(conn)?;
+                    });
+                    Ok(touched)
                 })?;
             }
             for (until, seqs) in held {
@@ -259,7 +250,6 @@ macro_rules! commit_units {
             states: Vec<EntityStateWrite>,
             now: DateTime<Utc>,
         ) -> Result<(), Failure> {
-            use diesel::upsert::excluded;
             use $crate::schema::entity_states::dsl as es;
             let now = micros(now);
             // Per key: whether the commit deletes it, how many writes follow the last delete
@@ -299,24 +289,11 @@ macro_rules! commit_units {
                     });
                 }
             }
-            // One multi-row upsert per chunk: a page's states in one round trip. A new row
-            // starts at its number of writes; an existing one moves up by it.
-            for chunk in upserts.chunks(INSERT_CHUNK) {
-                if let [row] = chunk {
-                    UpsertState(row).execute(conn)?;
-                    continue;
-                }
-                diesel::insert_into(es::entity_states)
-                    .values(chunk)
-                    .on_conflict((es::kind, es::tenant, es::id))
-                    .do_update()
-                    .set((
-                        es::version.eq(es::version + excluded(es::version)),
-                        es::state.eq(excluded(es::state)),
-                        es::updated_at.eq(excluded(es::updated_at)),
-                    ))
-                    .execute(conn)?;
-            }
+            // Multi-row upserts of fixed sizes (see `ladder!`). A new row starts at its
+            // number of writes; an existing one moves up by it.
+            ladder!(upserts.as_slice(), |rows| {
+                UpsertStates(rows).execute(conn)?;
+            });
             Ok(())
         }
 

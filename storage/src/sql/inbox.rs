@@ -37,22 +37,18 @@ macro_rules! inbox_units {
                 .map(NewInboxRow::from_write)
                 .collect::<Result<Vec<_>, _>>()?;
             let mut written = 0;
-            for chunk in rows.chunks(INSERT_CHUNK) {
-                // A lone row as a single-row insert: diesel keeps that statement prepared,
-                // while a multi-row one is prepared anew at each call (see `one_or_many!`).
-                let shards: Vec<i32> = one_or_many!(chunk, |values| {
-                    diesel::insert_into(im::inbox_messages)
-                        .values(values)
-                        .on_conflict((im::tenant, im::target_kind, im::target_id, im::signal_id))
-                        .do_nothing()
-                        .returning(im::shard)
-                        .get_results(conn)
-                })?;
+            ladder!(rows.as_slice(), |values| {
+                let shards: Vec<i32> = diesel::insert_into(im::inbox_messages)
+                    .values(values)
+                    .on_conflict((im::tenant, im::target_kind, im::target_id, im::signal_id))
+                    .do_nothing()
+                    .returning(im::shard)
+                    .get_results(conn)?;
                 written += shards.len();
                 for s in shards {
                     report.shards.push(rows::shard(s)?);
                 }
-            }
+            });
             report.written += written;
             report.duplicates += total - written;
             Ok(())
@@ -74,15 +70,13 @@ macro_rules! inbox_units {
                 .map(NewEventRow::from_event)
                 .collect::<Result<Vec<_>, _>>()?;
             <Conn as Dialect>::lock_event_append(conn)?;
-            for chunk in rows.chunks(INSERT_CHUNK) {
-                report.events += one_or_many!(chunk, |values| {
-                    diesel::insert_into(ev::events)
-                        .values(values)
-                        .on_conflict(ev::id)
-                        .do_nothing()
-                        .execute(conn)
-                })?;
-            }
+            ladder!(rows.as_slice(), |values| {
+                report.events += diesel::insert_into(ev::events)
+                    .values(values)
+                    .on_conflict(ev::id)
+                    .do_nothing()
+                    .execute(conn)?;
+            });
             Ok(())
         }
 
@@ -101,7 +95,7 @@ macro_rules! inbox_units {
             mut batches: Vec<WriteBatch>,
         ) -> Result<Vec<WriteReport>, Failure> {
             if let [batch] = batches.as_slice() {
-                if batch.events.is_empty() && batch.messages.len() <= INSERT_CHUNK {
+                if batch.events.is_empty() && LADDER.contains(&batch.messages.len()) {
                     let messages = batches.pop().map(|b| b.messages).unwrap_or_default();
                     return <Conn as Dialect>::write_statement(conn, |conn| {
                         let mut report = WriteReport::default();

@@ -35,20 +35,44 @@ use crate::error::Failure;
 /// (SQLite 32766, PostgreSQL 65535): an inbox row binds 17 values, a dead letter 22.
 pub(crate) const INSERT_CHUNK: usize = 1000;
 
-/// Runs `$statement` (a closure-like body over `$values`) with the one element of `$rows`
-/// when it holds one, else with the slice. Diesel never keeps a multi-row `INSERT` or an
-/// `IN (…)` list prepared (its text depends on the count), but does keep the single-row or
-/// single-value form, so a stage or send of one message — the common case at low rates — does
-/// not parse these statements again.
-macro_rules! one_or_many {
-    ($rows:expr, |$values:ident| $statement:expr) => {
-        match $rows {
-            [$values] => $statement,
-            $values => $statement,
+/// Runs `$statement` (a closure-like body over `$values`, which may use `?`) over `$rows`
+/// cut into fixed-size arrays: as many of [`LADDER`]'s first size as fit, then of the next,
+/// down to single rows. Diesel never keeps a statement prepared whose text depends on a
+/// slice's length (a multi-row `INSERT`, an `IN (…)` list), but it does keep one built from an
+/// array `&[T; N]`, whose length is part of its type: so every statement here is prepared
+/// once per connection and size. On SQLite that preparation happened inside the write lock,
+/// for every page's delivered rows, states and events and for every batch of sends.
+macro_rules! ladder {
+    ($rows:expr, |$values:ident| $statement:expr) => {{
+        let mut rest = $rows;
+        while !rest.is_empty() {
+            if let Some(($values, tail)) = rest.split_first_chunk::<{ $crate::sql::LADDER[0] }>() {
+                $statement;
+                rest = tail;
+            } else if let Some(($values, tail)) =
+                rest.split_first_chunk::<{ $crate::sql::LADDER[1] }>()
+            {
+                $statement;
+                rest = tail;
+            } else if let Some(($values, tail)) =
+                rest.split_first_chunk::<{ $crate::sql::LADDER[2] }>()
+            {
+                $statement;
+                rest = tail;
+            } else if let Some(($values, tail)) =
+                rest.split_first_chunk::<{ $crate::sql::LADDER[3] }>()
+            {
+                $statement;
+                rest = tail;
+            }
         }
-    };
+    }};
 }
-pub(crate) use one_or_many;
+pub(crate) use ladder;
+
+/// The array sizes [`ladder!`] cuts rows into, largest first: at most 3 statements of each
+/// smaller size follow the largest ones.
+pub(crate) const LADDER: [usize; 4] = [64, 16, 4, 1];
 
 /// Values per `IN (…)` list.
 pub(crate) const IN_CHUNK: usize = 1000;

@@ -5,14 +5,15 @@
 //!  diesel::update(…)   ─► marked unsafe to cache by diesel, whatever it updates: parsed
 //!                         (and on PostgreSQL planned) at every execution
 //!  SetLease            ─► the fence at every stage commit (and heartbeat), the release
-//!  MarkDelivered       ─► one delivered row (a stage of one message)
-//!  UpsertState         ─► one state (a stage of one target)
+//!  MarkDelivered<N>    ─► N delivered rows (a page's, cut by `ladder!`)
+//!  UpsertStates<N>     ─► N states (a page's targets, cut by `ladder!`)
 //! ```
 //!
 //! Diesel prepares every `UPDATE` and every upsert anew; a stage commit has three of them,
 //! and a turn that ends releases its lease with a fourth. Each type here writes
-//! one statement's text (the same at every call, with `?` or `$n` placeholders from the
-//! backend) and has a static query id, so diesel prepares it once per connection.
+//! one statement's text (the same at every call for a given `N`, with `?` or `$n`
+//! placeholders from the backend) and has a static query id, so diesel prepares it once per
+//! connection (and size).
 
 use crate::rows::NewEntityStateRow;
 use diesel::backend::Backend;
@@ -61,16 +62,16 @@ impl QueryId for SetLease<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for SetLease<'_> {}
 
-/// `UPDATE inbox_messages SET status = 'delivered', keep_until WHERE shard, seq`: marks one
-/// row delivered (1 row) or touches nothing (0 rows: not a row of the shard).
-pub(crate) struct MarkDelivered {
+/// `UPDATE inbox_messages SET status = 'delivered', keep_until WHERE shard AND seq IN (…N)`:
+/// marks `N` rows delivered (N rows) or fewer (some are not rows of the shard).
+pub(crate) struct MarkDelivered<'a, const N: usize> {
     pub(crate) shard: i32,
-    pub(crate) seq: i64,
+    pub(crate) seqs: &'a [i64; N],
     /// The new `keep_until` (µs).
     pub(crate) keep_until: i64,
 }
 
-impl<DB> QueryFragment<DB> for MarkDelivered
+impl<DB, const N: usize> QueryFragment<DB> for MarkDelivered<'_, N>
 where
     DB: Backend + HasSqlType<Integer> + HasSqlType<BigInt>,
     i32: ToSql<Integer, DB>,
@@ -83,24 +84,31 @@ where
         out.push_bind_param::<BigInt, _>(&self.keep_until)?;
         out.push_sql(" WHERE shard = ");
         out.push_bind_param::<Integer, _>(&self.shard)?;
-        out.push_sql(" AND seq = ");
-        out.push_bind_param::<BigInt, _>(&self.seq)?;
+        out.push_sql(" AND seq IN (");
+        for (i, seq) in self.seqs.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            out.push_bind_param::<BigInt, _>(seq)?;
+        }
+        out.push_sql(")");
         Ok(())
     }
 }
 
-impl QueryId for MarkDelivered {
-    type QueryId = MarkDelivered;
+impl<const N: usize> QueryId for MarkDelivered<'_, N> {
+    type QueryId = MarkDelivered<'static, N>;
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<Conn> RunQueryDsl<Conn> for MarkDelivered {}
+impl<Conn, const N: usize> RunQueryDsl<Conn> for MarkDelivered<'_, N> {}
 
-/// `INSERT INTO entity_states … ON CONFLICT DO UPDATE` of one state: a new row starts at
-/// `version`, an existing one moves up by it (diesel never keeps an upsert prepared).
-pub(crate) struct UpsertState<'a>(pub(crate) &'a NewEntityStateRow<'a>);
+/// `INSERT INTO entity_states … ON CONFLICT DO UPDATE` of `N` states (distinct keys): a new
+/// row starts at `version`, an existing one moves up by it (diesel never keeps an upsert
+/// prepared).
+pub(crate) struct UpsertStates<'a, const N: usize>(pub(crate) &'a [NewEntityStateRow<'a>; N]);
 
-impl<DB> QueryFragment<DB> for UpsertState<'_>
+impl<DB, const N: usize> QueryFragment<DB> for UpsertStates<'_, N>
 where
     DB: Backend + HasSqlType<Text> + HasSqlType<BigInt> + HasSqlType<Binary>,
     i64: ToSql<BigInt, DB>,
@@ -108,23 +116,26 @@ where
     [u8]: ToSql<Binary, DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        let row = self.0;
         out.push_sql(
-            "INSERT INTO entity_states (kind, tenant, id, version, state, updated_at) VALUES (",
+            "INSERT INTO entity_states (kind, tenant, id, version, state, updated_at) VALUES ",
         );
-        out.push_bind_param::<Text, _>(row.kind)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(row.tenant)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(row.id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&row.version)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Binary, _>(row.state)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&row.updated_at)?;
+        for (i, row) in self.0.iter().enumerate() {
+            out.push_sql(if i == 0 { "(" } else { ", (" });
+            out.push_bind_param::<Text, _>(row.kind)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Text, _>(row.tenant)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Text, _>(row.id)?;
+            out.push_sql(", ");
+            out.push_bind_param::<BigInt, _>(&row.version)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Binary, _>(row.state)?;
+            out.push_sql(", ");
+            out.push_bind_param::<BigInt, _>(&row.updated_at)?;
+            out.push_sql(")");
+        }
         out.push_sql(
-            ") ON CONFLICT (kind, tenant, id) DO UPDATE SET \
+            " ON CONFLICT (kind, tenant, id) DO UPDATE SET \
              version = entity_states.version + excluded.version, \
              state = excluded.state, updated_at = excluded.updated_at",
         );
@@ -132,9 +143,9 @@ where
     }
 }
 
-impl QueryId for UpsertState<'_> {
-    type QueryId = UpsertState<'static>;
+impl<const N: usize> QueryId for UpsertStates<'_, N> {
+    type QueryId = UpsertStates<'static, N>;
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<Conn> RunQueryDsl<Conn> for UpsertState<'_> {}
+impl<Conn, const N: usize> RunQueryDsl<Conn> for UpsertStates<'_, N> {}
