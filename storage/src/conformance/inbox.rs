@@ -3,8 +3,9 @@
 use super::fixtures::*;
 use crate::Inspect;
 use chrono::Duration;
+use shardbox_core::message::InboxWrite;
 use shardbox_core::storage::{InboxCounts, RowChange, RowUpdate, WriteBatch, WriteReport};
-use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage};
+use shardbox_core::{MessageKind, MessageStatus, ShardIndex, SignalId, Storage};
 use std::sync::Arc;
 
 /// Rows come back in `seq` order, whole, only from the shard asked for; the write report
@@ -34,11 +35,29 @@ pub async fn write_then_read_in_seq_order<S: Storage + Inspect>(store: S) {
         m.metadata.insert("actor".into(), "ünïcode ✓".into());
         m.payload = vec![0, 159, 146, 150, 255];
     });
+    // Written with another row, so that a backend's multi-row form carries every field too.
+    let rich_too = with(rich.clone(), |m| {
+        m.signal_id = SignalId("s5".into());
+        m.target_id = "z".into();
+        m.deliver_after = None;
+        m.expires_at = None;
+        m.payload = vec![7; 3];
+    });
+    let rich_too = InboxWrite {
+        shard: ShardIndex(5),
+        ..rich_too
+    };
     let report = store
-        .write(messages(vec![rich.clone()]))
+        .write(messages(vec![rich.clone(), rich_too.clone()]))
         .await
         .expect("write");
-    assert_eq!(report.shards, vec![ShardIndex(2)]);
+    assert_eq!(report.shards, vec![ShardIndex(2), ShardIndex(5)]);
+    let fifth = store
+        .read_page(ShardIndex(5), t0(), 10)
+        .await
+        .expect("read");
+    assert_eq!(fifth.messages.len(), 1);
+    assert_eq!(fifth.messages[0].message, rich_too.message);
 
     let page = store
         .read_page(ShardIndex(2), t0(), 10)

@@ -16,6 +16,7 @@
 //! Many processes may connect at once: the advisory lock lets one of them migrate while the
 //! others wait and then find the schema up to date.
 
+mod arrays;
 mod listen;
 mod notify;
 mod options;
@@ -27,8 +28,9 @@ use crate::checkout::Manager;
 use crate::error::{classify_connect, redact, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
-use crate::rows::EntityStateRow;
+use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::Dialect;
+use arrays::{DeliveredRows, EventRows, InboxRows, StateRows};
 use diesel::connection::{Connection, SimpleConnection};
 use diesel::sql_types::{Integer, Nullable, Text};
 use diesel::{PgConnection, RunQueryDsl};
@@ -237,6 +239,47 @@ impl Dialect for PgConnection {
         .bind::<Integer, _>(LOCK_EVENT_APPEND)
         .execute(self)?;
         Ok(())
+    }
+
+    fn inserts_in_one_statement(_rows: usize) -> bool {
+        true
+    }
+
+    fn insert_inbox_array(&mut self, rows: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>> {
+        Some(InboxRows::new(rows).load(self).map_err(Failure::from))
+    }
+
+    fn insert_event_array(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>> {
+        Some(EventRows::new(rows).execute(self).map_err(Failure::from))
+    }
+
+    fn upsert_state_array(
+        &mut self,
+        rows: &[NewEntityStateRow<'_>],
+    ) -> Option<Result<(), Failure>> {
+        Some(
+            StateRows::new(rows)
+                .execute(self)
+                .map(drop)
+                .map_err(Failure::from),
+        )
+    }
+
+    fn mark_delivered_array(
+        &mut self,
+        shard: i32,
+        seqs: &[i64],
+        keep_until: i64,
+    ) -> Option<Result<usize, Failure>> {
+        Some(
+            DeliveredRows {
+                shard,
+                seqs,
+                keep_until,
+            }
+            .execute(self)
+            .map_err(Failure::from),
+        )
     }
 
     fn load_state_rows(

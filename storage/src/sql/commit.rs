@@ -123,6 +123,15 @@ macro_rules! commit_units {
             }
             for (keep_until, seqs) in delivered {
                 for_each_chunk(conn, shard, seqs, |conn, chunk| {
+                    let at_once = match chunk {
+                        [_, _, ..] => {
+                            <Conn as Dialect>::mark_delivered_array(conn, s, chunk, keep_until)
+                        }
+                        _ => None,
+                    };
+                    if let Some(touched) = at_once {
+                        return touched;
+                    }
                     let mut touched = 0;
                     ladder!(chunk, |seqs| {
                         touched += MarkDelivered {
@@ -289,11 +298,19 @@ macro_rules! commit_units {
                     });
                 }
             }
-            // Multi-row upserts of fixed sizes (see `ladder!`). A new row starts at its
-            // number of writes; an existing one moves up by it.
-            ladder!(upserts.as_slice(), |rows| {
-                UpsertStates(rows).execute(conn)?;
-            });
+            // One statement with arrays where the backend has them, else fixed-size arrays
+            // (see `ladder!`). A new row starts at its number of writes; an existing one
+            // moves up by it.
+            let at_once = match upserts.as_slice() {
+                [_, _, ..] => <Conn as Dialect>::upsert_state_array(conn, &upserts),
+                _ => None,
+            };
+            match at_once {
+                Some(done) => done?,
+                None => ladder!(upserts.as_slice(), |rows| {
+                    UpsertStates(rows).execute(conn)?;
+                }),
+            }
             Ok(())
         }
 

@@ -27,7 +27,6 @@ macro_rules! inbox_units {
             messages: Vec<shardbox_core::message::InboxWrite>,
             report: &mut WriteReport,
         ) -> Result<(), Failure> {
-            use $crate::schema::inbox_messages::dsl as im;
             if messages.is_empty() {
                 return Ok(());
             }
@@ -36,19 +35,37 @@ macro_rules! inbox_units {
                 .into_iter()
                 .map(NewInboxRow::from_write)
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut written = 0;
-            ladder!(rows.as_slice(), |values| {
-                let shards: Vec<i32> = diesel::insert_into(im::inbox_messages)
-                    .values(values)
-                    .on_conflict((im::tenant, im::target_kind, im::target_id, im::signal_id))
-                    .do_nothing()
-                    .returning(im::shard)
-                    .get_results(conn)?;
-                written += shards.len();
-                for s in shards {
-                    report.shards.push(rows::shard(s)?);
+            let shards = match rows.as_slice() {
+                [_, _, ..] => <Conn as Dialect>::insert_inbox_array(conn, &rows),
+                _ => None,
+            };
+            let shards = match shards {
+                Some(shards) => shards?,
+                None => {
+                    use $crate::schema::inbox_messages::dsl as im;
+                    let mut shards = Vec::with_capacity(rows.len());
+                    ladder!(rows.as_slice(), |values| {
+                        shards.extend(
+                            diesel::insert_into(im::inbox_messages)
+                                .values(values)
+                                .on_conflict((
+                                    im::tenant,
+                                    im::target_kind,
+                                    im::target_id,
+                                    im::signal_id,
+                                ))
+                                .do_nothing()
+                                .returning(im::shard)
+                                .get_results::<i32>(conn)?,
+                        );
+                    });
+                    shards
                 }
-            });
+            };
+            let written = shards.len();
+            for s in shards {
+                report.shards.push(rows::shard(s)?);
+            }
             report.written += written;
             report.duplicates += total - written;
             Ok(())
@@ -61,7 +78,6 @@ macro_rules! inbox_units {
             new_events: Vec<shardbox_core::NewEvent>,
             report: &mut WriteReport,
         ) -> Result<(), Failure> {
-            use $crate::schema::events::dsl as ev;
             if new_events.is_empty() {
                 return Ok(());
             }
@@ -70,13 +86,25 @@ macro_rules! inbox_units {
                 .map(NewEventRow::from_event)
                 .collect::<Result<Vec<_>, _>>()?;
             <Conn as Dialect>::lock_event_append(conn)?;
-            ladder!(rows.as_slice(), |values| {
-                report.events += diesel::insert_into(ev::events)
-                    .values(values)
-                    .on_conflict(ev::id)
-                    .do_nothing()
-                    .execute(conn)?;
-            });
+            let appended = match rows.as_slice() {
+                [_, _, ..] => <Conn as Dialect>::insert_event_array(conn, &rows),
+                _ => None,
+            };
+            report.events += match appended {
+                Some(appended) => appended?,
+                None => {
+                    use $crate::schema::events::dsl as ev;
+                    let mut appended = 0;
+                    ladder!(rows.as_slice(), |values| {
+                        appended += diesel::insert_into(ev::events)
+                            .values(values)
+                            .on_conflict(ev::id)
+                            .do_nothing()
+                            .execute(conn)?;
+                    });
+                    appended
+                }
+            };
             Ok(())
         }
 
@@ -95,7 +123,9 @@ macro_rules! inbox_units {
             mut batches: Vec<WriteBatch>,
         ) -> Result<Vec<WriteReport>, Failure> {
             if let [batch] = batches.as_slice() {
-                if batch.events.is_empty() && LADDER.contains(&batch.messages.len()) {
+                if batch.events.is_empty()
+                    && <Conn as Dialect>::inserts_in_one_statement(batch.messages.len())
+                {
                     let messages = batches.pop().map(|b| b.messages).unwrap_or_default();
                     return <Conn as Dialect>::write_statement(conn, |conn| {
                         let mut report = WriteReport::default();

@@ -30,6 +30,7 @@ pub(crate) mod registry;
 pub(crate) mod traits;
 
 use crate::error::Failure;
+use crate::rows::{NewEntityStateRow, NewEventRow, NewInboxRow};
 
 /// Rows per multi-row `INSERT`, kept well under both backends' bind-parameter limits
 /// (SQLite 32766, PostgreSQL 65535): an inbox row binds 17 values, a dead letter 22.
@@ -42,6 +43,9 @@ pub(crate) const INSERT_CHUNK: usize = 1000;
 /// array `&[T; N]`, whose length is part of its type: so every statement here is prepared
 /// once per connection and size. On SQLite that preparation happened inside the write lock,
 /// for every page's delivered rows, states and events and for every batch of sends.
+/// PostgreSQL, where each statement is a round trip, writes several rows with one statement
+/// of array parameters instead (`Dialect::insert_inbox_array` and the like); a single row
+/// takes the plain one-row form on both.
 macro_rules! ladder {
     ($rows:expr, |$values:ident| $statement:expr) => {{
         let mut rest = $rows;
@@ -107,6 +111,37 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// Nothing that can wait on another transaction may follow it in the transaction (only
     /// the event insert does), which keeps it free of deadlocks.
     fn lock_event_append(&mut self) -> Result<(), Failure>;
+
+    /// Whether `rows` inbox rows (with no events) are written by one statement, which then
+    /// needs no transaction around it (see `write_statement`).
+    fn inserts_in_one_statement(rows: usize) -> bool;
+
+    /// Several rows of one kind written by one statement with an array parameter per column
+    /// (PostgreSQL: see `postgres::arrays`), or `None` where the backend has no array
+    /// parameters (SQLite: the caller cuts the rows with `ladder!`). For a single row the
+    /// caller always uses the plain form, which is cheaper on both.
+    ///
+    /// Inbox rows in their order, skipping duplicates of the dedup key: the shards of the
+    /// rows written.
+    fn insert_inbox_array(&mut self, rows: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>>;
+
+    /// Events in their order, skipping ids already stored: how many were appended (see
+    /// [`Dialect::insert_inbox_array`]).
+    fn insert_event_array(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>>;
+
+    /// States of distinct keys: a new row starts at its `version`, an existing one moves up
+    /// by it (see [`Dialect::insert_inbox_array`]).
+    fn upsert_state_array(&mut self, rows: &[NewEntityStateRow<'_>])
+        -> Option<Result<(), Failure>>;
+
+    /// Rows `seqs` (distinct) of `shard` marked delivered until `keep_until` (µs): the rows
+    /// touched (see [`Dialect::insert_inbox_array`]).
+    fn mark_delivered_array(
+        &mut self,
+        shard: i32,
+        seqs: &[i64],
+        keep_until: i64,
+    ) -> Option<Result<usize, Failure>>;
 
     /// The stored states of `ids` (of `kind` and `tenant`), in any order.
     fn load_state_rows(

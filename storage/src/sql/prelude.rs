@@ -11,7 +11,7 @@ pub(crate) use crate::sql::predicate::{
     BLOCKED, CATCHING_UP, DELAYED, EXPIRING, IMMEDIATE, NOT_DELIVERED,
 };
 pub(crate) use crate::sql::prepared::{MarkDelivered, SetLease, UpsertStates};
-pub(crate) use crate::sql::{ladder, Dialect, INSERT_CHUNK, IN_CHUNK, LADDER};
+pub(crate) use crate::sql::{ladder, Dialect, INSERT_CHUNK, IN_CHUNK};
 pub(crate) use chrono::{DateTime, Utc};
 pub(crate) use diesel::dsl::sql;
 pub(crate) use diesel::prelude::*;

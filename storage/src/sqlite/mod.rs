@@ -24,7 +24,7 @@ use crate::checkout::Manager;
 use crate::error::{classify_connect, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
-use crate::rows::EntityStateRow;
+use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::Dialect;
 use checkpoint::Checkpointer;
 use diesel::connection::Connection;
@@ -184,6 +184,31 @@ impl Dialect for SqliteConnection {
     fn lock_event_append(&mut self) -> Result<(), Failure> {
         // Writers are serialised, so events commit in seq order already.
         Ok(())
+    }
+
+    fn inserts_in_one_statement(rows: usize) -> bool {
+        crate::sql::LADDER.contains(&rows)
+    }
+
+    fn insert_inbox_array(&mut self, _: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>> {
+        None
+    }
+
+    fn insert_event_array(&mut self, _: &[NewEventRow]) -> Option<Result<usize, Failure>> {
+        None
+    }
+
+    fn upsert_state_array(&mut self, _: &[NewEntityStateRow<'_>]) -> Option<Result<(), Failure>> {
+        None
+    }
+
+    fn mark_delivered_array(
+        &mut self,
+        _: i32,
+        _: &[i64],
+        _: i64,
+    ) -> Option<Result<usize, Failure>> {
+        None
     }
 
     fn load_state_rows(

@@ -1,0 +1,146 @@
+//! The statements a page costs on PostgreSQL: a batch of sends and a stage's commit write each
+//! kind of row with one statement whatever the number of rows, kept prepared by diesel.
+//!
+//! A test binary of its own: the statements are captured by diesel's process-wide
+//! instrumentation, which other tests running alongside would add to.
+//!
+//! Needs `SHARDBOX_PG_URL`.
+
+mod common;
+
+use common::{pg_url, Schema};
+use diesel::connection::{Instrumentation, InstrumentationEvent};
+use shardbox_core::storage::{EntityKey, EntityStateWrite, WriteBatch};
+use shardbox_core::InboxStore;
+use shardbox_storage::conformance::fixtures::{self, command, event, t0};
+use std::sync::Mutex;
+
+/// Every statement issued (its SQL without binds).
+static ISSUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The statements diesel kept prepared.
+static CACHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn capture() -> Option<Box<dyn Instrumentation>> {
+    Some(Box::new(|event: InstrumentationEvent<'_>| match event {
+        InstrumentationEvent::StartQuery { query, .. } => {
+            let sql = query.to_string();
+            let sql = sql.split(" -- binds").next().unwrap_or_default().to_owned();
+            ISSUED.lock().unwrap_or_else(|p| p.into_inner()).push(sql);
+        }
+        InstrumentationEvent::CacheQuery { sql, .. } => {
+            CACHED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(sql.to_owned());
+        }
+        _ => {}
+    }))
+}
+
+fn taken(from: &Mutex<Vec<String>>) -> Vec<String> {
+    std::mem::take(&mut *from.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// How many of `statements` contain `needle`.
+fn count(statements: &[String], needle: &str) -> usize {
+    statements.iter().filter(|s| s.contains(needle)).count()
+}
+
+#[tokio::test]
+async fn a_page_writes_each_kind_of_row_in_one_statement() {
+    let Some(url) = pg_url("a_page_writes_each_kind_of_row_in_one_statement") else {
+        return;
+    };
+    diesel::connection::set_default_instrumentation(capture).expect("instrumentation");
+    let schema = Schema::new(&url, "pg_statements");
+    // One connection, so that round two runs on the connection round one prepared.
+    let storage = schema.connect(1).await;
+    taken(&ISSUED);
+    taken(&CACHED);
+
+    let mut lease = fixtures::pick(&storage, 0, "node-a", t0()).await;
+    taken(&ISSUED);
+    taken(&CACHED);
+    // Twice, so that the second round shows the statements kept (not prepared again).
+    for round in 0..2 {
+        let signal = |i: usize| format!("r{round}-s{i}");
+        let batch: Vec<_> = (0..5)
+            .map(|i| command(0, &format!("t{i}"), &signal(i)))
+            .collect();
+        storage
+            .write(fixtures::messages(batch))
+            .await
+            .expect("write five");
+        let page = storage
+            .read_page(shardbox_core::ShardIndex(0), t0(), 10)
+            .await
+            .expect("read");
+        assert_eq!(page.messages.len(), 5);
+        let mut commit = fixtures::stage(
+            &lease,
+            t0(),
+            page.messages
+                .iter()
+                .map(|m| fixtures::delivered(m.seq, t0()))
+                .collect(),
+        );
+        commit.states = (0..5)
+            .map(|i| EntityStateWrite {
+                key: EntityKey {
+                    kind: "account".into(),
+                    tenant: String::new(),
+                    id: format!("t{i}"),
+                },
+                state: Some(b"{}".to_vec()),
+            })
+            .collect();
+        commit.writes = WriteBatch {
+            events: (0..5)
+                .map(|i| event(&format!("r{round}-e{i}"), "booked", t0()))
+                .collect(),
+            messages: Vec::new(),
+        };
+        lease = storage.commit_stage(commit).await.expect("commit").lease;
+
+        let issued = taken(&ISSUED);
+        let cached = taken(&CACHED);
+        for (needle, what) in [
+            ("INSERT INTO inbox_messages", "the five sends"),
+            (
+                "UPDATE inbox_messages SET status = 'delivered'",
+                "the delivered rows",
+            ),
+            ("INSERT INTO entity_states", "the states"),
+            ("INSERT INTO events", "the events"),
+        ] {
+            assert_eq!(
+                count(&issued, needle),
+                1,
+                "{what} in one statement (round {round}): {issued:#?}"
+            );
+            if round == 0 {
+                assert_eq!(count(&cached, needle), 1, "{what} prepared: {cached:#?}");
+            } else {
+                assert_eq!(count(&cached, needle), 0, "{what} kept: {cached:#?}");
+            }
+        }
+    }
+    // Every row is there, each state at version 2 (two rounds).
+    let states = shardbox_core::storage::EntityStore::load_states(
+        &storage,
+        &[EntityKey {
+            kind: "account".into(),
+            tenant: String::new(),
+            id: "t3".into(),
+        }],
+    )
+    .await
+    .expect("states");
+    assert_eq!(states[0].version, 2);
+    assert_eq!(
+        shardbox_core::EventStore::last_event_seq(&storage)
+            .await
+            .expect("events"),
+        10
+    );
+}
