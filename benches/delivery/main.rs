@@ -18,6 +18,7 @@ mod cluster;
 mod floor;
 mod model;
 mod report;
+mod statements;
 mod workloads;
 
 use args::{Args, Workload};
@@ -31,6 +32,7 @@ fn main() {
             std::process::exit(2);
         }
     };
+    statements::install();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -5,6 +5,7 @@ use crate::backend::Db;
 use crate::floor;
 use crate::model::{Booked, Bump, Counter, Ledger, LATENCY};
 use crate::report::Report;
+use crate::statements;
 use hdrhistogram::Histogram;
 use shardbox::core::message::{InboxWrite, MessageKind, NewMessage};
 use shardbox::core::storage::{CatchUpStatus, WriteBatch};
@@ -196,6 +197,7 @@ pub async fn latency(a: &Args) -> Result<Report, String> {
     let period = Duration::from_secs_f64(1.0 / a.rate as f64);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let statements_before = statements::count();
     let started = Instant::now();
     // Open loop: each send is its own task, issued on its tick whether or not the earlier
     // ones have committed, so a slow commit delays its own message, not the offered rate
@@ -220,6 +222,8 @@ pub async fn latency(a: &Args) -> Result<Report, String> {
     }
     until_delivered(&boxes, total as u64, Duration::from_secs(120)).await?;
     let elapsed = started.elapsed().as_secs_f64();
+    let statements = statements::count() - statements_before;
+    statements::breakdown(total);
     let h = LATENCY
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -239,6 +243,10 @@ pub async fn latency(a: &Args) -> Result<Report, String> {
     r.duplicates = duplicates;
     r.extra.push(("nodes", nodes as f64));
     r.extra.push(("offered_per_s", offered));
+    r.extra.push((
+        "statements_per_msg",
+        statements as f64 / total.max(1) as f64,
+    ));
     Ok(r)
 }
 

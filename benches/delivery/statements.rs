@@ -1,0 +1,64 @@
+//! Statements issued by this process: diesel's process-wide instrumentation counts every
+//! query a connection starts (Shardbox's, the floor's), so a workload can report statements
+//! per message for the span it measures. On PostgreSQL each is a round trip.
+//!
+//! With `SHARDBOX_BENCH_STATEMENTS=1` it also tallies them by their first words and
+//! [`breakdown`] lists the most frequent, to see where the round trips go.
+
+use diesel::connection::{Instrumentation, InstrumentationEvent};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+static STARTED: AtomicU64 = AtomicU64::new(0);
+static BY_TEXT: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+
+/// The first 70 characters of a statement's SQL, without its binds.
+fn head(sql: &str) -> String {
+    sql.split(" -- binds")
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(70)
+        .collect()
+}
+
+fn counter() -> Option<Box<dyn Instrumentation>> {
+    Some(Box::new(|event: InstrumentationEvent<'_>| {
+        if let InstrumentationEvent::StartQuery { query, .. } = event {
+            STARTED.fetch_add(1, Ordering::Relaxed);
+            let mut by_text = BY_TEXT.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(by_text) = by_text.as_mut() {
+                *by_text.entry(head(&query.to_string())).or_default() += 1;
+            }
+        }
+    }))
+}
+
+/// Counts the statements of every connection made from now on.
+pub fn install() {
+    if std::env::var_os("SHARDBOX_BENCH_STATEMENTS").is_some() {
+        *BY_TEXT.lock().unwrap_or_else(|p| p.into_inner()) = Some(HashMap::new());
+    }
+    // Fails only if set before, which would count already.
+    let _ = diesel::connection::set_default_instrumentation(counter);
+}
+
+/// Statements started so far.
+pub fn count() -> u64 {
+    STARTED.load(Ordering::Relaxed)
+}
+
+/// Prints the most frequent statements per `messages` to stderr, if tallied.
+pub fn breakdown(messages: usize) {
+    let by_text = BY_TEXT.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(by_text) = by_text.as_ref() else {
+        return;
+    };
+    let mut rows: Vec<_> = by_text.iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(a.1));
+    eprintln!("statements per message, by their first words:");
+    for (text, n) in rows.into_iter().take(25) {
+        eprintln!("{:>8.3}  {text}", *n as f64 / messages.max(1) as f64);
+    }
+}
