@@ -886,6 +886,54 @@ impl Clock for TokioClock {
     }
 }
 
+/// A running node (memory backend, paused tokio time, a lingering lease): a failed message is
+/// retried within a few milliseconds of each backoff time although the poll interval is 50
+/// minutes. The retry time is written by the stage after its page was read, so the node must
+/// take it from its own commit to set the shard's timer.
+#[tokio::test(start_paused = true)]
+async fn a_running_node_retries_at_the_backoff_time_without_a_poll() {
+    let clock = Arc::new(TokioClock {
+        base: t0(),
+        start: tokio::time::Instant::now(),
+    });
+    let sb = Shardbox::builder()
+        .memory()
+        .clock(clock)
+        .shards(4)
+        .lease_duration(Duration::from_secs(3_600))
+        .lease_linger(Duration::from_secs(1_000))
+        .poll_interval(Duration::from_secs(3_000))
+        .failure_policy(policy(5, ExhaustedOutcome::DeadLetter))
+        .aggregate::<Journal>()
+        .build()
+        .await
+        .unwrap();
+    let node = sb.start();
+    let target = unique("retried");
+    sb.send::<Journal>(
+        &target,
+        &JournalCommand::Flaky {
+            n: 1,
+            fail_first: 2,
+        },
+    )
+    .await
+    .unwrap();
+    // Attempt 1 at once, attempt 2 after 1 s, attempt 3 (which succeeds) 2 s later.
+    tokio::time::sleep(Duration::from_millis(2_990)).await;
+    assert!(
+        applied(&sb, &target).await.is_empty(),
+        "not before its retry"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        applied(&sb, &target).await,
+        [1],
+        "retried within 10 ms of its backoff time"
+    );
+    node.shutdown().await.unwrap();
+}
+
 /// A running node (memory backend, paused tokio time): a delayed message is delivered within
 /// a few milliseconds of its due time although the poll interval is 50 minutes (a due-time
 /// timer wakes its shard), and a message whose TTL passes before it is due is expired by the

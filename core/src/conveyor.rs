@@ -95,6 +95,7 @@ impl Conveyor {
             messages: mut page,
             mut waiting,
             blocked,
+            next_due: _,
         } = page;
         page.sort_by_key(|m| m.seq);
         let recheck = now + poll_interval(&env);

@@ -9,7 +9,7 @@
 //!         monitor.should_continue? ──no──► break
 //!         with a linger, a short page (fewer rows than page_size)? ──► expire as above; break
 //!   release; re-check for rows that arrived meanwhile (and go again if any)
-//!   next_due(shard)? ──► a timer wakes the shard then (see `due`)
+//!   next due (read with the last page)? ──► a timer wakes the shard then (see `due`)
 //! ```
 //!
 //! A worker whose lease was taken commits nothing ([`StorageError::LeaseLost`]); the new owner
@@ -238,7 +238,11 @@ impl Delivery {
             };
             report.picked_up = true;
             let epoch = lease.epoch;
-            let end = match self.drain(&mut lease, &mut report, keep_on, linger).await {
+            let mut next_due = None;
+            let end = match self
+                .drain(&mut lease, &mut report, keep_on, linger, &mut next_due)
+                .await
+            {
                 Ok(end) => end,
                 Err(e) if e.is_lease_lost() => {
                     env.metrics.record_lease_lost();
@@ -262,7 +266,7 @@ impl Delivery {
             if linger && young && matches!(end, DrainEnd::Drained) && !env.is_stopping() {
                 // Kept: writes to the shard wake this node, which serves them under this
                 // lease; the runner releases it when the linger ends.
-                self.wake_when_due(shard, env.clock.now()).await;
+                self.wake_at(shard, next_due);
                 return Ok((report, Some(lease)));
             }
             self.release(&lease).await?;
@@ -323,21 +327,18 @@ impl Delivery {
         let now = self.env.clock.now();
         let late = self.env.storage.read_page(shard, now, 1).await?;
         if late.messages.is_empty() {
-            self.wake_when_due(shard, now).await;
+            self.wake_at(shard, late.next_due);
             return Ok(false);
         }
         Ok(true)
     }
 
-    /// Sets a timer that wakes `shard` when its next delayed row is due, if it has one.
-    async fn wake_when_due(&self, shard: ShardIndex, now: DateTime<Utc>) {
-        match self.env.storage.next_due(shard, now).await {
-            Ok(Some(at)) if !self.env.is_stopping() => {
-                self.env.due_timers.schedule(&self.env, shard, at)
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(%shard, error = %e, "could not read the next due time; the shard waits for the next poll")
+    /// Sets a timer that wakes `shard` at `next_due` (when its next delayed row is due, as
+    /// the last page read and the stages after it tell), if it has one.
+    fn wake_at(&self, shard: ShardIndex, next_due: Option<DateTime<Utc>>) {
+        if let Some(at) = next_due {
+            if !self.env.is_stopping() {
+                self.env.due_timers.schedule(&self.env, shard, at);
             }
         }
     }
@@ -416,6 +417,7 @@ impl Delivery {
         report: &mut DeliveryReport,
         keep_on: &(dyn Fn() -> bool + Sync),
         short_ends: bool,
+        next_due: &mut Option<DateTime<Utc>>,
     ) -> Result<DrainEnd, DeliveryError> {
         let env = &self.env;
         loop {
@@ -428,6 +430,8 @@ impl Delivery {
                 .storage
                 .read_page(lease.shard, now, env.config.page_size)
                 .await?;
+            // The read saw every earlier stage's retries and holds.
+            *next_due = page.next_due;
             if page.messages.is_empty() {
                 break;
             }
@@ -454,7 +458,8 @@ impl Delivery {
                 retried = tracing::field::Empty,
             );
             let stage = self.run_stage(lease.clone(), now, page, &info);
-            let (mut stage_report, renewed) = stage.instrument(span.clone()).await?;
+            let (mut stage_report, renewed, delayed) = stage.instrument(span.clone()).await?;
+            *next_due = next_due.iter().copied().chain(delayed).min();
             stage_report.elapsed = started.elapsed();
             *lease = renewed;
             span.record("delivered", stage_report.delivered);
@@ -491,7 +496,7 @@ impl Delivery {
         now: DateTime<Utc>,
         page: crate::storage::Page,
         info: &StageInfo,
-    ) -> Result<(StageReport, Lease), DeliveryError> {
+    ) -> Result<(StageReport, Lease, Option<DateTime<Utc>>), DeliveryError> {
         let env = &self.env;
         env.monitor.on_stage_started(info);
         let heartbeat = Heartbeat::start(env.clone(), lease.clone());
@@ -508,6 +513,7 @@ impl Delivery {
             .into());
         }
         let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
+        let delayed = commit.earliest_delay();
         let committed = env.storage.commit_stage(commit).await?;
         report.purged = committed.purged;
         env.metrics.record_write(&committed.written);
@@ -522,6 +528,6 @@ impl Delivery {
             fanned_out = report.fanned_out,
             "stage committed"
         );
-        Ok((report, committed.lease))
+        Ok((report, committed.lease, delayed))
     }
 }

@@ -217,6 +217,20 @@ impl State {
         self.sessions.get(&shard).map(|s| s.epoch)
     }
 
+    /// `InboxStore::next_due` of `shard` at `now`.
+    fn next_due(&self, shard: ShardIndex, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.due
+            .get(&shard)
+            .and_then(|index| {
+                index.next_after(now, |seq| {
+                    self.rows.get(&seq).and_then(|r| r.message.deliver_after)
+                })
+            })
+            // Parked rows wait for their catch-up, not for a time (the latest time there is:
+            // if it is the earliest, every row left is parked).
+            .filter(|at| !crate::catch_up::is_parked(Some(*at)))
+    }
+
     fn holds(&self, lease: &Lease) -> bool {
         self.sessions
             .get(&lease.shard)
@@ -313,6 +327,7 @@ impl InboxStore for MemoryStorage {
                 page.blocked.push(target_of(&state.rows[seq]));
             }
         }
+        page.next_due = state.next_due(shard, now);
         Ok(page)
     }
 
@@ -453,18 +468,7 @@ impl InboxStore for MemoryStorage {
         shard: ShardIndex,
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, StorageError> {
-        let state = self.lock();
-        Ok(state
-            .due
-            .get(&shard)
-            .and_then(|index| {
-                index.next_after(now, |seq| {
-                    state.rows.get(&seq).and_then(|r| r.message.deliver_after)
-                })
-            })
-            // Parked rows wait for their catch-up, not for a time (the latest time there is:
-            // if it is the earliest, every row left is parked).
-            .filter(|at| !crate::catch_up::is_parked(Some(*at))))
+        Ok(self.lock().next_due(shard, now))
     }
 
     async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError> {

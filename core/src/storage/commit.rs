@@ -99,6 +99,26 @@ pub struct StageCommit {
     pub catch_ups: Vec<CatchUpJob>,
 }
 
+impl StageCommit {
+    /// The earliest time this commit makes a row of its shard due later (a retry, a hold, or
+    /// a delayed message it fans out to its own shard): what a page read before it could not
+    /// know of.
+    pub fn earliest_delay(&self) -> Option<DateTime<Utc>> {
+        let changes = self.updates.iter().filter_map(|u| match &u.change {
+            RowChange::RetryAt { at, .. } => Some(*at),
+            RowChange::Hold { until } => Some(*until),
+            _ => None,
+        });
+        let fanned_out = self
+            .writes
+            .messages
+            .iter()
+            .filter(|w| w.shard == self.lease.shard)
+            .filter_map(|w| w.message.deliver_after);
+        changes.chain(fanned_out).min()
+    }
+}
+
 /// What a commit did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommitReport {
@@ -108,4 +128,89 @@ pub struct CommitReport {
     pub written: WriteReport,
     /// Delivered rows purged after their window.
     pub purged: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+    use crate::message::{InboxWrite, MessageKind, NewMessage};
+    use chrono::TimeZone;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    fn write(shard: u32, deliver_after: Option<DateTime<Utc>>) -> InboxWrite {
+        InboxWrite {
+            shard: ShardIndex(shard),
+            message: NewMessage {
+                signal_id: SignalId("s".into()),
+                kind: MessageKind::Command,
+                target_kind: "k".into(),
+                target_id: "t".into(),
+                tenant: String::new(),
+                payload: Vec::new(),
+                payload_type: "p".into(),
+                metadata: Default::default(),
+                received_at: at(0),
+                deliver_after,
+                expires_at: None,
+            },
+        }
+    }
+
+    fn commit(updates: Vec<RowChange>, messages: Vec<InboxWrite>) -> StageCommit {
+        StageCommit {
+            lease: Lease {
+                shard: ShardIndex(1),
+                node_id: NodeId("n".into()),
+                worker_id: WorkerId(0),
+                epoch: LeaseEpoch(1),
+                picked_at: at(0),
+                lease_until: at(30),
+                taken_over: false,
+            },
+            now: at(0),
+            lease_until: at(30),
+            updates: updates
+                .into_iter()
+                .enumerate()
+                .map(|(i, change)| RowUpdate {
+                    seq: i as i64,
+                    change,
+                })
+                .collect(),
+            states: Vec::new(),
+            writes: WriteBatch {
+                events: Vec::new(),
+                messages,
+            },
+            dead_letters: Vec::new(),
+            purge_delivered: 0,
+            catch_ups: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_earliest_delay_is_the_first_retry_hold_or_own_delayed_write() {
+        let delivered = RowChange::Delivered { keep_until: at(1) };
+        assert_eq!(
+            commit(vec![delivered.clone()], vec![]).earliest_delay(),
+            None
+        );
+        let retry = RowChange::RetryAt {
+            at: at(9),
+            attempts: 1,
+            error: "e".into(),
+        };
+        let hold = RowChange::Hold { until: at(7) };
+        assert_eq!(
+            commit(vec![delivered, retry.clone(), hold], vec![]).earliest_delay(),
+            Some(at(7))
+        );
+        // A delayed write to this shard counts; one to another shard, or undelayed, does not.
+        let writes = vec![write(1, Some(at(5))), write(2, Some(at(2))), write(1, None)];
+        assert_eq!(commit(vec![retry], writes).earliest_delay(), Some(at(5)));
+    }
 }

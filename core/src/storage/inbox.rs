@@ -63,6 +63,11 @@ pub struct Page {
     /// an operator requeues or drops it (they are held a poll interval at a time, so that
     /// they go on soon after an unblock).
     pub blocked: Vec<EntityKey>,
+    /// When the shard next has work without new writes, as of the read: the earliest
+    /// `deliver_after` after `now` of a row not yet delivered (parked rows excluded), as
+    /// [`InboxStore::next_due`] gives it — read with the page, so that a worker leaving the
+    /// shard needs no query of its own.
+    pub next_due: Option<DateTime<Utc>>,
 }
 
 /// Rows of the Inbox by status.

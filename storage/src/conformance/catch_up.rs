@@ -380,12 +380,12 @@ pub async fn parked_rows_settle_when_the_job_completes<S: Storage + Inspect>(sto
 
     // Parked: never read, no due time, not pending replay work, still pending.
     let later = secs(100_000);
-    assert!(store
+    let parked = store
         .read_page(ShardIndex(1), later, 10)
         .await
-        .expect("page")
-        .messages
-        .is_empty());
+        .expect("page");
+    assert!(parked.messages.is_empty());
+    assert_eq!(parked.next_due, None, "parked rows have no due time");
     assert_eq!(
         store.next_due(ShardIndex(1), secs(3)).await.expect("due"),
         None

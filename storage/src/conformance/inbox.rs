@@ -182,6 +182,11 @@ pub async fn due_pages_take_the_first_rows_by_seq<S: Storage + Inspect>(store: S
         Some(secs(10)),
         "the held rows"
     );
+    assert_eq!(
+        page.next_due,
+        Some(secs(10)),
+        "the held rows, with the page"
+    );
     let page = store.read_page(shard, secs(10), 100).await.expect("read");
     assert_eq!(
         signals(&page.messages),
@@ -210,6 +215,7 @@ pub async fn deliver_after_is_respected<S: Storage + Inspect>(store: S) {
         store.next_due(shard, t0()).await.expect("next"),
         Some(secs(10))
     );
+    assert_eq!(page.next_due, Some(secs(10)), "the page tells it too");
 
     let just_before = secs(10) - Duration::milliseconds(1);
     let page = store.read_page(shard, just_before, 10).await.expect("read");
@@ -218,6 +224,7 @@ pub async fn deliver_after_is_respected<S: Storage + Inspect>(store: S) {
     let page = store.read_page(shard, secs(10), 10).await.expect("read");
     assert_eq!(signals(&page.messages), ["now", "later", "past"]);
     assert_eq!(store.next_due(shard, secs(10)).await.expect("next"), None);
+    assert_eq!(page.next_due, None);
     assert_eq!(
         store.next_due(ShardIndex(3), t0()).await.expect("next"),
         None

@@ -164,14 +164,17 @@ macro_rules! inbox_units {
                 shard: shard.as_i32(),
                 now: micros(now),
                 limit: i64::try_from(limit).unwrap_or(i64::MAX),
+                parked: micros(shardbox_core::catch_up::parked_until()),
             }
             .load(conn)?;
             let (mut due, mut waiting, mut blocked) = (Vec::new(), Vec::new(), Vec::new());
+            let mut next_due = None;
             for (part, row) in rows {
                 match PagePart::of(part) {
                     Some(PagePart::Due) => due.push(row),
                     Some(PagePart::Waiting) => waiting.push(row),
                     Some(PagePart::Blocked) => blocked.push(row),
+                    Some(PagePart::NextDue) => next_due = row.deliver_after,
                     None => {
                         return Err(Failure::Storage(StorageError::Corrupt(format!(
                             "page read: unknown part {part} for row {}",
@@ -202,6 +205,7 @@ macro_rules! inbox_units {
                 messages,
                 waiting,
                 blocked,
+                next_due: rows::opt_time(next_due)?,
             })
         }
 

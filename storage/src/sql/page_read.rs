@@ -6,6 +6,7 @@
 //!  UNION ALL SELECT 1, … FROM (inbox_delayed range up to now, LIMIT n)   due, delay passed
 //!  UNION ALL SELECT 2, … inbox_retrying, retry still ahead               waiting targets
 //!  UNION ALL SELECT 3, … inbox_blocked_by_shard                          blocked targets
+//!  UNION ALL SELECT 4, … FROM (inbox_delayed after now, LIMIT 1)         the next due row
 //! ```
 //!
 //! The four parts must agree with each other (a row moving from waiting to due between two
@@ -33,6 +34,8 @@ pub(crate) enum PagePart {
     Waiting,
     /// Blocked: its target waits for an operator.
     Blocked,
+    /// The row due next after now (its `deliver_after` is the shard's next due time).
+    NextDue,
 }
 
 impl PagePart {
@@ -42,6 +45,7 @@ impl PagePart {
             0 | 1 => Some(Self::Due),
             2 => Some(Self::Waiting),
             3 => Some(Self::Blocked),
+            4 => Some(Self::NextDue),
             _ => None,
         }
     }
@@ -58,12 +62,15 @@ const COLUMNS_NO_PAYLOAD: &str = "seq, shard, signal_id, target_kind, target_id,
      substr(payload, 1, 0), payload_type, metadata, first_failed_at";
 
 /// One shard's page read: the first `limit` due rows of `shard` at `now` by seq (at most
-/// `limit` from each index, merged by the caller), the rows whose retry is still ahead and
-/// the blocked rows. Rows come as `(part, row)`, unordered.
+/// `limit` from each index, merged by the caller), the rows whose retry is still ahead, the
+/// blocked rows and the row due next (before `parked`). Rows come as `(part, row)`,
+/// unordered.
 pub(crate) struct PageRead {
     pub(crate) shard: i32,
     pub(crate) now: i64,
     pub(crate) limit: i64,
+    /// Rows parked by a catch-up carry this `deliver_after`; they wait for it, not a time.
+    pub(crate) parked: i64,
 }
 
 impl<DB> QueryFragment<DB> for PageRead
@@ -122,6 +129,18 @@ where
         out.push_bind_param::<Integer, _>(&self.shard)?;
         out.push_sql(" AND ");
         out.push_sql(BLOCKED.0);
+        // The row due next: the start of inbox_delayed's range after now.
+        out.push_sql(" UNION ALL SELECT 4, next_due.* FROM (SELECT ");
+        out.push_sql(COLUMNS_NO_PAYLOAD);
+        out.push_sql(" FROM inbox_messages WHERE shard = ");
+        out.push_bind_param::<Integer, _>(&self.shard)?;
+        out.push_sql(" AND ");
+        out.push_sql(DELAYED.0);
+        out.push_sql(" AND deliver_after > ");
+        out.push_bind_param::<BigInt, _>(&self.now)?;
+        out.push_sql(" AND deliver_after < ");
+        out.push_bind_param::<BigInt, _>(&self.parked)?;
+        out.push_sql(" ORDER BY deliver_after LIMIT 1) AS next_due");
         Ok(())
     }
 }
@@ -150,7 +169,8 @@ mod tests {
         assert_eq!(PagePart::of(1), Some(PagePart::Due));
         assert_eq!(PagePart::of(2), Some(PagePart::Waiting));
         assert_eq!(PagePart::of(3), Some(PagePart::Blocked));
-        assert_eq!(PagePart::of(4), None);
+        assert_eq!(PagePart::of(4), Some(PagePart::NextDue));
+        assert_eq!(PagePart::of(5), None);
     }
 
     /// The generic plan (what a prepared statement ends up with on PostgreSQL) of the page
@@ -160,18 +180,20 @@ mod tests {
             shard: 3,
             now: 1_700_000_000_000_000,
             limit: 100,
+            parked: i64::MAX,
         };
         let sql = diesel::debug_query::<Pg, _>(&query).to_string();
         let sql = sql.split(" -- binds:").next().expect("sql");
         conn.batch_execute(&format!(
             "SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; \
-             PREPARE page(int, bigint, int, bigint, bigint, int, bigint, bigint, int) AS {sql}"
+             PREPARE page(int, bigint, int, bigint, bigint, int, bigint, bigint, int, int, \
+             bigint, bigint) AS {sql}"
         ))
         .expect("prepare");
         explain(
             conn,
             "EXECUTE page(3, 100, 3, 1700000000000000, 100, 3, 1700000000000000, \
-             1700000000000000, 3)",
+             1700000000000000, 3, 3, 1700000000000000, 9223372036854775807)",
         )
     }
 
@@ -187,6 +209,11 @@ mod tests {
             assert!(plan.contains(index), "{index} not used: {plan}");
         }
         assert!(!plan.contains("Seq Scan"), "{plan}");
+        assert_eq!(
+            plan.matches("inbox_delayed").count(),
+            2,
+            "the rows due after a delay, and the next due row: {plan}"
+        );
     }
 
     /// Each part of the page read is a range of its own index in its generic plan, on a new
