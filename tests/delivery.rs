@@ -226,6 +226,49 @@ async fn a_delayed_message_is_not_delivered_before_it_is_due() {
     );
 }
 
+/// Delivered rows are kept for the deduplication window and purged by a later stage of
+/// their shard once it has passed (SQLite: the page read tells the stage a purge has work).
+#[tokio::test]
+async fn delivered_rows_are_purged_by_a_later_stage_after_their_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage: Arc<dyn Storage> = Arc::new(
+        shardbox::storage::SqliteStorage::open(dir.path().join("purge.db"))
+            .await
+            .expect("open"),
+    );
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock.clone(), |b| {
+        b.dedup_window(Duration::from_secs(60))
+    })
+    .await;
+    for i in 0..3 {
+        sb.send::<Tally>("t-1", &TallyCommand::Record(i))
+            .await
+            .unwrap();
+    }
+    assert_eq!(sb.deliver_all().await.unwrap().totals.delivered, 3);
+    let counts = storage.counts(None).await.unwrap();
+    assert_eq!(counts.delivered, 3, "kept for the window");
+
+    clock.advance(chrono::Duration::seconds(59));
+    sb.send::<Tally>("t-1", &TallyCommand::Record(3))
+        .await
+        .unwrap();
+    assert_eq!(sb.deliver_all().await.unwrap().totals.purged, 0);
+    assert_eq!(storage.counts(None).await.unwrap().delivered, 4);
+
+    clock.advance(chrono::Duration::seconds(1));
+    sb.send::<Tally>("t-1", &TallyCommand::Record(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        sb.deliver_all().await.unwrap().totals.purged,
+        3,
+        "the first three, past their window"
+    );
+    assert_eq!(storage.counts(None).await.unwrap().delivered, 2);
+}
+
 #[tokio::test]
 async fn events_fan_out_to_projections_and_reactors_turn_them_into_commands() {
     /// Every `Added(x)` to a tally makes the `mirror-<id>` tally add `x` too.

@@ -82,6 +82,8 @@ pub struct Conveyor {
     states: Vec<EntityStateWrite>,
     writes: WriteBatch,
     purge_delivered: usize,
+    /// Whether the page read saw a delivered row past its window.
+    purge_due: bool,
     waiting: Vec<(EntityKey, DateTime<Utc>)>,
     blocked: Vec<EntityKey>,
     extra_dead_letters: Vec<DeadLetter>,
@@ -96,6 +98,7 @@ impl Conveyor {
             mut waiting,
             blocked,
             next_due: _,
+            purge_due,
         } = page;
         page.sort_by_key(|m| m.seq);
         let recheck = now + poll_interval(&env);
@@ -110,6 +113,7 @@ impl Conveyor {
             states: Vec::new(),
             writes: WriteBatch::default(),
             purge_delivered: 0,
+            purge_due,
             waiting,
             blocked,
             extra_dead_letters: Vec::new(),
@@ -204,6 +208,12 @@ impl Conveyor {
     pub fn update_catch_up(&mut self, job: CatchUpJob) {
         self.catch_ups.retain(|j| j.id != job.id);
         self.catch_ups.push(job);
+    }
+
+    /// Whether the shard held a delivered row whose window had passed when the page was read
+    /// (a purge now has work).
+    pub fn purge_due(&self) -> bool {
+        self.purge_due
     }
 
     /// Asks the commit to purge up to `limit` delivered rows whose window has passed.

@@ -328,6 +328,11 @@ impl InboxStore for MemoryStorage {
             }
         }
         page.next_due = state.next_due(shard, now);
+        page.purge_due = state
+            .delivered
+            .get(&shard)
+            .and_then(|d| d.first())
+            .is_some_and(|(keep_until, _)| *keep_until <= now);
         Ok(page)
     }
 

@@ -1,5 +1,6 @@
 //! The cleanup station: purges delivered rows whose deduplication window (`keep_until`) has
-//! passed, at most one page of them per stage so that a stage stays O(page).
+//! passed, at most one page of them per stage so that a stage stays O(page), and only when
+//! the page read saw one (a stage with nothing to purge costs no purge query).
 
 use async_trait::async_trait;
 use shardbox_core::{Conveyor, DeliveryError, Station};
@@ -22,8 +23,10 @@ impl Station for Cleanup {
     }
 
     async fn process(&self, conveyor: &mut Conveyor) -> Result<(), DeliveryError> {
-        let limit = conveyor.env().config.page_size;
-        conveyor.purge_delivered(limit);
+        if conveyor.purge_due() {
+            let limit = conveyor.env().config.page_size;
+            conveyor.purge_delivered(limit);
+        }
         Ok(())
     }
 }

@@ -280,6 +280,7 @@ async fn stage_queries_use_their_indexes() {
         "USING INDEX inbox_delayed (shard=?",
         "USING INDEX inbox_retrying (shard=?)",
         "USING INDEX inbox_blocked_by_shard (shard=?)",
+        "USING INDEX inbox_purge (shard=?",
     ] {
         assert!(
             page.contains(index),

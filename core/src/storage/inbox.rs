@@ -68,6 +68,10 @@ pub struct Page {
     /// [`InboxStore::next_due`] gives it — read with the page, so that a worker leaving the
     /// shard needs no query of its own.
     pub next_due: Option<DateTime<Utc>>,
+    /// Whether the shard held a delivered row whose deduplication window had passed at the
+    /// read (one for a purge, see [`StageCommit::purge_delivered`]); read with the page, so
+    /// that a stage with nothing to purge issues no purge.
+    pub purge_due: bool,
 }
 
 /// Rows of the Inbox by status.

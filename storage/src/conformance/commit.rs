@@ -105,6 +105,11 @@ pub async fn delivered_rows_kept_until_window_then_purged<S: Storage + Inspect>(
         .await
         .expect("commit");
 
+    // A page read tells whether a purge has work: a window has passed (at 10 s, not before).
+    for (at, due) in [(secs(5), false), (secs(10), true)] {
+        let page = store.read_page(ShardIndex(0), at, 10).await.expect("read");
+        assert_eq!(page.purge_due, due, "at {at}");
+    }
     let purge = |now, limit| {
         let mut commit = stage(&zero, now, vec![]);
         commit.purge_delivered = limit;

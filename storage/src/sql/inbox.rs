@@ -168,13 +168,14 @@ macro_rules! inbox_units {
             }
             .load(conn)?;
             let (mut due, mut waiting, mut blocked) = (Vec::new(), Vec::new(), Vec::new());
-            let mut next_due = None;
+            let (mut next_due, mut purge_due) = (None, false);
             for (part, row) in rows {
                 match PagePart::of(part) {
                     Some(PagePart::Due) => due.push(row),
                     Some(PagePart::Waiting) => waiting.push(row),
                     Some(PagePart::Blocked) => blocked.push(row),
                     Some(PagePart::NextDue) => next_due = row.deliver_after,
+                    Some(PagePart::Purgeable) => purge_due = true,
                     None => {
                         return Err(Failure::Storage(StorageError::Corrupt(format!(
                             "page read: unknown part {part} for row {}",
@@ -206,6 +207,7 @@ macro_rules! inbox_units {
                 waiting,
                 blocked,
                 next_due: rows::opt_time(next_due)?,
+                purge_due,
             })
         }
 

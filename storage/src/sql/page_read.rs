@@ -7,6 +7,7 @@
 //!  UNION ALL SELECT 2, … inbox_retrying, retry still ahead               waiting targets
 //!  UNION ALL SELECT 3, … inbox_blocked_by_shard                          blocked targets
 //!  UNION ALL SELECT 4, … FROM (inbox_delayed after now, LIMIT 1)         the next due row
+//!  UNION ALL SELECT 5, … FROM (inbox_purge up to now, LIMIT 1)            one row to purge
 //! ```
 //!
 //! The four parts must agree with each other (a row moving from waiting to due between two
@@ -36,6 +37,8 @@ pub(crate) enum PagePart {
     Blocked,
     /// The row due next after now (its `deliver_after` is the shard's next due time).
     NextDue,
+    /// A delivered row whose deduplication window has passed: a purge has work.
+    Purgeable,
 }
 
 impl PagePart {
@@ -46,6 +49,7 @@ impl PagePart {
             2 => Some(Self::Waiting),
             3 => Some(Self::Blocked),
             4 => Some(Self::NextDue),
+            5 => Some(Self::Purgeable),
             _ => None,
         }
     }
@@ -141,6 +145,14 @@ where
         out.push_sql(" AND deliver_after < ");
         out.push_bind_param::<BigInt, _>(&self.parked)?;
         out.push_sql(" ORDER BY deliver_after LIMIT 1) AS next_due");
+        // One delivered row past its window, if any: the start of inbox_purge's range.
+        out.push_sql(" UNION ALL SELECT 5, purgeable.* FROM (SELECT ");
+        out.push_sql(COLUMNS_NO_PAYLOAD);
+        out.push_sql(" FROM inbox_messages WHERE shard = ");
+        out.push_bind_param::<Integer, _>(&self.shard)?;
+        out.push_sql(" AND keep_until IS NOT NULL AND keep_until <= ");
+        out.push_bind_param::<BigInt, _>(&self.now)?;
+        out.push_sql(" AND status = 'delivered' ORDER BY keep_until LIMIT 1) AS purgeable");
         Ok(())
     }
 }
@@ -170,7 +182,8 @@ mod tests {
         assert_eq!(PagePart::of(2), Some(PagePart::Waiting));
         assert_eq!(PagePart::of(3), Some(PagePart::Blocked));
         assert_eq!(PagePart::of(4), Some(PagePart::NextDue));
-        assert_eq!(PagePart::of(5), None);
+        assert_eq!(PagePart::of(5), Some(PagePart::Purgeable));
+        assert_eq!(PagePart::of(6), None);
     }
 
     /// The generic plan (what a prepared statement ends up with on PostgreSQL) of the page
@@ -187,13 +200,14 @@ mod tests {
         conn.batch_execute(&format!(
             "SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; \
              PREPARE page(int, bigint, int, bigint, bigint, int, bigint, bigint, int, int, \
-             bigint, bigint) AS {sql}"
+             bigint, bigint, int, bigint) AS {sql}"
         ))
         .expect("prepare");
         explain(
             conn,
             "EXECUTE page(3, 100, 3, 1700000000000000, 100, 3, 1700000000000000, \
-             1700000000000000, 3, 3, 1700000000000000, 9223372036854775807)",
+             1700000000000000, 3, 3, 1700000000000000, 9223372036854775807, 3, \
+             1700000000000000)",
         )
     }
 
@@ -202,6 +216,7 @@ mod tests {
             "inbox_immediate",
             "inbox_delayed",
             "inbox_retrying",
+            "inbox_purge",
             // Either index over blocked rows (by shard, or by target with the shard as a
             // filter): both hold blocked rows only, and PostgreSQL takes either.
             "inbox_blocked",
