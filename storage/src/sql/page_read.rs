@@ -93,8 +93,12 @@ where
         out.push_sql(IMMEDIATE.0);
         out.push_sql(" AND ");
         out.push_sql(NOT_BLOCKED.0);
-        out.push_sql(" ORDER BY seq LIMIT ");
+        // `LIMIT (? + 0)`, not `LIMIT ?`: SQLite marks a statement whose LIMIT is a bare
+        // parameter to be prepared again whenever that parameter is bound (it may plan for
+        // the value), which diesel does at every execution; an expression it leaves alone.
+        out.push_sql(" ORDER BY seq LIMIT (");
         out.push_bind_param::<BigInt, _>(&self.limit)?;
+        out.push_sql(" + 0)");
         // Rows whose delay, retry or hold has passed: a range of inbox_delayed that ends at
         // now, so rows due later are never read. Only the first `limit` of them by seq can
         // make the page; a limit by deliver_after instead would skip earlier rows of a
@@ -111,8 +115,9 @@ where
         out.push_bind_param::<BigInt, _>(&self.now)?;
         out.push_sql(" AND ");
         out.push_sql(NOT_BLOCKED.0);
-        out.push_sql(" ORDER BY seq + 0 LIMIT ");
+        out.push_sql(" ORDER BY seq + 0 LIMIT (");
         out.push_bind_param::<BigInt, _>(&self.limit)?;
+        out.push_sql(" + 0)");
         // Targets waiting behind a retry still ahead. `COALESCE` on purpose: a plain
         // `deliver_after > now` would make the larger inbox_delayed index eligible too, and
         // SQLite would pick it. A retrying row whose TTL passed is expired, not waited for.
