@@ -1,7 +1,8 @@
 //! Timers that wake a shard when its next delayed row becomes due.
 //!
 //! ```text
-//!  worker leaves shard S ─► next_due(S) = t ─► DueTimers::schedule(S, t)
+//!  worker leaves shard S ─► t = next due (the last page read's, or an earlier retry or
+//!                            hold its own stages wrote after it) ─► DueTimers::schedule(S, t)
 //!                                                 │ one timer per shard, the earliest wins
 //!                            at t (by the delivery's clock) ─► DeliveryEnv::notify([S])
 //!                                                 ─► the runner's observer wakes a worker
