@@ -5,7 +5,8 @@
 //! ```text
 //!  InboxRows      INSERT INTO inbox_messages (…) SELECT … FROM unnest($1, …, $17)
 //!                   WITH ORDINALITY ORDER BY ordinality ON CONFLICT DO NOTHING RETURNING shard
-//!  EventRows      INSERT INTO events (…) SELECT … FROM unnest($1, …, $8) … ON CONFLICT (id)
+//!  EventRows      WITH appending AS (the event-append lock) INSERT INTO events (…)
+//!                   SELECT … FROM appending, unnest($2, …, $9) … ON CONFLICT (id)
 //!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $6)
 //!                   ON CONFLICT (kind, tenant, id) DO UPDATE (version moves up by the row's)
 //!  DeliveredRows  UPDATE inbox_messages SET status = 'delivered' … WHERE shard AND seq = ANY($3)
@@ -124,8 +125,11 @@ impl QueryId for InboxRows<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for InboxRows<'_> {}
 
-/// Events to append, by column; an id already stored is skipped.
+/// Events to append, by column, under the event-append lock of class `lock` (taken by the
+/// same statement: a materialized CTE that every inserted row joins, so the lock is held
+/// before the first `seq` is drawn); an id already stored is skipped.
 pub(crate) struct EventRows<'a> {
+    lock: i32,
     id: Vec<&'a str>,
     event_type: Vec<&'a str>,
     source_kind: Vec<&'a str>,
@@ -137,8 +141,9 @@ pub(crate) struct EventRows<'a> {
 }
 
 impl<'a> EventRows<'a> {
-    pub(crate) fn new(rows: &'a [NewEventRow]) -> Self {
+    pub(crate) fn new(rows: &'a [NewEventRow], lock: i32) -> Self {
         EventRows {
+            lock,
             id: rows.iter().map(|r| r.id.as_str()).collect(),
             event_type: rows.iter().map(|r| r.event_type.as_str()).collect(),
             source_kind: rows.iter().map(|r| r.source_kind.as_str()).collect(),
@@ -153,10 +158,13 @@ impl<'a> EventRows<'a> {
 
 impl QueryFragment<Pg> for EventRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("WITH appending AS MATERIALIZED (SELECT pg_advisory_xact_lock(");
+        out.push_bind_param::<Integer, _>(&self.lock)?;
         out.push_sql(
-            "INSERT INTO events (id, event_type, source_kind, source_id, tenant, occurred_at, \
-             payload, metadata) SELECT id, event_type, source_kind, source_id, tenant, \
-             occurred_at, payload, metadata FROM unnest(",
+            ", hashtext(COALESCE(current_schema(), ''))) AS locked) \
+             INSERT INTO events (id, event_type, source_kind, source_id, tenant, occurred_at, \
+             payload, metadata) SELECT r.id, r.event_type, r.source_kind, r.source_id, \
+             r.tenant, r.occurred_at, r.payload, r.metadata FROM appending, unnest(",
         );
         out.push_bind_param::<Array<Text>, _>(&self.id)?;
         column!(out, Text, &self.event_type);
@@ -168,7 +176,7 @@ impl QueryFragment<Pg> for EventRows<'_> {
         column!(out, Text, &self.metadata);
         out.push_sql(
             ") WITH ORDINALITY AS r(id, event_type, source_kind, source_id, tenant, occurred_at, \
-             payload, metadata, n) ORDER BY n ON CONFLICT (id) DO NOTHING",
+             payload, metadata, n) ORDER BY r.n ON CONFLICT (id) DO NOTHING",
         );
         Ok(())
     }

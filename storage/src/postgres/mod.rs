@@ -232,13 +232,12 @@ impl Dialect for PgConnection {
         Ok(())
     }
 
-    fn lock_event_append(&mut self) -> Result<(), Failure> {
-        diesel::sql_query(
-            "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))",
+    fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>> {
+        Some(
+            EventRows::new(rows, LOCK_EVENT_APPEND)
+                .execute(self)
+                .map_err(Failure::from),
         )
-        .bind::<Integer, _>(LOCK_EVENT_APPEND)
-        .execute(self)?;
-        Ok(())
     }
 
     fn inserts_in_one_statement(_rows: usize) -> bool {
@@ -247,10 +246,6 @@ impl Dialect for PgConnection {
 
     fn insert_inbox_array(&mut self, rows: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>> {
         Some(InboxRows::new(rows).load(self).map_err(Failure::from))
-    }
-
-    fn insert_event_array(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>> {
-        Some(EventRows::new(rows).execute(self).map_err(Failure::from))
     }
 
     fn upsert_state_array(

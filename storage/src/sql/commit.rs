@@ -8,7 +8,7 @@
 //!  4 dead letters
 //!  5 fan-out    inbox rows (deduplicated)
 //!  6 purge      delivered rows of the shard past keep_until, at most purge_delivered
-//!  7 events     appended last (see Dialect::lock_event_append)
+//!  7 events     appended last (see Dialect::append_event_rows)
 //! ```
 //!
 //! Any error rolls the whole transaction back. The fence comes first so that on PostgreSQL the

@@ -72,7 +72,7 @@ macro_rules! inbox_units {
         }
 
         /// Appends events, ignoring a duplicate id. Must be the last statement of its
-        /// transaction but for other event appends (see `Dialect::lock_event_append`).
+        /// transaction but for other event appends (see `Dialect::append_event_rows`).
         pub(crate) fn append_events(
             conn: &mut Conn,
             new_events: Vec<shardbox_core::NewEvent>,
@@ -85,12 +85,7 @@ macro_rules! inbox_units {
                 .into_iter()
                 .map(NewEventRow::from_event)
                 .collect::<Result<Vec<_>, _>>()?;
-            <Conn as Dialect>::lock_event_append(conn)?;
-            let appended = match rows.as_slice() {
-                [_, _, ..] => <Conn as Dialect>::insert_event_array(conn, &rows),
-                _ => None,
-            };
-            report.events += match appended {
+            report.events += match <Conn as Dialect>::append_event_rows(conn, &rows) {
                 Some(appended) => appended?,
                 None => {
                     use $crate::schema::events::dsl as ev;

@@ -104,13 +104,17 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// tenant until the transaction ends, so that "check for overlap, then insert" is atomic.
     fn lock_catch_up_start(&mut self, projection_kind: &str, tenant: &str) -> Result<(), Failure>;
 
-    /// Inside a write transaction, right before appending events: serialises event appends
-    /// until the transaction ends, so that events commit in `seq` order and a reader paging
-    /// by `seq` never skips an event that committed late with a lower `seq`.
+    /// Inside a write transaction, as its last statement but for other event appends: appends
+    /// events in their order, skipping ids already stored, under a lock that serialises event
+    /// appends until the transaction ends — so that events commit in `seq` order and a reader
+    /// paging by `seq` never skips an event that committed late with a lower `seq`. Returns
+    /// how many were appended.
     ///
-    /// Nothing that can wait on another transaction may follow it in the transaction (only
-    /// the event insert does), which keeps it free of deadlocks.
-    fn lock_event_append(&mut self) -> Result<(), Failure>;
+    /// PostgreSQL takes the lock in the same statement as the insert (one round trip);
+    /// SQLite needs none, its writers being serialised, and returns `None`: the caller
+    /// inserts the rows (cut with `ladder!`). Nothing that can wait on another transaction
+    /// may follow the append in the transaction, which keeps the lock free of deadlocks.
+    fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>>;
 
     /// Whether `rows` inbox rows (with no events) are written by one statement, which then
     /// needs no transaction around it (see `write_statement`).
@@ -124,10 +128,6 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// Inbox rows in their order, skipping duplicates of the dedup key: the shards of the
     /// rows written.
     fn insert_inbox_array(&mut self, rows: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>>;
-
-    /// Events in their order, skipping ids already stored: how many were appended (see
-    /// [`Dialect::insert_inbox_array`]).
-    fn insert_event_array(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>>;
 
     /// States of distinct keys: a new row starts at its `version`, an existing one moves up
     /// by it (see [`Dialect::insert_inbox_array`]).

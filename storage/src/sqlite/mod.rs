@@ -181,9 +181,9 @@ impl Dialect for SqliteConnection {
         Ok(())
     }
 
-    fn lock_event_append(&mut self) -> Result<(), Failure> {
+    fn append_event_rows(&mut self, _: &[NewEventRow]) -> Option<Result<usize, Failure>> {
         // Writers are serialised, so events commit in seq order already.
-        Ok(())
+        None
     }
 
     fn inserts_in_one_statement(rows: usize) -> bool {
@@ -191,10 +191,6 @@ impl Dialect for SqliteConnection {
     }
 
     fn insert_inbox_array(&mut self, _: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>> {
-        None
-    }
-
-    fn insert_event_array(&mut self, _: &[NewEventRow]) -> Option<Result<usize, Failure>> {
         None
     }
 
