@@ -7,7 +7,9 @@
 //!               ─► r2d2 pool, every connection: SET search_path TO "<schema>" (if chosen)
 //!  writes       ─► READ COMMITTED transactions; row locks and advisory locks where a
 //!                  check-then-write must be atomic (fence, pick-up, catch-up start)
-//!  reads        ─► a read-only REPEATABLE READ transaction where several reads must agree
+//!  reads        ─► reads that must agree are one statement (a page read, see
+//!                  `sql::page_read`); several rows of a kind are written by one statement
+//!                  of array parameters (see `arrays`)
 //!  notify       ─► after a transaction that wrote inbox rows commits, pg_notify with their
 //!                  shards (see `notify`); a node's listener hears them on a connection of its
 //!                  own (see `listen`)
