@@ -27,9 +27,9 @@ use diesel::dsl::sql;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
 use shardbox_core::listener::{new_origin, parse_shards, split_origin, ListenerControl};
-use shardbox_core::{ListenerHandle, NodeId, ShardObserver, StorageError};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use shardbox_core::{ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How often the listener reads its connection's notification queue: a message sent by
@@ -82,20 +82,30 @@ impl ReconnectDelay {
     }
 }
 
-/// A storage instance's own notifications, heard back by its own listener.
+/// A storage instance's own writes: heard by its listeners in process, not by notification.
 ///
-/// Every write a node makes through the Shardbox API wakes its shards in the node at once
-/// (`Delivery::notify`), and the same write's notification comes back to the node's own
-/// listener a few milliseconds later: a second wake, and a page read that finds nothing
+/// A write's notification comes back to the writing process's own listener a millisecond or
+/// so after the commit. The node that wrote has usually woken those shards already
+/// (`Delivery::notify`), so the echo was a second wake and a page read that found nothing
 /// (about a quarter of all page reads in the two-node `latency` benchmark). Each instance
-/// therefore names its notifications with an origin of its own, and its listener skips them —
-/// but only while it is the instance's one listener: with two nodes on one instance, the
-/// second node hears the first one's writes only by notification.
-#[derive(Debug, Clone)]
+/// therefore names its notifications with an origin of its own; after a commit it wakes the
+/// observers of its own running listeners at once (whoever made the write: a node, another
+/// node sharing the instance, or a direct `Storage` call), and its listeners skip the
+/// instance's notifications when they arrive.
+#[derive(Clone)]
 pub(crate) struct OwnEcho {
     origin: Arc<str>,
-    /// Listener threads of this instance running now.
-    listeners: Arc<AtomicUsize>,
+    local: Arc<Mutex<LocalObservers>>,
+    registered: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for OwnEcho {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnEcho")
+            .field("origin", &self.origin)
+            .field("listeners", &self.lock().len())
+            .finish()
+    }
 }
 
 impl OwnEcho {
@@ -103,7 +113,8 @@ impl OwnEcho {
     pub(crate) fn new() -> Self {
         OwnEcho {
             origin: Arc::from(new_origin()),
-            listeners: Arc::new(AtomicUsize::new(0)),
+            local: Arc::new(Mutex::new(Vec::new())),
+            registered: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -112,25 +123,52 @@ impl OwnEcho {
         self.origin.clone()
     }
 
-    /// Whether a notification from `origin` is this instance's own, already heard in the node
-    /// that made it.
-    fn is_own(&self, origin: Option<&str>) -> bool {
-        origin == Some(&*self.origin) && self.listeners.load(Ordering::SeqCst) == 1
+    /// Rows were committed to `shards` through this instance: wakes its listeners' observers
+    /// now, as the notification would a moment later.
+    pub(crate) fn written(&self, shards: &[ShardIndex]) {
+        if shards.is_empty() {
+            return;
+        }
+        let observers: Vec<_> = self.lock().iter().map(|(_, o)| o.clone()).collect();
+        for observer in observers {
+            observer.on_write(shards);
+        }
     }
 
-    /// Counts a listener thread for as long as the guard lives.
-    fn enter(&self) -> ListenerCount {
-        self.listeners.fetch_add(1, Ordering::SeqCst);
-        ListenerCount(self.listeners.clone())
+    /// Whether a notification from `origin` is this instance's own (its listeners heard the
+    /// write in process already).
+    fn is_own(&self, origin: Option<&str>) -> bool {
+        origin == Some(&*self.origin)
+    }
+
+    /// Registers a listener's observer for as long as the guard lives.
+    fn enter(&self, observer: Arc<dyn ShardObserver>) -> LocalListener {
+        let id = self.registered.fetch_add(1, Ordering::SeqCst);
+        self.lock().push((id, observer));
+        LocalListener {
+            echo: self.clone(),
+            id,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LocalObservers> {
+        // A list of observers: consistent whatever panicked while holding it.
+        self.local.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// One running listener of an instance (see [`OwnEcho`]); uncounted when dropped.
-struct ListenerCount(Arc<AtomicUsize>);
+/// The observers of an instance's running listeners, by registration number.
+type LocalObservers = Vec<(u64, Arc<dyn ShardObserver>)>;
 
-impl Drop for ListenerCount {
+/// One running listener of an instance (see [`OwnEcho`]); unregistered when dropped.
+struct LocalListener {
+    echo: OwnEcho,
+    id: u64,
+}
+
+impl Drop for LocalListener {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.echo.lock().retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -154,13 +192,12 @@ pub(crate) fn start(
     observer: Arc<dyn ShardObserver>,
 ) -> Result<ListenerHandle, StorageError> {
     let (handle, control) = ListenerHandle::new(node);
-    // Counted from here, not from the thread's start, so that two listeners started one
-    // after the other both see the other.
-    let counted = target.echo.enter();
+    // Registered from here, not from the thread's start: writes from now on wake it.
+    let registered = target.echo.enter(observer.clone());
     std::thread::Builder::new()
         .name("shardbox-listen".into())
         .spawn(move || {
-            let _counted = counted;
+            let _registered = registered;
             run(target, shard_count, observer, control)
         })
         .map_err(|e| StorageError::Task(format!("could not start the listener thread: {e}")))?;
@@ -318,12 +355,12 @@ mod tests {
         got
     }
 
-    /// A node's own writes do not come back to it by notification (it woke its shards when it
-    /// wrote them); another instance's writes do. With two listeners on one instance, each
-    /// hears the instance's writes, since the other node's wake covers only itself.
+    /// An instance's writes wake its listeners at once, in process, and not again when their
+    /// notification comes back; another instance's writes are heard by notification. Every
+    /// listener of the instance hears its writes, whoever made them.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn own_writes_are_not_heard_back_while_the_instance_has_one_listener() {
-        let Some(url) = pg_url("own_writes_are_not_heard_back") else {
+    async fn own_writes_are_heard_at_once_and_not_again_by_notification() {
+        let Some(url) = pg_url("own_writes_are_heard_at_once") else {
             return;
         };
         let schema = TestSchema::new(&url, "own_echo");
@@ -336,7 +373,8 @@ mod tests {
         own.write(messages(vec![command(3, "a", "s1")]))
             .await
             .expect("own write");
-        // The notification arrives (and is counted), but wakes nothing.
+        assert_eq!(heard.take(), [3], "heard when the write returned");
+        // The notification arrives (and is counted), but wakes nothing more.
         until("the own notification", || first.stats().notifications == 1).await;
         assert_eq!(heard.take(), Vec::<u32>::new(), "own write heard back");
         other
@@ -353,14 +391,11 @@ mod tests {
         own.write(messages(vec![command(6, "c", "s3")]))
             .await
             .expect("own write, two listeners");
-        assert_eq!(hears(&heard, 6).await, [6]);
-        assert_eq!(hears(&second_heard, 6).await, [6]);
+        assert_eq!(heard.take(), [6]);
+        assert_eq!(second_heard.take(), [6]);
 
         drop(second);
-        until("the second listener to stop", || {
-            own.echo.listeners.load(Ordering::SeqCst) == 1
-        })
-        .await;
+        until("the second listener to stop", || own.echo.lock().len() == 1).await;
         let before = first.stats().notifications;
         own.write(messages(vec![command(7, "d", "s4")]))
             .await
@@ -369,7 +404,12 @@ mod tests {
             first.stats().notifications == before + 1
         })
         .await;
-        assert_eq!(heard.take(), Vec::<u32>::new(), "own write heard back");
+        assert_eq!(heard.take(), [7], "once");
+        assert_eq!(
+            second_heard.take(),
+            Vec::<u32>::new(),
+            "a stopped listener hears nothing"
+        );
     }
 
     #[test]

@@ -71,7 +71,8 @@ pub struct PostgresStorage {
     url: String,
     listen: bool,
     notifier: notify::Notifier,
-    /// Names this instance's notifications (see [`listen::OwnEcho`]).
+    /// Names this instance's notifications and wakes its own listeners in process (see
+    /// [`listen::OwnEcho`]).
     echo: listen::OwnEcho,
 }
 
@@ -121,6 +122,7 @@ impl PostgresStorage {
     }
 
     fn written_backend(&self, shards: &[ShardIndex]) {
+        self.echo.written(shards);
         self.notifier.written(shards);
     }
 
