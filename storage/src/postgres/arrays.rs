@@ -18,11 +18,11 @@
 //! ordinality`), so `seq` follows it as it does for a multi-row `VALUES`.
 
 use crate::rows::{NewEntityStateRow, NewEventRow, NewInboxRow};
+use crate::sql::prepared::{mark_delivered_where_shard, INSERT_STATES, ON_STATE_CONFLICT};
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{Array, BigInt, Binary, Integer, Nullable, Text};
 use diesel::{QueryResult, RunQueryDsl};
-use shardbox_core::MessageStatus;
 
 /// Pushes `, $n` binding one column's values.
 macro_rules! column {
@@ -215,21 +215,16 @@ impl<'a> StateRows<'a> {
 
 impl QueryFragment<Pg> for StateRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO entity_states (kind, tenant, id, version, state, updated_at) \
-             SELECT * FROM unnest(",
-        );
+        out.push_sql(INSERT_STATES);
+        out.push_sql("SELECT * FROM unnest(");
         out.push_bind_param::<Array<Text>, _>(&self.kind)?;
         column!(out, Text, &self.tenant);
         column!(out, Text, &self.id);
         column!(out, BigInt, &self.version);
         column!(out, Binary, &self.state);
         column!(out, BigInt, &self.updated_at);
-        out.push_sql(
-            ") ON CONFLICT (kind, tenant, id) DO UPDATE SET \
-             version = entity_states.version + excluded.version, \
-             state = excluded.state, updated_at = excluded.updated_at",
-        );
+        out.push_sql(")");
+        out.push_sql(ON_STATE_CONFLICT);
         Ok(())
     }
 }
@@ -251,12 +246,7 @@ pub(crate) struct DeliveredRows<'a> {
 
 impl QueryFragment<Pg> for DeliveredRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql("UPDATE inbox_messages SET status = '");
-        out.push_sql(MessageStatus::Delivered.as_str());
-        out.push_sql("', keep_until = ");
-        out.push_bind_param::<BigInt, _>(&self.keep_until)?;
-        out.push_sql(" WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
+        mark_delivered_where_shard(&mut out, &self.keep_until, &self.shard)?;
         out.push_sql(" AND seq = ANY(");
         out.push_bind_param::<Array<BigInt>, _>(self.seqs)?;
         out.push_sql(")");

@@ -123,12 +123,8 @@ macro_rules! commit_units {
             }
             for (keep_until, seqs) in delivered {
                 for_each_chunk(conn, shard, seqs, |conn, chunk| {
-                    let at_once = match chunk {
-                        [_, _, ..] => {
-                            <Conn as Dialect>::mark_delivered_array(conn, s, chunk, keep_until)
-                        }
-                        _ => None,
-                    };
+                    let at_once =
+                        <Conn as Dialect>::mark_delivered_array(conn, s, chunk, keep_until);
                     if let Some(touched) = at_once {
                         return touched;
                     }
@@ -301,11 +297,7 @@ macro_rules! commit_units {
             // One statement with arrays where the backend has them, else fixed-size arrays
             // (see `ladder!`). A new row starts at its number of writes; an existing one
             // moves up by it.
-            let at_once = match upserts.as_slice() {
-                [_, _, ..] => <Conn as Dialect>::upsert_state_array(conn, &upserts),
-                _ => None,
-            };
-            match at_once {
+            match <Conn as Dialect>::upsert_state_array(conn, &upserts) {
                 Some(done) => done?,
                 None => ladder!(upserts.as_slice(), |rows| {
                     UpsertStates(rows).execute(conn)?;

@@ -35,11 +35,7 @@ macro_rules! inbox_units {
                 .into_iter()
                 .map(NewInboxRow::from_write)
                 .collect::<Result<Vec<_>, _>>()?;
-            let shards = match rows.as_slice() {
-                [_, _, ..] => <Conn as Dialect>::insert_inbox_array(conn, &rows),
-                _ => None,
-            };
-            let shards = match shards {
+            let shards = match <Conn as Dialect>::insert_inbox_array(conn, &rows) {
                 Some(shards) => shards?,
                 None => {
                     use $crate::schema::inbox_messages::dsl as im;

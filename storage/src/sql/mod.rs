@@ -121,9 +121,9 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     fn inserts_in_one_statement(rows: usize) -> bool;
 
     /// Several rows of one kind written by one statement with an array parameter per column
-    /// (PostgreSQL: see `postgres::arrays`), or `None` where the backend has no array
-    /// parameters (SQLite: the caller cuts the rows with `ladder!`). For a single row the
-    /// caller always uses the plain form, which is cheaper on both.
+    /// (PostgreSQL: see `postgres::arrays`), or `None`, and the caller writes them in
+    /// statements of fixed sizes (`ladder!`): where the backend has no array parameters
+    /// (SQLite), and for a single row, whose plain form is cheaper.
     ///
     /// Inbox rows in their order, skipping duplicates of the dedup key: the shards of the
     /// rows written.

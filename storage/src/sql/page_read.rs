@@ -18,7 +18,7 @@
 //! stated literally, as [`crate::sql::predicate`] explains; the plan tests check that each
 //! part reads its index.
 
-use super::predicate::{BLOCKED, DELAYED, IMMEDIATE, NOT_BLOCKED, RETRYING};
+use super::predicate::{Predicate, BLOCKED, DELAYED, IMMEDIATE, KEPT, NOT_BLOCKED, RETRYING};
 use crate::schema::inbox_messages;
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
@@ -87,18 +87,11 @@ where
         // Due rows without a delay: one range of inbox_immediate in seq order.
         out.push_sql("SELECT 0 AS part, due_now.* FROM (SELECT ");
         out.push_sql(COLUMNS);
-        out.push_sql(" FROM inbox_messages WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
-        out.push_sql(" AND ");
-        out.push_sql(IMMEDIATE.0);
+        self.of_shard(&mut out, IMMEDIATE)?;
         out.push_sql(" AND ");
         out.push_sql(NOT_BLOCKED.0);
-        // `LIMIT (? + 0)`, not `LIMIT ?`: SQLite marks a statement whose LIMIT is a bare
-        // parameter to be prepared again whenever that parameter is bound (it may plan for
-        // the value), which diesel does at every execution; an expression it leaves alone.
-        out.push_sql(" ORDER BY seq LIMIT (");
-        out.push_bind_param::<BigInt, _>(&self.limit)?;
-        out.push_sql(" + 0)");
+        out.push_sql(" ORDER BY seq");
+        self.limit(&mut out)?;
         // Rows whose delay, retry or hold has passed: a range of inbox_delayed that ends at
         // now, so rows due later are never read. Only the first `limit` of them by seq can
         // make the page; a limit by deliver_after instead would skip earlier rows of a
@@ -107,26 +100,19 @@ where
         // later (PostgreSQL with statistics does that for `seq`); it sorts the range.
         out.push_sql(") AS due_now UNION ALL SELECT 1, due_later.* FROM (SELECT ");
         out.push_sql(COLUMNS);
-        out.push_sql(" FROM inbox_messages WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
-        out.push_sql(" AND ");
-        out.push_sql(DELAYED.0);
+        self.of_shard(&mut out, DELAYED)?;
         out.push_sql(" AND deliver_after <= ");
         out.push_bind_param::<BigInt, _>(&self.now)?;
         out.push_sql(" AND ");
         out.push_sql(NOT_BLOCKED.0);
-        out.push_sql(" ORDER BY seq + 0 LIMIT (");
-        out.push_bind_param::<BigInt, _>(&self.limit)?;
-        out.push_sql(" + 0)");
+        out.push_sql(" ORDER BY seq + 0");
+        self.limit(&mut out)?;
         // Targets waiting behind a retry still ahead. `COALESCE` on purpose: a plain
         // `deliver_after > now` would make the larger inbox_delayed index eligible too, and
         // SQLite would pick it. A retrying row whose TTL passed is expired, not waited for.
         out.push_sql(") AS due_later UNION ALL SELECT 2, ");
         out.push_sql(COLUMNS_NO_PAYLOAD);
-        out.push_sql(" FROM inbox_messages WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
-        out.push_sql(" AND ");
-        out.push_sql(RETRYING.0);
+        self.of_shard(&mut out, RETRYING)?;
         out.push_sql(" AND COALESCE(deliver_after, 0) > ");
         out.push_bind_param::<BigInt, _>(&self.now)?;
         out.push_sql(" AND (expires_at IS NULL OR expires_at > ");
@@ -134,17 +120,11 @@ where
         // Blocked targets.
         out.push_sql(") UNION ALL SELECT 3, ");
         out.push_sql(COLUMNS_NO_PAYLOAD);
-        out.push_sql(" FROM inbox_messages WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
-        out.push_sql(" AND ");
-        out.push_sql(BLOCKED.0);
+        self.of_shard(&mut out, BLOCKED)?;
         // The row due next: the start of inbox_delayed's range after now.
         out.push_sql(" UNION ALL SELECT 4, next_due.* FROM (SELECT ");
         out.push_sql(COLUMNS_NO_PAYLOAD);
-        out.push_sql(" FROM inbox_messages WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
-        out.push_sql(" AND ");
-        out.push_sql(DELAYED.0);
+        self.of_shard(&mut out, DELAYED)?;
         out.push_sql(" AND deliver_after > ");
         out.push_bind_param::<BigInt, _>(&self.now)?;
         out.push_sql(" AND deliver_after < ");
@@ -153,11 +133,43 @@ where
         // One delivered row past its window, if any: the start of inbox_purge's range.
         out.push_sql(" UNION ALL SELECT 5, purgeable.* FROM (SELECT ");
         out.push_sql(COLUMNS_NO_PAYLOAD);
-        out.push_sql(" FROM inbox_messages WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
-        out.push_sql(" AND keep_until IS NOT NULL AND keep_until <= ");
+        self.of_shard(&mut out, KEPT)?;
+        out.push_sql(" AND keep_until <= ");
         out.push_bind_param::<BigInt, _>(&self.now)?;
         out.push_sql(" AND status = 'delivered' ORDER BY keep_until LIMIT 1) AS purgeable");
+        Ok(())
+    }
+}
+
+impl PageRead {
+    /// ` FROM inbox_messages WHERE shard = ? AND <predicate>`: where every part reads.
+    fn of_shard<'b, DB>(
+        &'b self,
+        out: &mut AstPass<'_, 'b, DB>,
+        predicate: Predicate,
+    ) -> QueryResult<()>
+    where
+        DB: Backend + HasSqlType<Integer>,
+        i32: ToSql<Integer, DB>,
+    {
+        out.push_sql(" FROM inbox_messages WHERE shard = ");
+        out.push_bind_param::<Integer, _>(&self.shard)?;
+        out.push_sql(" AND ");
+        out.push_sql(predicate.0);
+        Ok(())
+    }
+
+    /// ` LIMIT (? + 0)`, not `LIMIT ?`: SQLite marks a statement whose LIMIT is a bare
+    /// parameter to be prepared again whenever that parameter is bound (its planner may use
+    /// the value), which diesel does at every execution; an expression it leaves alone.
+    fn limit<'b, DB>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>
+    where
+        DB: Backend + HasSqlType<BigInt>,
+        i64: ToSql<BigInt, DB>,
+    {
+        out.push_sql(" LIMIT (");
+        out.push_bind_param::<BigInt, _>(&self.limit)?;
+        out.push_sql(" + 0)");
         Ok(())
     }
 }

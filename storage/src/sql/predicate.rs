@@ -70,6 +70,8 @@ pub(crate) const DELAYED: Predicate =
 pub(crate) const NOT_BLOCKED: Predicate = Predicate("status <> 'blocked'");
 /// The predicate of the partial index over rows that failed at least once.
 pub(crate) const RETRYING: Predicate = Predicate("attempts > 0 AND status <> 'delivered'");
+/// The predicate of the partial index over delivered rows kept for deduplication.
+pub(crate) const KEPT: Predicate = Predicate("keep_until IS NOT NULL");
 /// The predicate of the partial index over rows with a TTL not yet delivered.
 pub(crate) const EXPIRING: Predicate =
     Predicate("expires_at IS NOT NULL AND status <> 'delivered'");

@@ -78,12 +78,7 @@ where
     i64: ToSql<BigInt, DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("UPDATE inbox_messages SET status = '");
-        out.push_sql(MessageStatus::Delivered.as_str());
-        out.push_sql("', keep_until = ");
-        out.push_bind_param::<BigInt, _>(&self.keep_until)?;
-        out.push_sql(" WHERE shard = ");
-        out.push_bind_param::<Integer, _>(&self.shard)?;
+        mark_delivered_where_shard(&mut out, &self.keep_until, &self.shard)?;
         out.push_sql(" AND seq IN (");
         for (i, seq) in self.seqs.iter().enumerate() {
             if i > 0 {
@@ -95,6 +90,37 @@ where
         Ok(())
     }
 }
+
+/// `UPDATE inbox_messages SET status = 'delivered', keep_until = ? WHERE shard = ?`: the
+/// head of every statement that marks rows delivered (the rows follow).
+pub(crate) fn mark_delivered_where_shard<'b, DB>(
+    out: &mut AstPass<'_, 'b, DB>,
+    keep_until: &'b i64,
+    shard: &'b i32,
+) -> QueryResult<()>
+where
+    DB: Backend + HasSqlType<Integer> + HasSqlType<BigInt>,
+    i32: ToSql<Integer, DB>,
+    i64: ToSql<BigInt, DB>,
+{
+    out.push_sql("UPDATE inbox_messages SET status = '");
+    out.push_sql(MessageStatus::Delivered.as_str());
+    out.push_sql("', keep_until = ");
+    out.push_bind_param::<BigInt, _>(keep_until)?;
+    out.push_sql(" WHERE shard = ");
+    out.push_bind_param::<Integer, _>(shard)?;
+    Ok(())
+}
+
+/// The column list of an entity-state insert.
+pub(crate) const INSERT_STATES: &str =
+    "INSERT INTO entity_states (kind, tenant, id, version, state, updated_at) ";
+
+/// What an entity-state insert does on an existing key: the version moves up by the row's,
+/// the state and time are replaced.
+pub(crate) const ON_STATE_CONFLICT: &str = " ON CONFLICT (kind, tenant, id) DO UPDATE SET \
+     version = entity_states.version + excluded.version, \
+     state = excluded.state, updated_at = excluded.updated_at";
 
 impl<const N: usize> QueryId for MarkDelivered<'_, N> {
     type QueryId = MarkDelivered<'static, N>;
@@ -116,9 +142,8 @@ where
     [u8]: ToSql<Binary, DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO entity_states (kind, tenant, id, version, state, updated_at) VALUES ",
-        );
+        out.push_sql(INSERT_STATES);
+        out.push_sql("VALUES ");
         for (i, row) in self.0.iter().enumerate() {
             out.push_sql(if i == 0 { "(" } else { ", (" });
             out.push_bind_param::<Text, _>(row.kind)?;
@@ -134,11 +159,7 @@ where
             out.push_bind_param::<BigInt, _>(&row.updated_at)?;
             out.push_sql(")");
         }
-        out.push_sql(
-            " ON CONFLICT (kind, tenant, id) DO UPDATE SET \
-             version = entity_states.version + excluded.version, \
-             state = excluded.state, updated_at = excluded.updated_at",
-        );
+        out.push_sql(ON_STATE_CONFLICT);
         Ok(())
     }
 }
