@@ -886,28 +886,40 @@ impl Clock for TokioClock {
     }
 }
 
+/// A node for a running test on paused tokio time (memory backend, the tokio clock, 4 shards,
+/// an hour's lease, a 50-minute poll interval), as `edit` changes it; not started.
+async fn running_node(
+    edit: impl FnOnce(shardbox::ShardboxBuilder) -> shardbox::ShardboxBuilder,
+) -> Shardbox {
+    let clock = Arc::new(TokioClock {
+        base: t0(),
+        start: tokio::time::Instant::now(),
+    });
+    edit(
+        Shardbox::builder()
+            .memory()
+            .clock(clock)
+            .shards(4)
+            .lease_duration(Duration::from_secs(3_600))
+            .poll_interval(Duration::from_secs(3_000))
+            .aggregate::<Journal>(),
+    )
+    .build()
+    .await
+    .unwrap()
+}
+
 /// A running node (memory backend, paused tokio time, a lingering lease): a failed message is
 /// retried within a few milliseconds of each backoff time although the poll interval is 50
 /// minutes. The retry time is written by the stage after its page was read, so the node must
 /// take it from its own commit to set the shard's timer.
 #[tokio::test(start_paused = true)]
 async fn a_running_node_retries_at_the_backoff_time_without_a_poll() {
-    let clock = Arc::new(TokioClock {
-        base: t0(),
-        start: tokio::time::Instant::now(),
-    });
-    let sb = Shardbox::builder()
-        .memory()
-        .clock(clock)
-        .shards(4)
-        .lease_duration(Duration::from_secs(3_600))
-        .lease_linger(Duration::from_secs(1_000))
-        .poll_interval(Duration::from_secs(3_000))
-        .failure_policy(policy(5, ExhaustedOutcome::DeadLetter))
-        .aggregate::<Journal>()
-        .build()
-        .await
-        .unwrap();
+    let sb = running_node(|b| {
+        b.lease_linger(Duration::from_secs(1_000))
+            .failure_policy(policy(5, ExhaustedOutcome::DeadLetter))
+    })
+    .await;
     let node = sb.start();
     let target = unique("retried");
     sb.send::<Journal>(
@@ -940,21 +952,7 @@ async fn a_running_node_retries_at_the_backoff_time_without_a_poll() {
 /// periodic sweep.
 #[tokio::test(start_paused = true)]
 async fn a_running_node_delivers_delayed_messages_promptly_and_sweeps_ttl() {
-    let clock = Arc::new(TokioClock {
-        base: t0(),
-        start: tokio::time::Instant::now(),
-    });
-    let sb = Shardbox::builder()
-        .memory()
-        .clock(clock)
-        .shards(4)
-        .lease_duration(Duration::from_secs(3_600))
-        .poll_interval(Duration::from_secs(3_000))
-        .ttl_sweep_interval(Duration::from_secs(20))
-        .aggregate::<Journal>()
-        .build()
-        .await
-        .unwrap();
+    let sb = running_node(|b| b.ttl_sweep_interval(Duration::from_secs(20))).await;
     let node = sb.start();
     let (a, b) = (unique("scheduled"), unique("sleeper"));
     sb.send_with::<Journal>(

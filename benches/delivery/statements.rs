@@ -7,10 +7,11 @@
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 static STARTED: AtomicU64 = AtomicU64::new(0);
+static TALLY: AtomicBool = AtomicBool::new(false);
 static BY_TEXT: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
 
 /// The first 70 characters of a statement's SQL, without its binds.
@@ -27,9 +28,12 @@ fn counter() -> Option<Box<dyn Instrumentation>> {
     Some(Box::new(|event: InstrumentationEvent<'_>| {
         if let InstrumentationEvent::StartQuery { query, .. } = event {
             STARTED.fetch_add(1, Ordering::Relaxed);
-            let mut by_text = BY_TEXT.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(by_text) = by_text.as_mut() {
-                *by_text.entry(head(&query.to_string())).or_default() += 1;
+            // The tally only when asked for: no lock per statement otherwise.
+            if TALLY.load(Ordering::Relaxed) {
+                let mut by_text = BY_TEXT.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(by_text) = by_text.as_mut() {
+                    *by_text.entry(head(&query.to_string())).or_default() += 1;
+                }
             }
         }
     }))
@@ -39,6 +43,7 @@ fn counter() -> Option<Box<dyn Instrumentation>> {
 pub fn install() {
     if std::env::var_os("SHARDBOX_BENCH_STATEMENTS").is_some() {
         *BY_TEXT.lock().unwrap_or_else(|p| p.into_inner()) = Some(HashMap::new());
+        TALLY.store(true, Ordering::Relaxed);
     }
     // Fails only if set before, which would count already.
     let _ = diesel::connection::set_default_instrumentation(counter);

@@ -8,38 +8,10 @@
 
 mod common;
 
-use common::{pg_url, Schema};
-use diesel::connection::{Instrumentation, InstrumentationEvent};
+use common::{capture_statements, pg_url, taken, Schema, CACHED, ISSUED};
 use shardbox_core::storage::{EntityKey, EntityStateWrite, WriteBatch};
 use shardbox_core::InboxStore;
 use shardbox_storage::conformance::fixtures::{self, command, event, t0};
-use std::sync::Mutex;
-
-/// Every statement issued (its SQL without binds).
-static ISSUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// The statements diesel kept prepared.
-static CACHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn capture() -> Option<Box<dyn Instrumentation>> {
-    Some(Box::new(|event: InstrumentationEvent<'_>| match event {
-        InstrumentationEvent::StartQuery { query, .. } => {
-            let sql = query.to_string();
-            let sql = sql.split(" -- binds").next().unwrap_or_default().to_owned();
-            ISSUED.lock().unwrap_or_else(|p| p.into_inner()).push(sql);
-        }
-        InstrumentationEvent::CacheQuery { sql, .. } => {
-            CACHED
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(sql.to_owned());
-        }
-        _ => {}
-    }))
-}
-
-fn taken(from: &Mutex<Vec<String>>) -> Vec<String> {
-    std::mem::take(&mut *from.lock().unwrap_or_else(|p| p.into_inner()))
-}
 
 /// How many of `statements` contain `needle`.
 fn count(statements: &[String], needle: &str) -> usize {
@@ -51,7 +23,7 @@ async fn a_page_writes_each_kind_of_row_in_one_statement() {
     let Some(url) = pg_url("a_page_writes_each_kind_of_row_in_one_statement") else {
         return;
     };
-    diesel::connection::set_default_instrumentation(capture).expect("instrumentation");
+    capture_statements();
     let schema = Schema::new(&url, "pg_statements");
     // One connection, so that round two runs on the connection round one prepared.
     let storage = schema.connect(1).await;

@@ -10,7 +10,7 @@ use diesel::connection::SimpleConnection;
 use diesel::sql_types::Text;
 use diesel::{QueryableByName, RunQueryDsl};
 use shardbox_core::{InboxStore, ShardIndex, Storage, StorageError};
-use shardbox_storage::conformance::fixtures::{command, messages};
+use shardbox_storage::conformance::fixtures::{command, messages, t0};
 use shardbox_storage::{MigrationMode, PostgresStorage};
 
 #[tokio::test]
@@ -147,14 +147,8 @@ async fn page_reads_find_the_pending_rows_whatever_the_inbox_holds() {
     let mut conn = schema.raw();
     conn.batch_execute("ANALYZE inbox_messages")
         .expect("analyze");
-    let backlog = storage
-        .read_page(
-            ShardIndex(3),
-            shardbox_storage::conformance::fixtures::t0(),
-            100,
-        )
-        .await
-        .expect("read");
+    let shard_three = || storage.read_page(ShardIndex(3), t0(), 100);
+    let backlog = shard_three().await.expect("read");
     // Shard 3 holds seq ≡ 4 (mod 8): the first 100 of them.
     assert_eq!(backlog.messages.len(), 100);
     assert!(backlog.messages.windows(2).all(|w| w[0].seq < w[1].seq));
@@ -165,14 +159,7 @@ async fn page_reads_find_the_pending_rows_whatever_the_inbox_holds() {
          WHERE seq % 100 <> 0; ANALYZE inbox_messages",
     )
     .expect("deliver most rows");
-    let page = storage
-        .read_page(
-            ShardIndex(3),
-            shardbox_storage::conformance::fixtures::t0(),
-            100,
-        )
-        .await
-        .expect("read");
+    let page = shard_three().await.expect("read");
     // Shard 3 holds seq ≡ 4 (mod 8); of those, seq ≡ 100 (mod 200) stayed pending: 100 rows.
     assert_eq!(page.messages.len(), 100);
     assert!(page.messages.iter().all(|m| m.seq % 200 == 100));
@@ -190,7 +177,7 @@ async fn a_late_event_commit_never_shows_past_an_earlier_one() {
     use diesel::Connection;
     use shardbox_core::storage::WriteBatch;
     use shardbox_core::EventStore;
-    use shardbox_storage::conformance::fixtures::{event, t0};
+    use shardbox_storage::conformance::fixtures::event;
     let Some(url) = pg_url("a_late_event_commit_never_shows_past_an_earlier_one") else {
         return;
     };

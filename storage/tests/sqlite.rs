@@ -1,8 +1,10 @@
 //! SQLite-specific behaviour beyond the conformance suite: opening, schema versions, errors,
 //! several handles on one file, and the query plans that keep a stage O(page).
 
+mod common;
+
+use common::{capture_statements, taken, CACHED, ISSUED};
 use diesel::connection::SimpleConnection;
-use diesel::connection::{Instrumentation, InstrumentationEvent};
 use diesel::sql_types::Text;
 use diesel::{Connection, QueryableByName, RunQueryDsl, SqliteConnection};
 use shardbox_core::storage::WriteBatch;
@@ -10,7 +12,7 @@ use shardbox_core::{InboxStore, ShardIndex, Storage, StorageError};
 use shardbox_storage::conformance::fixtures::{self, command, messages, t0};
 use shardbox_storage::{MigrationMode, SqliteOptions, SqliteStorage};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 fn db_in(dir: &tempfile::TempDir) -> std::path::PathBuf {
     dir.path().join("shardbox.db")
@@ -179,33 +181,11 @@ fn plan(conn: &mut SqliteConnection, sql: &str) -> String {
         .join("; ")
 }
 
-/// Every statement a stage issues, as diesel sent it (captured by instrumentation).
-static ISSUED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// The statements diesel kept in a connection's prepared-statement cache.
-static CACHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn capture() -> Option<Box<dyn Instrumentation>> {
-    Some(Box::new(|event: InstrumentationEvent<'_>| match event {
-        InstrumentationEvent::StartQuery { query, .. } => {
-            let sql = query.to_string();
-            let sql = sql.split(" -- binds").next().unwrap_or_default().to_owned();
-            ISSUED.lock().unwrap_or_else(|p| p.into_inner()).push(sql);
-        }
-        InstrumentationEvent::CacheQuery { sql, .. } => {
-            CACHED
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(sql.to_owned());
-        }
-        _ => {}
-    }))
-}
-
 /// The statements of a stage use the indexes that keep its cost O(page): the SQL the storage
 /// really issues is captured and explained.
 #[tokio::test]
 async fn stage_queries_use_their_indexes() {
-    diesel::connection::set_default_instrumentation(capture).expect("instrumentation");
+    capture_statements();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = db_in(&dir);
     let storage = SqliteStorage::open(&path).await.expect("open");
@@ -264,7 +244,7 @@ async fn stage_queries_use_their_indexes() {
     assert_eq!(states[0].version, 1);
     drop(storage);
 
-    let issued: Vec<String> = ISSUED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let issued = taken(&ISSUED);
     let find = |needle: &str| -> String {
         issued
             .iter()
@@ -312,7 +292,7 @@ async fn stage_queries_use_their_indexes() {
     // The page read's statements are prepared once per connection, not at every read: the
     // partial-index predicates, written as SQL text, must not make them uncacheable. Nor are
     // the single-row inserts and the single-id state load.
-    let cached = CACHED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let cached = taken(&CACHED);
     for needle in [
         "SELECT 0 AS part",
         "min(",
