@@ -9,7 +9,7 @@
 mod common;
 
 use common::{capture_statements, pg_url, taken, Schema, CACHED, ISSUED};
-use shardbox_core::storage::{EntityKey, EntityStateWrite, WriteBatch};
+use shardbox_core::storage::WriteBatch;
 use shardbox_core::InboxStore;
 use shardbox_storage::conformance::fixtures::{self, command, event, t0};
 
@@ -48,23 +48,9 @@ async fn a_page_writes_each_kind_of_row_in_one_statement() {
             .await
             .expect("read");
         assert_eq!(page.messages.len(), 5);
-        let mut commit = fixtures::stage(
-            &lease,
-            t0(),
-            page.messages
-                .iter()
-                .map(|m| fixtures::delivered(m.seq, t0()))
-                .collect(),
-        );
+        let mut commit = fixtures::delivering(&lease, t0(), &page.messages);
         commit.states = (0..5)
-            .map(|i| EntityStateWrite {
-                key: EntityKey {
-                    kind: "account".into(),
-                    tenant: String::new(),
-                    id: format!("t{i}"),
-                },
-                state: Some(b"{}".to_vec()),
-            })
+            .map(|i| fixtures::state(fixtures::key(&format!("t{i}")), Some("{}")))
             .collect();
         commit.writes = WriteBatch {
             events: (0..5)
@@ -98,16 +84,9 @@ async fn a_page_writes_each_kind_of_row_in_one_statement() {
         }
     }
     // Every row is there, each state at version 2 (two rounds).
-    let states = shardbox_core::storage::EntityStore::load_states(
-        &storage,
-        &[EntityKey {
-            kind: "account".into(),
-            tenant: String::new(),
-            id: "t3".into(),
-        }],
-    )
-    .await
-    .expect("states");
+    let states = shardbox_core::storage::EntityStore::load_states(&storage, &[fixtures::key("t3")])
+        .await
+        .expect("states");
     assert_eq!(states[0].version, 2);
     assert_eq!(
         shardbox_core::EventStore::last_event_seq(&storage)

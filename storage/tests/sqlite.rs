@@ -209,25 +209,12 @@ async fn stage_queries_use_their_indexes() {
         .expect("read");
     storage.next_due(ShardIndex(0), t0()).await.expect("next");
     assert_eq!(page.messages.len(), 5);
-    let mut commit = fixtures::stage(
-        &lease,
-        t0(),
-        page.messages
-            .iter()
-            .map(|m| fixtures::delivered(m.seq, t0()))
-            .collect(),
-    );
+    let mut commit = fixtures::delivering(&lease, t0(), &page.messages);
     commit.purge_delivered = 10;
-    let state_of = |id: &str| shardbox_core::storage::EntityStateWrite {
-        key: shardbox_core::storage::EntityKey {
-            kind: "account".into(),
-            tenant: String::new(),
-            id: id.into(),
-        },
-        state: Some(b"{}".to_vec()),
-    };
-    let key = state_of("a").key;
-    commit.states = ["a", "m0", "m1", "m2", "m3"].map(state_of).to_vec();
+    let key = fixtures::key("a");
+    commit.states = ["a", "m0", "m1", "m2", "m3"]
+        .map(|id| fixtures::state(fixtures::key(id), Some("{}")))
+        .to_vec();
     storage.commit_stage(commit).await.expect("commit");
     // A send of one event, and one state loaded: the single-row and single-value forms.
     storage

@@ -118,6 +118,15 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
     }
 }
 
+/// A commit under `lease` at `now` that delivers every one of `rows`, kept until `now`.
+pub fn delivering(lease: &Lease, now: DateTime<Utc>, rows: &[InboxMessage]) -> StageCommit {
+    stage(
+        lease,
+        now,
+        rows.iter().map(|m| delivered(m.seq, now)).collect(),
+    )
+}
+
 /// Row `seq` delivered, kept until `keep_until`.
 pub fn delivered(seq: i64, keep_until: DateTime<Utc>) -> RowUpdate {
     RowUpdate {
