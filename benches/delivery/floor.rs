@@ -16,18 +16,34 @@ struct Seq {
     seq: i64,
 }
 
-fn insert_sql(from: usize, to: usize, shards: u32, targets: usize, payload: &str) -> String {
-    let mut sql = String::from(
-        "INSERT INTO inbox_messages (shard, signal_id, target_kind, target_id, tenant, kind, status, received_at, payload, payload_type, metadata) VALUES ",
+/// What differs between the backends' floors.
+struct Dialect {
+    /// The payload `null` as a blob literal.
+    payload: &'static str,
+    /// Whether inserts give `seq`: SQLite's inbox table does not draw it (the floor numbers
+    /// its rows itself, the least work there is), PostgreSQL's does.
+    seq: bool,
+}
+
+fn insert_sql(from: usize, to: usize, shards: u32, targets: usize, d: &Dialect) -> String {
+    let mut sql = format!(
+        "INSERT INTO inbox_messages ({}shard, signal_id, target_kind, target_id, tenant, kind, status, received_at, payload, payload_type, metadata) VALUES ",
+        if d.seq { "seq, " } else { "" }
     );
     for i in from..to {
         if i > from {
             sql.push(',');
         }
         let shard = (i as u64 % u64::from(shards)) as u32;
+        let seq = if d.seq {
+            format!("{}, ", i + 1)
+        } else {
+            String::new()
+        };
         sql.push_str(&format!(
-            "({shard}, 'floor-{i}', 'floor', 't{}', '', 'command', 'to_deliver', 0, {payload}, 'bench.bump', '{{}}')",
-            i % targets
+            "({seq}{shard}, 'floor-{i}', 'floor', 't{}', '', 'command', 'to_deliver', 0, {}, 'bench.bump', '{{}}')",
+            i % targets,
+            d.payload
         ));
     }
     sql
@@ -36,13 +52,13 @@ fn insert_sql(from: usize, to: usize, shards: u32, targets: usize, payload: &str
 /// The three steps on one concrete connection type (diesel's `sql_query` is not generic
 /// over backends without its private specialisation bounds, so this is stamped per type).
 macro_rules! floor_run {
-    ($name:ident, $conn:ty, $payload:expr) => {
+    ($name:ident, $conn:ty, $dialect:expr) => {
         fn $name(conn: &mut $conn, n: usize, shards: u32, targets: usize, page: usize) -> Result<f64, String> {
             let started = Instant::now();
             let mut from = 0;
             while from < n {
                 let to = (from + page).min(n);
-                let sql = insert_sql(from, to, shards, targets, $payload);
+                let sql = insert_sql(from, to, shards, targets, &$dialect);
                 conn.transaction::<_, diesel::result::Error, _>(|c| c.batch_execute(&sql))
                     .map_err(|e| format!("floor insert: {e}"))?;
                 from = to;
@@ -75,9 +91,22 @@ macro_rules! floor_run {
     };
 }
 
-// The payload `null` as a blob literal in each dialect.
-floor_run!(run_sqlite, diesel::SqliteConnection, "X'6e756c6c'");
-floor_run!(run_pg, diesel::PgConnection, "'\\x6e756c6c'::bytea");
+floor_run!(
+    run_sqlite,
+    diesel::SqliteConnection,
+    Dialect {
+        payload: "X'6e756c6c'",
+        seq: true,
+    }
+);
+floor_run!(
+    run_pg,
+    diesel::PgConnection,
+    Dialect {
+        payload: "'\\x6e756c6c'::bytea",
+        seq: false,
+    }
+);
 
 /// How many times `live` measures the floor; it reports the median. On the project's
 /// machine one SQLite floor run lands at about 55–60k or 78–94k rows/s, whatever the build,

@@ -275,6 +275,16 @@ async fn stage_queries_use_their_indexes() {
     assert!(next_due.contains("inbox_delayed"), "{next_due}");
     let purge = plan(&mut conn, &find("`keep_until` <= ?"));
     assert!(purge.contains("inbox_purge"), "{purge}");
+    // A page's rows are marked delivered through their seqs.
+    let delivered = issued
+        .iter()
+        .find(|q| q.starts_with("UPDATE inbox_messages SET status = 'delivered'"))
+        .expect("the commit marked rows delivered");
+    let delivered = plan(&mut conn, delivered);
+    assert_eq!(
+        delivered,
+        "SEARCH inbox_messages USING INDEX inbox_seq (seq=?)"
+    );
 
     // The page read's statements are prepared once per connection, not at every read: the
     // partial-index predicates, written as SQL text, must not make them uncacheable. Nor are
@@ -283,10 +293,15 @@ async fn stage_queries_use_their_indexes() {
     for needle in [
         "SELECT 0 AS part",
         "min(",
-        // One message, one event, one state: statements of a stage or send of one message.
-        "INSERT INTO `inbox_messages`",
+        // The seqs a send draws, its message (one), its event, one state: statements of a
+        // stage or send of one message.
+        "UPDATE inbox_sequence SET last",
+        "INSERT INTO inbox_messages (seq, shard, signal_id, target_kind, target_id, tenant, \
+         kind, status, received_at, deliver_after, expires_at, keep_until, attempts, \
+         last_error, payload, payload_type, metadata, first_failed_at) VALUES (?, ?, ?, ?, ?, \
+         ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON",
         // The batch of four messages: one statement of four rows.
-        "`first_failed_at`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
+        "first_failed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
         "INSERT INTO `events`",
         "FROM `entity_states`",
         // The commit's fence, its delivered rows and states (five: four and one).
@@ -301,6 +316,59 @@ async fn stage_queries_use_their_indexes() {
             "{needle:?} not cached: {cached:#?}"
         );
     }
+}
+
+/// One write of several shards' rows stores them shard by shard (a page's commit then
+/// dirties a few table pages, not one per row or two), while `seq` keeps the order they were
+/// written in, across shards too.
+#[tokio::test]
+async fn a_write_stores_its_rows_shard_by_shard_in_seq_order() {
+    #[derive(QueryableByName, Debug, PartialEq)]
+    struct Stored {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        seq: i64,
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        shard: i32,
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    let storage = SqliteStorage::open(&path).await.expect("open");
+    storage
+        .write(messages(vec![command(0, "before", "s0")]))
+        .await
+        .expect("write");
+    let interleaved: Vec<_> = (1..=9)
+        .map(|i| command(i % 3, &format!("t{i}"), &format!("s{i}")))
+        .collect();
+    storage.write(messages(interleaved)).await.expect("write");
+    let in_table_order: Vec<Stored> =
+        diesel::sql_query("SELECT seq, shard FROM inbox_messages ORDER BY rowid")
+            .load(&mut raw(&path))
+            .expect("rows");
+    let stored = |seq, shard| Stored { seq, shard };
+    assert_eq!(
+        in_table_order,
+        [
+            stored(1, 0),
+            // The second write: its shard 0 rows, then shard 1's, then shard 2's, each
+            // numbered in the order written.
+            stored(4, 0),
+            stored(7, 0),
+            stored(10, 0),
+            stored(2, 1),
+            stored(5, 1),
+            stored(8, 1),
+            stored(3, 2),
+            stored(6, 2),
+            stored(9, 2),
+        ]
+    );
+    let rows = storage.rows().await.expect("rows");
+    assert_eq!(
+        fixtures::signals(&rows),
+        ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"],
+        "in seq order, the order written"
+    );
 }
 
 /// A file made by the first schema is migrated in place: its rows survive whole, the new

@@ -18,7 +18,9 @@
 //! ordinality`), so `seq` follows it as it does for a multi-row `VALUES`.
 
 use crate::rows::{NewEntityStateRow, NewEventRow, NewInboxRow};
-use crate::sql::prepared::{mark_delivered_where_shard, INSERT_STATES, ON_STATE_CONFLICT};
+use crate::sql::prepared::{
+    mark_delivered_where_shard, INBOX_COLUMNS, INSERT_STATES, ON_INBOX_DUPLICATE, ON_STATE_CONFLICT,
+};
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{Array, BigInt, Binary, Integer, Nullable, Text};
@@ -79,14 +81,11 @@ impl<'a> InboxRows<'a> {
 
 impl QueryFragment<Pg> for InboxRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO inbox_messages (shard, signal_id, target_kind, target_id, tenant, kind, \
-             status, received_at, deliver_after, expires_at, keep_until, attempts, last_error, \
-             payload, payload_type, metadata, first_failed_at) \
-             SELECT shard, signal_id, target_kind, target_id, tenant, kind, status, \
-             received_at, deliver_after, expires_at, keep_until, attempts, last_error, payload, \
-             payload_type, metadata, first_failed_at FROM unnest(",
-        );
+        out.push_sql("INSERT INTO inbox_messages (");
+        out.push_sql(INBOX_COLUMNS);
+        out.push_sql(") SELECT ");
+        out.push_sql(INBOX_COLUMNS);
+        out.push_sql(" FROM unnest(");
         out.push_bind_param::<Array<Integer>, _>(&self.shard)?;
         column!(out, Text, &self.signal_id);
         column!(out, Text, &self.target_kind);
@@ -104,12 +103,10 @@ impl QueryFragment<Pg> for InboxRows<'_> {
         column!(out, Text, &self.payload_type);
         column!(out, Text, &self.metadata);
         column!(out, Nullable<BigInt>, &self.first_failed_at);
-        out.push_sql(
-            ") WITH ORDINALITY AS r(shard, signal_id, target_kind, target_id, tenant, kind, \
-             status, received_at, deliver_after, expires_at, keep_until, attempts, last_error, \
-             payload, payload_type, metadata, first_failed_at, n) ORDER BY n \
-             ON CONFLICT (tenant, target_kind, target_id, signal_id) DO NOTHING RETURNING shard",
-        );
+        out.push_sql(") WITH ORDINALITY AS r(");
+        out.push_sql(INBOX_COLUMNS);
+        out.push_sql(", n) ORDER BY n");
+        out.push_sql(ON_INBOX_DUPLICATE);
         Ok(())
     }
 }

@@ -248,8 +248,18 @@ impl Dialect for PgConnection {
         true
     }
 
-    fn insert_inbox_array(&mut self, rows: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>> {
-        several(rows).then(|| Ok(InboxRows::new(rows).load(self)?))
+    fn insert_inbox_rows(&mut self, rows: &[NewInboxRow]) -> Result<Vec<i32>, Failure> {
+        use crate::schema::inbox_messages::dsl as im;
+        Ok(match rows {
+            [] => Vec::new(),
+            [row] => diesel::insert_into(im::inbox_messages)
+                .values(row)
+                .on_conflict((im::tenant, im::target_kind, im::target_id, im::signal_id))
+                .do_nothing()
+                .returning(im::shard)
+                .get_results(self)?,
+            rows => InboxRows::new(rows).load(self)?,
+        })
     }
 
     fn upsert_state_array(

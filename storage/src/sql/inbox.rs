@@ -35,29 +35,7 @@ macro_rules! inbox_units {
                 .into_iter()
                 .map(NewInboxRow::from_write)
                 .collect::<Result<Vec<_>, _>>()?;
-            let shards = match <Conn as Dialect>::insert_inbox_array(conn, &rows) {
-                Some(shards) => shards?,
-                None => {
-                    use $crate::schema::inbox_messages::dsl as im;
-                    let mut shards = Vec::with_capacity(rows.len());
-                    ladder!(rows.as_slice(), |values| {
-                        shards.extend(
-                            diesel::insert_into(im::inbox_messages)
-                                .values(values)
-                                .on_conflict((
-                                    im::tenant,
-                                    im::target_kind,
-                                    im::target_id,
-                                    im::signal_id,
-                                ))
-                                .do_nothing()
-                                .returning(im::shard)
-                                .get_results::<i32>(conn)?,
-                        );
-                    });
-                    shards
-                }
-            };
+            let shards = <Conn as Dialect>::insert_inbox_rows(conn, &rows)?;
             let written = shards.len();
             for s in shards {
                 report.shards.push(rows::shard(s)?);

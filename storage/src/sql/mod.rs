@@ -120,22 +120,25 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// needs no transaction around it (see `write_statement`).
     fn inserts_in_one_statement(rows: usize) -> bool;
 
+    /// Inserts inbox rows in their order, skipping duplicates of the dedup key: the shards of
+    /// the rows written. PostgreSQL draws `seq` from the column's identity and writes several
+    /// rows with one statement of array parameters (`postgres::arrays`); SQLite, whose inbox
+    /// is kept in `(shard, seq)` order, draws a block of `seq`s first and writes the rows in
+    /// statements of fixed sizes (`sqlite::inbox_rows`).
+    fn insert_inbox_rows(&mut self, rows: &[NewInboxRow]) -> Result<Vec<i32>, Failure>;
+
     /// Several rows of one kind written by one statement with an array parameter per column
     /// (PostgreSQL: see `postgres::arrays`), or `None`, and the caller writes them in
     /// statements of fixed sizes (`ladder!`): where the backend has no array parameters
     /// (SQLite), and for a single row, whose plain form is cheaper.
     ///
-    /// Inbox rows in their order, skipping duplicates of the dedup key: the shards of the
-    /// rows written.
-    fn insert_inbox_array(&mut self, rows: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>>;
-
     /// States of distinct keys: a new row starts at its `version`, an existing one moves up
-    /// by it (see [`Dialect::insert_inbox_array`]).
+    /// by it.
     fn upsert_state_array(&mut self, rows: &[NewEntityStateRow<'_>])
         -> Option<Result<(), Failure>>;
 
     /// Rows `seqs` (distinct) of `shard` marked delivered until `keep_until` (µs): the rows
-    /// touched (see [`Dialect::insert_inbox_array`]).
+    /// touched (see [`Dialect::upsert_state_array`]).
     fn mark_delivered_array(
         &mut self,
         shard: i32,

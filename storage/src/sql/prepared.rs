@@ -112,6 +112,17 @@ where
     Ok(())
 }
 
+/// The columns of an inbox insert but `seq` (which PostgreSQL draws from the column's
+/// identity and SQLite's writer from `inbox_sequence`), in the order both backends bind them.
+pub(crate) const INBOX_COLUMNS: &str = "shard, signal_id, target_kind, target_id, tenant, kind, \
+     status, received_at, deliver_after, expires_at, keep_until, attempts, last_error, payload, \
+     payload_type, metadata, first_failed_at";
+
+/// What an inbox insert does with a duplicate of the dedup key: skips it, and returns the
+/// shard of each row written.
+pub(crate) const ON_INBOX_DUPLICATE: &str =
+    " ON CONFLICT (tenant, target_kind, target_id, signal_id) DO NOTHING RETURNING shard";
+
 /// The column list of an entity-state insert.
 pub(crate) const INSERT_STATES: &str =
     "INSERT INTO entity_states (kind, tenant, id, version, state, updated_at) ";

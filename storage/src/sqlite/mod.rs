@@ -16,6 +16,7 @@
 //! so one process applies them and the others find them applied.
 
 mod checkpoint;
+mod inbox_rows;
 mod options;
 
 pub use options::SqliteOptions;
@@ -186,12 +187,13 @@ impl Dialect for SqliteConnection {
         None
     }
 
-    fn inserts_in_one_statement(rows: usize) -> bool {
-        crate::sql::LADDER.contains(&rows)
+    fn inserts_in_one_statement(_rows: usize) -> bool {
+        // Drawing the seqs is a statement of its own (see `inbox_rows`).
+        false
     }
 
-    fn insert_inbox_array(&mut self, _: &[NewInboxRow]) -> Option<Result<Vec<i32>, Failure>> {
-        None
+    fn insert_inbox_rows(&mut self, rows: &[NewInboxRow]) -> Result<Vec<i32>, Failure> {
+        inbox_rows::insert(self, rows)
     }
 
     fn upsert_state_array(&mut self, _: &[NewEntityStateRow<'_>]) -> Option<Result<(), Failure>> {
