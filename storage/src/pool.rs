@@ -13,14 +13,16 @@ use crate::checkout::Manager;
 use crate::error::{classify_connect, Failure};
 use diesel::r2d2::{Builder, HandleError, Pool, R2D2Connection};
 use shardbox_core::StorageError;
+use std::any::Any;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 thread_local! {
     /// The writer gate of the database whose unit of work runs on this thread, if it has one
-    /// (see [`Db::gate_writers`] and [`gated`]).
-    static WRITER_GATE: RefCell<Option<Arc<Mutex<()>>>> = const { RefCell::new(None) };
+    /// (see [`Db::gate_writers`] and [`gated`]): a [`WriterGate`] of the database's
+    /// connection type.
+    static WRITER_GATE: RefCell<Option<Arc<dyn Any + Send + Sync>>> = const { RefCell::new(None) };
 }
 
 /// Sets this thread's writer gate for one unit of work, and clears it when dropped (blocking
@@ -28,7 +30,7 @@ thread_local! {
 struct GateScope;
 
 impl GateScope {
-    fn enter(gate: Option<Arc<Mutex<()>>>) -> Self {
+    fn enter(gate: Option<Arc<dyn Any + Send + Sync>>) -> Self {
         WRITER_GATE.with(|g| *g.borrow_mut() = gate);
         GateScope
     }
@@ -40,16 +42,54 @@ impl Drop for GateScope {
     }
 }
 
-/// Runs `write` (a write transaction) holding the writer gate of the current unit of work's
-/// database, if it has one. A nested call finds the gate taken and runs at once.
-pub(crate) fn gated<T>(write: impl FnOnce() -> T) -> T {
+/// Opens the writer's connection (with the settings of the pool's connections).
+pub(crate) type Connect<C> = Box<dyn Fn() -> Result<C, StorageError> + Send + Sync>;
+
+/// The one connection a database's write transactions run on, in turn (see
+/// [`Db::gate_writers`]).
+pub(crate) struct WriterGate<C> {
+    /// The connection, opened at the first write and again after one left it broken.
+    writer: Mutex<Option<C>>,
+    connect: Connect<C>,
+}
+
+impl<C: R2D2Connection> WriterGate<C> {
+    /// Runs `write` on the writer connection, holding it.
+    fn run<T>(&self, write: impl FnOnce(&mut C) -> Result<T, Failure>) -> Result<T, Failure> {
+        let mut slot = self.writer.lock().unwrap_or_else(|poisoned| {
+            // A writer panicked, maybe inside its transaction: its connection is not used
+            // again.
+            self.writer.clear_poison();
+            let mut slot = poisoned.into_inner();
+            *slot = None;
+            slot
+        });
+        let conn = match &mut *slot {
+            Some(conn) => conn,
+            empty => empty.insert((self.connect)()?),
+        };
+        let result = write(conn);
+        // A transaction that could not be rolled back leaves the connection unusable.
+        if conn.is_broken() {
+            *slot = None;
+        }
+        result
+    }
+}
+
+/// Runs `write` (a write transaction): on the writer connection of the current unit of
+/// work's database if it has one (waiting for its turn), else on `conn`. A nested call, or
+/// one inside the writer's own work, finds the gate taken and runs on `conn` at once.
+pub(crate) fn gated<C: R2D2Connection + 'static, T>(
+    conn: &mut C,
+    write: impl FnOnce(&mut C) -> Result<T, Failure>,
+) -> Result<T, Failure> {
     let Some(gate) = WRITER_GATE.with(|g| g.borrow_mut().take()) else {
-        return write();
+        return write(conn);
     };
-    let result = {
-        // The guarded value is `()`: a panic in another writer leaves nothing inconsistent.
-        let _held = gate.lock().unwrap_or_else(|p| p.into_inner());
-        write()
+    let result = match gate.downcast_ref::<WriterGate<C>>() {
+        Some(writer) => writer.run(write),
+        None => write(conn),
     };
     WRITER_GATE.with(|g| *g.borrow_mut() = Some(gate));
     result
@@ -93,7 +133,7 @@ impl HandleError<diesel::r2d2::Error> for TracePoolErrors {
 pub(crate) struct Db<C: R2D2Connection + Send + 'static> {
     pool: Pool<Manager<C>>,
     name: Arc<str>,
-    writers: Option<Arc<Mutex<()>>>,
+    writers: Option<Arc<WriterGate<C>>>,
 }
 
 impl<C: R2D2Connection + Send + 'static> Db<C> {
@@ -105,13 +145,20 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
         }
     }
 
-    /// Makes this pool's write transactions take turns on an in-process mutex before they
-    /// ask the database for its write lock (see [`gated`]). For SQLite, which runs one writer
-    /// at a time anyway: a writer that finds the lock taken waits in SQLite's busy handler,
-    /// which sleeps 1, 2, 5, 10… ms between tries, while a writer waiting on the mutex starts
-    /// the moment the last one commits.
-    pub(crate) fn gate_writers(mut self) -> Self {
-        self.writers = Some(Arc::new(Mutex::new(())));
+    /// Makes this database's write transactions take turns on one connection of their own,
+    /// opened by `connect` (see [`gated`]). For SQLite, which runs one writer at a time
+    /// anyway:
+    /// - a writer waiting for the turn starts the moment the last one commits, where one that
+    ///   finds SQLite's write lock taken waits in its busy handler, which sleeps 1, 2, 5,
+    ///   10… ms between tries;
+    /// - the writer's page cache stays warm. A connection drops its whole cache when it
+    ///   starts a transaction after another connection wrote, so writes spread over the pool
+    ///   each began by reading their B-tree pages again.
+    pub(crate) fn gate_writers(mut self, connect: Connect<C>) -> Self {
+        self.writers = Some(Arc::new(WriterGate {
+            writer: Mutex::new(None),
+            connect,
+        }));
         self
     }
 
@@ -138,7 +185,7 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
             let mut conn = pool
                 .get()
                 .map_err(|e| classify_connect(e.to_string(), &name))?;
-            let _gate = GateScope::enter(writers);
+            let _gate = GateScope::enter(writers.map(|w| w as Arc<dyn Any + Send + Sync>));
             work(&mut conn).map_err(|f| f.into_storage_error(&name))
         })
         .await
@@ -161,4 +208,94 @@ where
         .spawn_blocking(work)
         .await
         .map_err(|e| StorageError::Task(e.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, SqliteConnection};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A writer gate over a SQLite file in `dir`, counting the connections it opens.
+    fn gate(
+        dir: &tempfile::TempDir,
+        opened: &Arc<AtomicUsize>,
+    ) -> Arc<WriterGate<SqliteConnection>> {
+        let url = dir.path().join("gate.db").to_string_lossy().into_owned();
+        let opened = Arc::clone(opened);
+        Arc::new(WriterGate {
+            writer: Mutex::new(None),
+            connect: Box::new(move || {
+                opened.fetch_add(1, Ordering::SeqCst);
+                let mut conn = SqliteConnection::establish(&url)
+                    .map_err(|e| StorageError::Task(e.to_string()))?;
+                conn.batch_execute("CREATE TABLE IF NOT EXISTS t (v INTEGER)")
+                    .map_err(|e| StorageError::Task(e.to_string()))?;
+                Ok(conn)
+            }),
+        })
+    }
+
+    /// Runs one write the way a unit of work does: inside the gate's scope, on `conn`.
+    fn write(
+        gate: &Arc<WriterGate<SqliteConnection>>,
+        conn: &mut SqliteConnection,
+        work: impl FnOnce(&mut SqliteConnection) -> Result<(), Failure>,
+    ) -> Result<(), Failure> {
+        let _scope = GateScope::enter(Some(Arc::clone(gate) as Arc<dyn Any + Send + Sync>));
+        gated(conn, work)
+    }
+
+    #[test]
+    fn writes_run_on_one_connection_opened_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opened = Arc::new(AtomicUsize::new(0));
+        let gate = gate(&dir, &opened);
+        let mut pooled = SqliteConnection::establish(":memory:").expect("memory");
+        for v in 0..3 {
+            write(&gate, &mut pooled, |conn| {
+                conn.batch_execute(&format!("INSERT INTO t VALUES ({v})"))?;
+                Ok(())
+            })
+            .expect("write");
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+        // The rows are in the file, not on the connection the unit held.
+        assert!(
+            pooled.batch_execute("SELECT v FROM t").is_err(),
+            "no table in :memory:"
+        );
+        // Outside a unit's scope, a write runs on the connection given.
+        gated(&mut pooled, |conn| {
+            Ok(conn.batch_execute("CREATE TABLE here (v INTEGER)")?)
+        })
+        .expect("ungated");
+        pooled
+            .batch_execute("SELECT v FROM here")
+            .expect("written here");
+    }
+
+    #[test]
+    fn a_writer_that_panicked_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opened = Arc::new(AtomicUsize::new(0));
+        let gate = gate(&dir, &opened);
+        let mut pooled = SqliteConnection::establish(":memory:").expect("memory");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write(&gate, &mut pooled, |conn| {
+                conn.batch_execute("BEGIN; INSERT INTO t VALUES (1)")?;
+                panic!("a writer fails inside its transaction");
+            })
+        }));
+        assert!(panicked.is_err());
+        // A fresh connection, outside the abandoned transaction: it can write (the old one
+        // would refuse a second BEGIN) and sees nothing of the abandoned insert.
+        write(&gate, &mut pooled, |conn| {
+            conn.batch_execute("BEGIN; INSERT INTO t VALUES (2); COMMIT")?;
+            Ok(())
+        })
+        .expect("the next write");
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+    }
 }

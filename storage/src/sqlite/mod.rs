@@ -5,8 +5,9 @@
 //!  open(path) ─► first connection: pragmas, migrations in BEGIN IMMEDIATE
 //!             ─► r2d2 pool, every connection: busy_timeout, WAL, synchronous=NORMAL,
 //!                foreign_keys
-//!  writes     ─► the process's writers take turns on a mutex, then BEGIN IMMEDIATE: one
-//!                writer at a time; another process's writers wait up to busy_timeout
+//!  writes     ─► the process's writers take turns on one connection of their own (its
+//!                page cache stays warm), then BEGIN IMMEDIATE: one writer at a time;
+//!                another process's writers wait up to busy_timeout
 //!  reads      ─► deferred transactions, concurrent with the writer (WAL)
 //!  checkpoint ─► a background thread copies the WAL into the file every 100 ms
 //!                (see `checkpoint`); commits do not
@@ -154,7 +155,14 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
         None => None,
     };
     Ok(SqliteStorage {
-        db: Db::new(pool, name).gate_writers(),
+        db: Db::new(pool, name.clone()).gate_writers(Box::new(move || {
+            let mut conn = SqliteConnection::establish(&url)
+                .map_err(|e| classify_connect(e.to_string(), &name))?;
+            pragmas
+                .apply(&mut conn)
+                .map_err(|e| classify_connect(e.to_string(), &name))?;
+            Ok(conn)
+        })),
         path,
         _checkpointer: checkpointer,
     })
@@ -165,9 +173,9 @@ impl Dialect for SqliteConnection {
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
-        // Writers of this process take turns before BEGIN IMMEDIATE (see Db::gate_writers);
-        // other processes still meet the busy timeout.
-        crate::pool::gated(|| self.immediate_transaction(work))
+        // Writers of this process take turns on the writer connection before BEGIN IMMEDIATE
+        // (see Db::gate_writers); other processes still meet the busy timeout.
+        crate::pool::gated(self, |writer| writer.immediate_transaction(work))
     }
 
     fn write_statement<T>(
