@@ -21,6 +21,20 @@ use chrono::{DateTime, Utc};
 use shardbox_core::message::Metadata;
 use shardbox_core::ShardIndex;
 
+/// The rows of messages to insert, in their order.
+pub(crate) fn inbox_rows(
+    messages: Vec<shardbox_core::message::InboxWrite>,
+) -> Result<Vec<NewInboxRow>, Failure> {
+    messages.into_iter().map(NewInboxRow::from_write).collect()
+}
+
+/// The rows of events to append, in their order.
+pub(crate) fn event_rows(
+    events: Vec<shardbox_core::NewEvent>,
+) -> Result<Vec<NewEventRow>, Failure> {
+    events.into_iter().map(NewEventRow::from_event).collect()
+}
+
 /// Microseconds since the Unix epoch: how every time is stored.
 ///
 /// Nanoseconds are truncated, on both backends alike, so a time read back may be up to a

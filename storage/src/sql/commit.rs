@@ -23,18 +23,21 @@ macro_rules! commit_units {
             conn: &mut Conn,
             commit: StageCommit,
         ) -> Result<CommitReport, Failure> {
+            let StageCommit {
+                lease,
+                now,
+                lease_until,
+                updates,
+                states,
+                writes,
+                dead_letters,
+                purge_delivered,
+                catch_ups,
+            } = commit;
+            // The fan-out's rows are made before the transaction and dropped after it.
+            let messages = $crate::rows::inbox_rows(writes.messages)?;
+            let events = $crate::rows::event_rows(writes.events)?;
             <Conn as Dialect>::write_transaction(conn, |conn| {
-                let StageCommit {
-                    lease,
-                    now,
-                    lease_until,
-                    updates,
-                    states,
-                    writes,
-                    dead_letters,
-                    purge_delivered,
-                    catch_ups,
-                } = commit;
                 fence(conn, &lease, lease_until)?;
                 update_rows(conn, lease.shard, updates, now)?;
                 store_states(conn, states, now)?;
@@ -43,9 +46,9 @@ macro_rules! commit_units {
                     store_catch_up(conn, &job, Some(lease.shard))?;
                 }
                 let mut written = WriteReport::default();
-                insert_messages(conn, writes.messages, &mut written)?;
+                insert_rows(conn, &messages, &mut written)?;
                 let purged = purge(conn, lease.shard, now, purge_delivered)?;
-                append_events(conn, writes.events, &mut written)?;
+                append_events(conn, &events, &mut written)?;
                 finish_report(&mut written);
                 let mut lease = lease;
                 lease.lease_until = lease_until;

@@ -27,44 +27,47 @@ macro_rules! inbox_units {
             messages: Vec<shardbox_core::message::InboxWrite>,
             report: &mut WriteReport,
         ) -> Result<(), Failure> {
-            if messages.is_empty() {
+            insert_rows(conn, &$crate::rows::inbox_rows(messages)?, report)
+        }
+
+        /// Inserts rows made by `rows::inbox_rows` (before the transaction: a write
+        /// transaction holds SQLite's one write lock), ignoring (and counting) duplicates of
+        /// the dedup key.
+        pub(crate) fn insert_rows(
+            conn: &mut Conn,
+            rows: &[NewInboxRow],
+            report: &mut WriteReport,
+        ) -> Result<(), Failure> {
+            if rows.is_empty() {
                 return Ok(());
             }
-            let total = messages.len();
-            let rows = messages
-                .into_iter()
-                .map(NewInboxRow::from_write)
-                .collect::<Result<Vec<_>, _>>()?;
-            let shards = <Conn as Dialect>::insert_inbox_rows(conn, &rows)?;
+            let shards = <Conn as Dialect>::insert_inbox_rows(conn, rows)?;
             let written = shards.len();
             for s in shards {
                 report.shards.push(rows::shard(s)?);
             }
             report.written += written;
-            report.duplicates += total - written;
+            report.duplicates += rows.len() - written;
             Ok(())
         }
 
-        /// Appends events, ignoring a duplicate id. Must be the last statement of its
-        /// transaction but for other event appends (see `Dialect::append_event_rows`).
+        /// Appends events made by `rows::event_rows`, ignoring a duplicate id. Must be the
+        /// last statement of its transaction but for other event appends (see
+        /// `Dialect::append_event_rows`).
         pub(crate) fn append_events(
             conn: &mut Conn,
-            new_events: Vec<shardbox_core::NewEvent>,
+            rows: &[NewEventRow],
             report: &mut WriteReport,
         ) -> Result<(), Failure> {
-            if new_events.is_empty() {
+            if rows.is_empty() {
                 return Ok(());
             }
-            let rows = new_events
-                .into_iter()
-                .map(NewEventRow::from_event)
-                .collect::<Result<Vec<_>, _>>()?;
-            report.events += match <Conn as Dialect>::append_event_rows(conn, &rows) {
+            report.events += match <Conn as Dialect>::append_event_rows(conn, rows) {
                 Some(appended) => appended?,
                 None => {
                     use $crate::schema::events::dsl as ev;
                     let mut appended = 0;
-                    ladder!(rows.as_slice(), |values| {
+                    ladder!(rows, |values| {
                         appended += diesel::insert_into(ev::events)
                             .values(values)
                             .on_conflict(ev::id)
@@ -89,16 +92,24 @@ macro_rules! inbox_units {
         /// `send`), that statement alone (`Dialect::write_statement`).
         pub(crate) fn write_all(
             conn: &mut Conn,
-            mut batches: Vec<WriteBatch>,
+            batches: Vec<WriteBatch>,
         ) -> Result<Vec<WriteReport>, Failure> {
-            if let [batch] = batches.as_slice() {
-                if batch.events.is_empty()
-                    && <Conn as Dialect>::inserts_in_one_statement(batch.messages.len())
+            // Rows are made before the transaction and dropped after it.
+            let batches = batches
+                .into_iter()
+                .map(|b| {
+                    Ok((
+                        $crate::rows::inbox_rows(b.messages)?,
+                        $crate::rows::event_rows(b.events)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, Failure>>()?;
+            if let [(messages, events)] = batches.as_slice() {
+                if events.is_empty() && <Conn as Dialect>::inserts_in_one_statement(messages.len())
                 {
-                    let messages = batches.pop().map(|b| b.messages).unwrap_or_default();
                     return <Conn as Dialect>::write_statement(conn, |conn| {
                         let mut report = WriteReport::default();
-                        insert_messages(conn, messages, &mut report)?;
+                        insert_rows(conn, messages, &mut report)?;
                         finish_report(&mut report);
                         Ok(vec![report])
                     });
@@ -106,14 +117,12 @@ macro_rules! inbox_units {
             }
             <Conn as Dialect>::write_transaction(conn, |conn| {
                 let mut reports = Vec::with_capacity(batches.len());
-                let mut events = Vec::with_capacity(batches.len());
-                for batch in batches {
+                for (messages, _) in &batches {
                     let mut report = WriteReport::default();
-                    insert_messages(conn, batch.messages, &mut report)?;
+                    insert_rows(conn, messages, &mut report)?;
                     reports.push(report);
-                    events.push(batch.events);
                 }
-                for (report, events) in reports.iter_mut().zip(events) {
+                for (report, (_, events)) in reports.iter_mut().zip(&batches) {
                     append_events(conn, events, report)?;
                     finish_report(report);
                 }
