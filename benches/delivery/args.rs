@@ -4,7 +4,8 @@
 pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
 [--workload live|latency|scale|catch-up|cluster] [--n N] [--targets T] [--shards S] \
-[--page-size P] [--nodes K] [--rate R] [--secs D] [--batch B (default: page size)] \
+[--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
+before measuring, default 1)] [--batch B (default: page size)] \
 [--cache-capacity C (default: the framework's)]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,9 @@ pub struct Args {
     pub nodes: usize,
     pub rate: u64,
     pub secs: u64,
+    /// `latency`: seconds of sends at the offered rate before the measured ones (node start:
+    /// connections, prepared statements, shards spread over the nodes), reported apart.
+    pub warmup: u64,
     /// Commands per send (`send_many`); 1 sends one by one.
     pub batch: usize,
     /// Entries of the deduplication cache (`None`: the framework's default).
@@ -86,6 +90,7 @@ impl Args {
             nodes: 3,
             rate: 1_000,
             secs: 10,
+            warmup: 1,
             batch: 0,
             cache_capacity: None,
             node_process: None,
@@ -120,6 +125,7 @@ impl Args {
                 "--nodes" => a.nodes = number("--nodes", it.next())?,
                 "--rate" => a.rate = number("--rate", it.next())?,
                 "--secs" => a.secs = number("--secs", it.next())?,
+                "--warmup" => a.warmup = number("--warmup", it.next())?,
                 "--batch" => a.batch = number("--batch", it.next())?,
                 "--cache-capacity" => {
                     a.cache_capacity = Some(number("--cache-capacity", it.next())?)

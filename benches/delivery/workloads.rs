@@ -191,48 +191,22 @@ pub async fn latency(a: &Args) -> Result<Report, String> {
         handles.push(sb.start());
         boxes.push(sb);
     }
-    *LATENCY.lock().unwrap_or_else(|p| p.into_inner()) =
-        Some(Histogram::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?);
+    // Warm-up: the same rate, measured apart. The first sends after the nodes start meet
+    // connections that prepare their statements and shards still moving to the second node.
+    let warm = (a.rate * a.warmup) as usize;
+    let warmup = offer(&boxes, 0, warm, a.rate, a.targets).await?.1;
     let total = (a.rate * a.secs) as usize;
-    let period = Duration::from_secs_f64(1.0 / a.rate as f64);
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let statements_before = statements::count();
     let started = Instant::now();
-    // Open loop: each send is its own task, issued on its tick whether or not the earlier
-    // ones have committed, so a slow commit delays its own message, not the offered rate
-    // (a sender awaiting each send in turn would fall behind and hide the queueing).
-    let mut sends = tokio::task::JoinSet::new();
-    for i in 0..total {
-        tick.tick().await;
-        // The sender is always the first node; with two nodes, half the shards are served by
-        // the other one and woken through the database's notifications.
-        let sender = boxes[0].clone();
-        let id = target(i, a.targets);
-        sends.spawn(async move { sender.send::<Counter>(&id, &Bump).await.map(|_| ()) });
-        while let Some(sent) = sends.try_join_next() {
-            sent.map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
-        }
-    }
-    let offered = total as f64 / started.elapsed().as_secs_f64();
-    while let Some(sent) = sends.join_next().await {
-        sent.map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-    }
-    until_delivered(&boxes, total as u64, Duration::from_secs(120)).await?;
+    let (offered, h) = offer(&boxes, warm, total, a.rate, a.targets).await?;
+    let h = h.ok_or("--rate × --secs sends nothing to measure")?;
     let elapsed = started.elapsed().as_secs_f64();
     let statements = statements::count() - statements_before;
     statements::breakdown(total);
-    let h = LATENCY
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .ok_or("latency histogram missing")?;
     for node in handles {
         node.shutdown().await.map_err(|e| e.to_string())?;
     }
-    let (lost, duplicates) = check(&boxes[0], total, a.targets).await?;
+    let (lost, duplicates) = check(&boxes[0], warm + total, a.targets).await?;
     let mut r = report(a, &db);
     r.n = total;
     r.msgs_per_s = total as f64 / elapsed;
@@ -243,11 +217,66 @@ pub async fn latency(a: &Args) -> Result<Report, String> {
     r.duplicates = duplicates;
     r.extra.push(("nodes", nodes as f64));
     r.extra.push(("offered_per_s", offered));
+    r.extra.push(("warmup_s", a.warmup as f64));
+    if let Some(w) = warmup {
+        r.extra
+            .push(("warmup_p99_ms", w.value_at_quantile(0.99) as f64 / 1000.0));
+        r.extra.push(("warmup_max_ms", w.max() as f64 / 1000.0));
+    }
     r.extra.push((
         "statements_per_msg",
         statements as f64 / total.max(1) as f64,
     ));
     Ok(r)
+}
+
+/// Sends `count` bumps at `rate` per second (the `from`-th send on) through the first
+/// node and waits until all `from + count` sent so far were delivered: the offered rate and
+/// the send → handler-start latencies (`None` for no sends).
+async fn offer(
+    boxes: &[Shardbox],
+    from: usize,
+    count: usize,
+    rate: u64,
+    targets: usize,
+) -> Result<(f64, Option<Histogram<u64>>), String> {
+    if count == 0 {
+        return Ok((0.0, None));
+    }
+    *LATENCY.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some(Histogram::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?);
+    let period = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let started = Instant::now();
+    // Open loop: each send is its own task, issued on its tick whether or not the earlier
+    // ones have committed, so a slow commit delays its own message, not the offered rate
+    // (a sender awaiting each send in turn would fall behind and hide the queueing).
+    let mut sends = tokio::task::JoinSet::new();
+    for i in from..from + count {
+        tick.tick().await;
+        // The sender is always the first node; with two nodes, half the shards are served by
+        // the other one and woken through the database's notifications.
+        let sender = boxes[0].clone();
+        let id = target(i, targets);
+        sends.spawn(async move { sender.send::<Counter>(&id, &Bump).await.map(|_| ()) });
+        while let Some(sent) = sends.try_join_next() {
+            sent.map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    let offered = count as f64 / started.elapsed().as_secs_f64();
+    while let Some(sent) = sends.join_next().await {
+        sent.map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    until_delivered(boxes, (from + count) as u64, Duration::from_secs(120)).await?;
+    let h = LATENCY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .ok_or("latency histogram missing")?;
+    Ok((offered, Some(h)))
 }
 
 /// Writes `count` rows that are pending but due tomorrow, spread over every shard.
