@@ -278,7 +278,7 @@ async fn stage_queries_use_their_indexes() {
     // A page's rows are marked delivered through their seqs.
     let delivered = issued
         .iter()
-        .find(|q| q.starts_with("UPDATE inbox_messages SET status = 'delivered'"))
+        .find(|q| q.starts_with("UPDATE OR FAIL inbox_messages SET status = 'delivered'"))
         .expect("the commit marked rows delivered");
     let delivered = plan(&mut conn, delivered);
     assert_eq!(
@@ -296,19 +296,20 @@ async fn stage_queries_use_their_indexes() {
         // The seqs a send draws, its message (one), its event, one state: statements of a
         // stage or send of one message.
         "UPDATE inbox_sequence SET last",
-        "INSERT INTO inbox_messages (seq, shard, signal_id, target_kind, target_id, tenant, \
+        "INSERT OR FAIL INTO inbox_messages (seq, shard, signal_id, target_kind, target_id, tenant, \
          kind, status, received_at, deliver_after, expires_at, keep_until, attempts, \
          last_error, payload, payload_type, metadata, first_failed_at) VALUES (?, ?, ?, ?, ?, \
          ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON",
         // The batch of four messages: one statement of four rows.
         "first_failed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
-        "INSERT INTO `events`",
+        "INSERT OR FAIL INTO events (id, event_type, source_kind, source_id, tenant, \
+         occurred_at, payload, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id)",
         "FROM `entity_states`",
         // The commit's fence, its delivered rows and states (five: four and one).
         "UPDATE shard_sessions SET lease_until",
         "seq IN (?)",
         "seq IN (?, ?, ?, ?)",
-        "INSERT INTO entity_states",
+        "INSERT OR FAIL INTO entity_states",
         "VALUES (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?) ON",
     ] {
         assert!(

@@ -19,7 +19,8 @@
 
 use crate::rows::{NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{
-    mark_delivered_where_shard, INBOX_COLUMNS, INSERT_STATES, ON_INBOX_DUPLICATE, ON_STATE_CONFLICT,
+    insert_states, mark_delivered_where_shard, EVENT_COLUMNS, INBOX_COLUMNS, ON_EVENT_DUPLICATE,
+    ON_INBOX_DUPLICATE, ON_STATE_CONFLICT,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
@@ -157,11 +158,11 @@ impl QueryFragment<Pg> for EventRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         out.push_sql("WITH appending AS MATERIALIZED (SELECT pg_advisory_xact_lock(");
         out.push_bind_param::<Integer, _>(&self.lock)?;
+        out.push_sql(", hashtext(COALESCE(current_schema(), ''))) AS locked) INSERT INTO events (");
+        out.push_sql(EVENT_COLUMNS);
         out.push_sql(
-            ", hashtext(COALESCE(current_schema(), ''))) AS locked) \
-             INSERT INTO events (id, event_type, source_kind, source_id, tenant, occurred_at, \
-             payload, metadata) SELECT r.id, r.event_type, r.source_kind, r.source_id, \
-             r.tenant, r.occurred_at, r.payload, r.metadata FROM appending, unnest(",
+            ") SELECT r.id, r.event_type, r.source_kind, r.source_id, r.tenant, \
+             r.occurred_at, r.payload, r.metadata FROM appending, unnest(",
         );
         out.push_bind_param::<Array<Text>, _>(&self.id)?;
         column!(out, Text, &self.event_type);
@@ -171,10 +172,10 @@ impl QueryFragment<Pg> for EventRows<'_> {
         column!(out, BigInt, &self.occurred_at);
         column!(out, Binary, &self.payload);
         column!(out, Text, &self.metadata);
-        out.push_sql(
-            ") WITH ORDINALITY AS r(id, event_type, source_kind, source_id, tenant, occurred_at, \
-             payload, metadata, n) ORDER BY r.n ON CONFLICT (id) DO NOTHING",
-        );
+        out.push_sql(") WITH ORDINALITY AS r(");
+        out.push_sql(EVENT_COLUMNS);
+        out.push_sql(", n) ORDER BY r.n");
+        out.push_sql(ON_EVENT_DUPLICATE);
         Ok(())
     }
 }
@@ -212,7 +213,7 @@ impl<'a> StateRows<'a> {
 
 impl QueryFragment<Pg> for StateRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(INSERT_STATES);
+        insert_states(&mut out);
         out.push_sql("SELECT * FROM unnest(");
         out.push_bind_param::<Array<Text>, _>(&self.kind)?;
         column!(out, Text, &self.tenant);

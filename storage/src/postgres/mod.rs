@@ -236,12 +236,8 @@ impl Dialect for PgConnection {
         Ok(())
     }
 
-    fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>> {
-        Some(
-            EventRows::new(rows, LOCK_EVENT_APPEND)
-                .execute(self)
-                .map_err(Failure::from),
-        )
+    fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Result<usize, Failure> {
+        Ok(EventRows::new(rows, LOCK_EVENT_APPEND).execute(self)?)
     }
 
     fn inserts_in_one_statement(_rows: usize) -> bool {

@@ -62,21 +62,7 @@ macro_rules! inbox_units {
             if rows.is_empty() {
                 return Ok(());
             }
-            report.events += match <Conn as Dialect>::append_event_rows(conn, rows) {
-                Some(appended) => appended?,
-                None => {
-                    use $crate::schema::events::dsl as ev;
-                    let mut appended = 0;
-                    ladder!(rows, |values| {
-                        appended += diesel::insert_into(ev::events)
-                            .values(values)
-                            .on_conflict(ev::id)
-                            .do_nothing()
-                            .execute(conn)?;
-                    });
-                    appended
-                }
-            };
+            report.events += <Conn as Dialect>::append_event_rows(conn, rows)?;
             Ok(())
         }
 

@@ -110,11 +110,12 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// paging by `seq` never skips an event that committed late with a lower `seq`. Returns
     /// how many were appended.
     ///
-    /// PostgreSQL takes the lock in the same statement as the insert (one round trip);
-    /// SQLite needs none, its writers being serialised, and returns `None`: the caller
-    /// inserts the rows (cut with `ladder!`). Nothing that can wait on another transaction
-    /// may follow the append in the transaction, which keeps the lock free of deadlocks.
-    fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Option<Result<usize, Failure>>;
+    /// PostgreSQL takes the lock in the same statement as the insert (one round trip,
+    /// `postgres::arrays`); SQLite needs none, its writers being serialised, and writes the
+    /// rows in statements of fixed sizes (`sqlite::event_rows`). Nothing that can wait on
+    /// another transaction may follow the append in the transaction, which keeps the lock
+    /// free of deadlocks.
+    fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Result<usize, Failure>;
 
     /// Whether `rows` inbox rows (with no events) are written by one statement, which then
     /// needs no transaction around it (see `write_statement`).

@@ -3,7 +3,7 @@
 //! ```text
 //!  DrawSeqs        UPDATE inbox_sequence SET last = last + n RETURNING last
 //!                    ─► the block of n seqs last-n+1 ..= last, given out in the write's order
-//!  InsertInbox<N>  INSERT INTO inbox_messages (seq, …) VALUES (…N rows, sorted by shard)
+//!  InsertInbox<N>  INSERT OR FAIL INTO inbox_messages (seq, …) VALUES (…N rows, by shard)
 //!                    ON CONFLICT (dedup key) DO NOTHING RETURNING shard
 //! ```
 //!
@@ -89,13 +89,14 @@ impl QueryId for DrawSeqs {
 
 impl<Conn> RunQueryDsl<Conn> for DrawSeqs {}
 
-/// `INSERT INTO inbox_messages (seq, …) VALUES (…)` of `N` rows with their seqs, in this
-/// order, skipping duplicates of the dedup key, returning the shard of each row written.
+/// `INSERT OR FAIL INTO inbox_messages (seq, …) VALUES (…)` of `N` rows with their seqs, in
+/// this order, skipping duplicates of the dedup key, returning the shard of each row written
+/// (`OR FAIL`: see `sql::prepared::OrFail`).
 struct InsertInbox<'a, const N: usize>(&'a [(i64, &'a NewInboxRow); N]);
 
 impl<const N: usize> QueryFragment<Sqlite> for InsertInbox<'_, N> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-        out.push_sql("INSERT INTO inbox_messages (seq, ");
+        out.push_sql("INSERT OR FAIL INTO inbox_messages (seq, ");
         out.push_sql(INBOX_COLUMNS);
         out.push_sql(") VALUES ");
         for (i, (seq, row)) in self.0.iter().enumerate() {

@@ -17,6 +17,7 @@
 //! so one process applies them and the others find them applied.
 
 mod checkpoint;
+mod event_rows;
 mod inbox_rows;
 mod options;
 
@@ -190,9 +191,9 @@ impl Dialect for SqliteConnection {
         Ok(())
     }
 
-    fn append_event_rows(&mut self, _: &[NewEventRow]) -> Option<Result<usize, Failure>> {
+    fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Result<usize, Failure> {
         // Writers are serialised, so events commit in seq order already.
-        None
+        event_rows::append(self, rows)
     }
 
     fn inserts_in_one_statement(_rows: usize) -> bool {
