@@ -150,3 +150,61 @@ impl<const N: usize> QueryId for InsertInbox<'_, N> {
 }
 
 impl<Conn, const N: usize> RunQueryDsl<Conn> for InsertInbox<'_, N> {}
+
+#[cfg(test)]
+mod tests {
+    use super::insert;
+    use crate::conformance::fixtures::command;
+    use crate::error::Failure;
+    use crate::rows::NewInboxRow;
+    use diesel::{Connection, QueryDsl, RunQueryDsl, SqliteConnection};
+
+    /// A migrated database file in `dir`, and a connection of its own to it.
+    async fn migrated(dir: &tempfile::TempDir) -> SqliteConnection {
+        let path = dir.path().join("rows.db");
+        drop(crate::SqliteStorage::open(&path).await.expect("open"));
+        SqliteConnection::establish(&path.to_string_lossy()).expect("connect")
+    }
+
+    fn rows(shards: &[u32]) -> Vec<NewInboxRow> {
+        shards
+            .iter()
+            .enumerate()
+            .map(|(i, &shard)| {
+                NewInboxRow::from_write(command(shard, &format!("t{i}"), &format!("s{i}")))
+                    .expect("row")
+            })
+            .collect()
+    }
+
+    /// `OR FAIL` keeps the rows a failing statement wrote before the failure; the transaction
+    /// around it, rolled back on the error, takes them away with the rest.
+    #[tokio::test]
+    async fn a_statement_failing_midway_leaves_nothing_once_rolled_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut conn = migrated(&dir).await;
+        let mut batch = rows(&[0, 0, 0, 0]);
+        batch[2].status = "no such status".into();
+        let failed = conn.immediate_transaction(|conn| insert(conn, &batch));
+        assert!(matches!(failed, Err(Failure::Db(_))), "{failed:?}");
+        let count: i64 = crate::schema::inbox_messages::table
+            .count()
+            .get_result(&mut conn)
+            .expect("count");
+        assert_eq!(count, 0);
+        // The seqs drawn in the rolled-back transaction are drawn again.
+        let shards = conn
+            .immediate_transaction(|conn| insert(conn, &rows(&[1, 0])))
+            .expect("insert");
+        assert_eq!(shards.len(), 2);
+        let seqs: Vec<(i64, i32)> = crate::schema::inbox_messages::table
+            .select((
+                crate::schema::inbox_messages::seq,
+                crate::schema::inbox_messages::shard,
+            ))
+            .order(crate::schema::inbox_messages::seq)
+            .load(&mut conn)
+            .expect("rows");
+        assert_eq!(seqs, [(1, 1), (2, 0)], "seq in the order written, from 1");
+    }
+}
