@@ -296,12 +296,11 @@ async fn stage_queries_use_their_indexes() {
         // The seqs a send draws, its message (one), its event, one state: statements of a
         // stage or send of one message.
         "UPDATE inbox_sequence SET last",
-        "INSERT OR FAIL INTO inbox_messages (seq, shard, signal_id, target_kind, target_id, tenant, \
-         kind, status, received_at, deliver_after, expires_at, keep_until, attempts, \
-         last_error, payload, payload_type, metadata, first_failed_at) VALUES (?, ?, ?, ?, ?, \
-         ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON",
+        "INSERT OR FAIL INTO inbox_messages (seq, shard, signal_id, target_kind, target_id, \
+         tenant, kind, status, received_at, deliver_after, expires_at, payload, payload_type, \
+         metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON",
         // The batch of four messages: one statement of four rows.
-        "first_failed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
+        "metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
         "INSERT OR FAIL INTO events (id, event_type, source_kind, source_id, tenant, \
          occurred_at, payload, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id)",
         "FROM `entity_states`",

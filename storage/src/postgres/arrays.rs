@@ -47,13 +47,9 @@ pub(crate) struct InboxRows<'a> {
     received_at: Vec<i64>,
     deliver_after: Vec<Option<i64>>,
     expires_at: Vec<Option<i64>>,
-    keep_until: Vec<Option<i64>>,
-    attempts: Vec<i32>,
-    last_error: Vec<Option<&'a str>>,
     payload: Vec<&'a [u8]>,
     payload_type: Vec<&'a str>,
     metadata: Vec<&'a str>,
-    first_failed_at: Vec<Option<i64>>,
 }
 
 impl<'a> InboxRows<'a> {
@@ -69,13 +65,9 @@ impl<'a> InboxRows<'a> {
             received_at: rows.iter().map(|r| r.received_at).collect(),
             deliver_after: rows.iter().map(|r| r.deliver_after).collect(),
             expires_at: rows.iter().map(|r| r.expires_at).collect(),
-            keep_until: rows.iter().map(|r| r.keep_until).collect(),
-            attempts: rows.iter().map(|r| r.attempts).collect(),
-            last_error: rows.iter().map(|r| r.last_error.as_deref()).collect(),
             payload: rows.iter().map(|r| r.payload.as_slice()).collect(),
             payload_type: rows.iter().map(|r| r.payload_type.as_str()).collect(),
             metadata: rows.iter().map(|r| r.metadata.as_str()).collect(),
-            first_failed_at: rows.iter().map(|r| r.first_failed_at).collect(),
         }
     }
 }
@@ -97,13 +89,9 @@ impl QueryFragment<Pg> for InboxRows<'_> {
         column!(out, BigInt, &self.received_at);
         column!(out, Nullable<BigInt>, &self.deliver_after);
         column!(out, Nullable<BigInt>, &self.expires_at);
-        column!(out, Nullable<BigInt>, &self.keep_until);
-        column!(out, Integer, &self.attempts);
-        column!(out, Nullable<Text>, &self.last_error);
         column!(out, Binary, &self.payload);
         column!(out, Text, &self.payload_type);
         column!(out, Text, &self.metadata);
-        column!(out, Nullable<BigInt>, &self.first_failed_at);
         out.push_sql(") WITH ORDINALITY AS r(");
         out.push_sql(INBOX_COLUMNS);
         out.push_sql(", n) ORDER BY n");

@@ -64,7 +64,9 @@ impl InboxRow {
     }
 }
 
-/// An inbox row to insert (`seq` is given by the database).
+/// An inbox row to insert: a message not yet delivered nor failed, so `keep_until`,
+/// `attempts`, `last_error` and `first_failed_at` take their column defaults (`seq` is drawn
+/// by PostgreSQL's identity, by SQLite's writer from `inbox_sequence`).
 #[derive(Debug, Insertable)]
 #[diesel(table_name = inbox_messages)]
 #[diesel(treat_none_as_default_value = false)]
@@ -79,13 +81,9 @@ pub(crate) struct NewInboxRow {
     pub received_at: i64,
     pub deliver_after: Option<i64>,
     pub expires_at: Option<i64>,
-    pub keep_until: Option<i64>,
-    pub attempts: i32,
-    pub last_error: Option<String>,
     pub payload: Vec<u8>,
     pub payload_type: String,
     pub metadata: String,
-    pub first_failed_at: Option<i64>,
 }
 
 impl NewInboxRow {
@@ -108,12 +106,8 @@ impl NewInboxRow {
             received_at: micros(m.received_at),
             deliver_after: opt_micros(m.deliver_after),
             expires_at: opt_micros(m.expires_at),
-            keep_until: None,
-            attempts: 0,
-            last_error: None,
             payload: m.payload,
             payload_type: m.payload_type,
-            first_failed_at: None,
         })
     }
 }

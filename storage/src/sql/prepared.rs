@@ -136,11 +136,11 @@ where
     Ok(())
 }
 
-/// The columns of an inbox insert but `seq` (which PostgreSQL draws from the column's
-/// identity and SQLite's writer from `inbox_sequence`), in the order both backends bind them.
+/// The columns of an inbox insert, in the order both backends bind them: not `seq` (which
+/// PostgreSQL draws from the column's identity and SQLite's writer from `inbox_sequence`), nor
+/// the columns of delivery and failure, which a new row leaves at their defaults.
 pub(crate) const INBOX_COLUMNS: &str = "shard, signal_id, target_kind, target_id, tenant, kind, \
-     status, received_at, deliver_after, expires_at, keep_until, attempts, last_error, payload, \
-     payload_type, metadata, first_failed_at";
+     status, received_at, deliver_after, expires_at, payload, payload_type, metadata";
 
 /// What an inbox insert does with a duplicate of the dedup key: skips it, and returns the
 /// shard of each row written.

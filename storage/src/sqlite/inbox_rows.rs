@@ -117,22 +117,16 @@ impl<const N: usize> QueryFragment<Sqlite> for InsertInbox<'_, N> {
             }
             out.push_sql(", ");
             out.push_bind_param::<BigInt, _>(&row.received_at)?;
-            for time in [&row.deliver_after, &row.expires_at, &row.keep_until] {
+            for time in [&row.deliver_after, &row.expires_at] {
                 out.push_sql(", ");
                 out.push_bind_param::<Nullable<BigInt>, _>(time)?;
             }
-            out.push_sql(", ");
-            out.push_bind_param::<Integer, _>(&row.attempts)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<Text>, _>(&row.last_error)?;
             out.push_sql(", ");
             out.push_bind_param::<Binary, _>(&row.payload)?;
             out.push_sql(", ");
             out.push_bind_param::<Text, _>(&row.payload_type)?;
             out.push_sql(", ");
             out.push_bind_param::<Text, _>(&row.metadata)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<BigInt>, _>(&row.first_failed_at)?;
             out.push_sql(")");
         }
         out.push_sql(ON_INBOX_DUPLICATE);
