@@ -5,7 +5,8 @@ pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
 [--workload live|latency|scale|catch-up|cluster] [--n N] [--targets T] [--shards S] \
 [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
-before measuring, default 1)] [--batch B (default: page size)] \
+before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
+default 2)] [--batch B (default: page size)] \
 [--cache-capacity C (default: the framework's)]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,9 @@ pub struct Args {
     /// `latency`: seconds of sends at the offered rate before the measured ones (node start:
     /// connections, prepared statements, shards spread over the nodes), reported apart.
     pub warmup: u64,
+    /// `cluster`: rounds of one 1-node run and one `--nodes` run, alternating, so that the
+    /// machine's drift during a series weighs on both sides alike.
+    pub rounds: usize,
     /// Commands per send (`send_many`); 1 sends one by one.
     pub batch: usize,
     /// Entries of the deduplication cache (`None`: the framework's default).
@@ -91,6 +95,7 @@ impl Args {
             rate: 1_000,
             secs: 10,
             warmup: 1,
+            rounds: 2,
             batch: 0,
             cache_capacity: None,
             node_process: None,
@@ -126,6 +131,7 @@ impl Args {
                 "--rate" => a.rate = number("--rate", it.next())?,
                 "--secs" => a.secs = number("--secs", it.next())?,
                 "--warmup" => a.warmup = number("--warmup", it.next())?,
+                "--rounds" => a.rounds = number("--rounds", it.next())?,
                 "--batch" => a.batch = number("--batch", it.next())?,
                 "--cache-capacity" => {
                     a.cache_capacity = Some(number("--cache-capacity", it.next())?)
@@ -144,8 +150,16 @@ impl Args {
         if a.batch == 0 {
             a.batch = a.page_size;
         }
-        if a.n == 0 || a.targets == 0 || a.shards == 0 || a.page_size == 0 || a.nodes == 0 {
-            return Err("--n, --targets, --shards, --page-size and --nodes must be > 0".into());
+        if a.n == 0
+            || a.targets == 0
+            || a.shards == 0
+            || a.page_size == 0
+            || a.nodes == 0
+            || a.rounds == 0
+        {
+            return Err(
+                "--n, --targets, --shards, --page-size, --nodes and --rounds must be > 0".into(),
+            );
         }
         Ok(a)
     }

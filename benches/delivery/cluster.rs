@@ -531,14 +531,40 @@ async fn run_once(a: &Args, nodes: usize) -> Result<ClusterRun, String> {
     Ok(ClusterRun { rate, stats, busy })
 }
 
-/// The `cluster` workload: one node process, then `--nodes` node processes, each on a fresh
-/// schema; `cluster_ratio` = rate with `--nodes` / rate with one.
+/// The `cluster` workload: `--rounds` rounds of one node process, then `--nodes` node
+/// processes, each run on a fresh schema; `cluster_ratio` = the mean rate with `--nodes` / the
+/// mean rate with one (and the least and greatest ratio of a round).
 pub async fn run(a: &Args) -> Result<Report, String> {
     if a.backend != Backend::Postgres {
         return Err("the cluster workload needs --backend postgres".into());
     }
-    let one = run_once(a, 1).await?;
-    let many = run_once(a, a.nodes).await?;
+    // 1 node, K nodes, 1 node, K nodes, …: a machine that slows down or speeds up during the
+    // series weighs on both sides alike, where one pair would credit its drift to the cluster.
+    let (mut ones, mut manys) = (Vec::new(), Vec::new());
+    for round in 0..a.rounds {
+        let one = run_once(a, 1).await?;
+        let many = run_once(a, a.nodes).await?;
+        eprintln!(
+            "round {}: 1 node {:.0} msgs/s, {} nodes {:.0} msgs/s, ratio {:.3}",
+            round + 1,
+            one.rate,
+            a.nodes,
+            many.rate,
+            many.rate / one.rate
+        );
+        ones.push(one);
+        manys.push(many);
+    }
+    let mean = |runs: &[ClusterRun]| runs.iter().map(|r| r.rate).sum::<f64>() / runs.len() as f64;
+    let (rate_one, rate_many) = (mean(&ones), mean(&manys));
+    let ratios: Vec<f64> = ones
+        .iter()
+        .zip(&manys)
+        .map(|(o, m)| m.rate / o.rate)
+        .collect();
+    let (Some(one), Some(many)) = (ones.last(), manys.last()) else {
+        return Err("--rounds must be > 0".into());
+    };
     let delivered: Vec<f64> = many.stats.iter().map(|s| s.get("delivered")).collect();
     let fair = delivered.iter().sum::<f64>() / delivered.len().max(1) as f64;
     let least = delivered.iter().copied().fold(f64::INFINITY, f64::min);
@@ -546,14 +572,24 @@ pub async fn run(a: &Args) -> Result<Report, String> {
         workload: a.workload.name(),
         backend: Backend::Postgres.name(),
         n: a.n,
-        msgs_per_s: many.rate,
+        msgs_per_s: rate_many,
         ..Report::default()
     };
-    r.extra.push(("rate_1_node", one.rate));
-    r.extra.push(("rate_n_nodes", many.rate));
+    r.extra.push(("rate_1_node", rate_one));
+    r.extra.push(("rate_n_nodes", rate_many));
     r.extra.push(("nodes", a.nodes as f64));
-    r.extra.push(("cluster_ratio", many.rate / one.rate));
-    // CPU seconds of all node processes together, per run: what more nodes cost on top.
+    r.extra.push(("rounds", a.rounds as f64));
+    r.extra.push(("cluster_ratio", rate_many / rate_one));
+    r.extra.push((
+        "cluster_ratio_min",
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+    ));
+    r.extra.push((
+        "cluster_ratio_max",
+        ratios.iter().copied().fold(0.0, f64::max),
+    ));
+    // Of the last round: CPU seconds of all node processes together, per run (what more
+    // nodes cost on top), the machine's busy share, and the spread over the nodes.
     r.extra.push(("node_cpu_s_1_node", one.cpu()));
     r.extra.push(("node_cpu_s_n_nodes", many.cpu()));
     r.extra.push(("machine_busy_1_node", one.busy));
