@@ -31,7 +31,8 @@ use crate::error::{classify_connect, redact, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
-use crate::sql::Dialect;
+use crate::sql::prepared::{MarkDelivered, UpsertStates};
+use crate::sql::{ladder, Dialect};
 use arrays::{DeliveredRows, EventRows, InboxRows, StateRows};
 use diesel::connection::{Connection, SimpleConnection};
 use diesel::sql_types::{Integer, Nullable, Text};
@@ -258,30 +259,41 @@ impl Dialect for PgConnection {
         })
     }
 
-    fn upsert_state_array(
-        &mut self,
-        rows: &[NewEntityStateRow<'_>],
-    ) -> Option<Result<(), Failure>> {
-        several(rows).then(|| {
+    fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure> {
+        if several(rows) {
             StateRows::new(rows).execute(self)?;
-            Ok(())
-        })
+        } else {
+            ladder!(rows, |one| {
+                UpsertStates(one).execute(self)?;
+            });
+        }
+        Ok(())
     }
 
-    fn mark_delivered_array(
+    fn mark_delivered_rows(
         &mut self,
         shard: i32,
         seqs: &[i64],
         keep_until: i64,
-    ) -> Option<Result<usize, Failure>> {
-        several(seqs).then(|| {
-            Ok(DeliveredRows {
+    ) -> Result<usize, Failure> {
+        if several(seqs) {
+            return Ok(DeliveredRows {
                 shard,
                 seqs,
                 keep_until,
             }
-            .execute(self)?)
-        })
+            .execute(self)?);
+        }
+        let mut touched = 0;
+        ladder!(seqs, |one| {
+            touched += MarkDelivered {
+                shard,
+                seqs: one,
+                keep_until,
+            }
+            .execute(self)?;
+        });
+        Ok(touched)
     }
 
     fn load_state_rows(

@@ -126,21 +126,7 @@ macro_rules! commit_units {
             }
             for (keep_until, seqs) in delivered {
                 for_each_chunk(conn, shard, seqs, |conn, chunk| {
-                    let at_once =
-                        <Conn as Dialect>::mark_delivered_array(conn, s, chunk, keep_until);
-                    if let Some(touched) = at_once {
-                        return touched;
-                    }
-                    let mut touched = 0;
-                    ladder!(chunk, |seqs| {
-                        touched += MarkDelivered {
-                            shard: s,
-                            seqs,
-                            keep_until,
-                        }
-                        .execute(conn)?;
-                    });
-                    Ok(touched)
+                    <Conn as Dialect>::mark_delivered_rows(conn, s, chunk, keep_until)
                 })?;
             }
             for (until, seqs) in held {
@@ -297,16 +283,8 @@ macro_rules! commit_units {
                     });
                 }
             }
-            // One statement with arrays where the backend has them, else fixed-size arrays
-            // (see `ladder!`). A new row starts at its number of writes; an existing one
-            // moves up by it.
-            match <Conn as Dialect>::upsert_state_array(conn, &upserts) {
-                Some(done) => done?,
-                None => ladder!(upserts.as_slice(), |rows| {
-                    UpsertStates(rows).execute(conn)?;
-                }),
-            }
-            Ok(())
+            // A new row starts at its number of writes; an existing one moves up by it.
+            <Conn as Dialect>::upsert_state_rows(conn, &upserts)
         }
 
         /// Inserts dead letters with their original rows.

@@ -44,8 +44,8 @@ pub(crate) const INSERT_CHUNK: usize = 1000;
 /// once per connection and size. On SQLite that preparation happened inside the write lock,
 /// for every page's delivered rows, states and events and for every batch of sends.
 /// PostgreSQL, where each statement is a round trip, writes several rows with one statement
-/// of array parameters instead (`Dialect::insert_inbox_array` and the like); a single row
-/// takes the plain one-row form on both.
+/// of array parameters instead (see `Dialect::insert_inbox_rows`); a single row takes the
+/// plain one-row form on both.
 macro_rules! ladder {
     ($rows:expr, |$values:ident| $statement:expr) => {{
         let mut rest = $rows;
@@ -121,31 +121,29 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// needs no transaction around it (see `write_statement`).
     fn inserts_in_one_statement(rows: usize) -> bool;
 
-    /// Inserts inbox rows in their order, skipping duplicates of the dedup key: the shards of
-    /// the rows written. PostgreSQL draws `seq` from the column's identity and writes several
-    /// rows with one statement of array parameters (`postgres::arrays`); SQLite, whose inbox
-    /// is kept in `(shard, seq)` order, draws a block of `seq`s first and writes the rows in
-    /// statements of fixed sizes (`sqlite::inbox_rows`).
+    /// Each kind of rows a write or a stage commit writes in numbers is written by the backend
+    /// its own way. PostgreSQL, where each statement is a round trip, writes several rows
+    /// with one statement of array parameters (`postgres::arrays`) and a single row in the
+    /// plain one-row form, which measured cheaper. SQLite cuts the rows into statements of
+    /// fixed sizes (`ladder!`), each kept prepared.
+    ///
+    /// Inbox rows in their order, skipping duplicates of the dedup key: the shards of the rows
+    /// written. PostgreSQL draws `seq` from the column's identity; SQLite draws a block of
+    /// `seq`s first and stores a write's rows shard by shard (`sqlite::inbox_rows`).
     fn insert_inbox_rows(&mut self, rows: &[NewInboxRow]) -> Result<Vec<i32>, Failure>;
 
-    /// Several rows of one kind written by one statement with an array parameter per column
-    /// (PostgreSQL: see `postgres::arrays`), or `None`, and the caller writes them in
-    /// statements of fixed sizes (`ladder!`): where the backend has no array parameters
-    /// (SQLite), and for a single row, whose plain form is cheaper.
-    ///
     /// States of distinct keys: a new row starts at its `version`, an existing one moves up
-    /// by it.
-    fn upsert_state_array(&mut self, rows: &[NewEntityStateRow<'_>])
-        -> Option<Result<(), Failure>>;
+    /// by it (see [`Dialect::insert_inbox_rows`]).
+    fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure>;
 
     /// Rows `seqs` (distinct) of `shard` marked delivered until `keep_until` (µs): the rows
-    /// touched (see [`Dialect::upsert_state_array`]).
-    fn mark_delivered_array(
+    /// touched (see [`Dialect::insert_inbox_rows`]).
+    fn mark_delivered_rows(
         &mut self,
         shard: i32,
         seqs: &[i64],
         keep_until: i64,
-    ) -> Option<Result<usize, Failure>>;
+    ) -> Result<usize, Failure>;
 
     /// The stored states of `ids` (of `kind` and `tenant`), in any order.
     fn load_state_rows(

@@ -10,8 +10,8 @@ pub(crate) use crate::sql::page_read::{PagePart, PageRead};
 pub(crate) use crate::sql::predicate::{
     BLOCKED, CATCHING_UP, DELAYED, EXPIRING, IMMEDIATE, NOT_DELIVERED,
 };
-pub(crate) use crate::sql::prepared::{MarkDelivered, SetLease, UpsertStates};
-pub(crate) use crate::sql::{ladder, Dialect, INSERT_CHUNK, IN_CHUNK};
+pub(crate) use crate::sql::prepared::SetLease;
+pub(crate) use crate::sql::{Dialect, INSERT_CHUNK, IN_CHUNK};
 pub(crate) use chrono::{DateTime, Utc};
 pub(crate) use diesel::dsl::sql;
 pub(crate) use diesel::prelude::*;

@@ -28,9 +28,11 @@ use crate::error::{classify_connect, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
-use crate::sql::Dialect;
+use crate::sql::prepared::{MarkDelivered, UpsertStates};
+use crate::sql::{ladder, Dialect};
 use checkpoint::Checkpointer;
 use diesel::connection::Connection;
+use diesel::RunQueryDsl;
 use diesel::SqliteConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 use options::{Pragmas, SAFETY_NET_PAGES, SQLITE_DEFAULT_PAGES};
@@ -205,17 +207,29 @@ impl Dialect for SqliteConnection {
         inbox_rows::insert(self, rows)
     }
 
-    fn upsert_state_array(&mut self, _: &[NewEntityStateRow<'_>]) -> Option<Result<(), Failure>> {
-        None
+    fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure> {
+        ladder!(rows, |rows| {
+            UpsertStates(rows).execute(self)?;
+        });
+        Ok(())
     }
 
-    fn mark_delivered_array(
+    fn mark_delivered_rows(
         &mut self,
-        _: i32,
-        _: &[i64],
-        _: i64,
-    ) -> Option<Result<usize, Failure>> {
-        None
+        shard: i32,
+        seqs: &[i64],
+        keep_until: i64,
+    ) -> Result<usize, Failure> {
+        let mut touched = 0;
+        ladder!(seqs, |seqs| {
+            touched += MarkDelivered {
+                shard,
+                seqs,
+                keep_until,
+            }
+            .execute(self)?;
+        });
+        Ok(touched)
     }
 
     fn load_state_rows(
@@ -225,7 +239,7 @@ impl Dialect for SqliteConnection {
         ids: &[String],
     ) -> Result<Vec<EntityStateRow>, Failure> {
         use crate::schema::entity_states::dsl as es;
-        use diesel::{ExpressionMethods, QueryDsl, RunQueryDsl, SelectableHelper};
+        use diesel::{ExpressionMethods, QueryDsl, SelectableHelper};
         let states = es::entity_states
             .filter(es::kind.eq(kind))
             .filter(es::tenant.eq(tenant))
