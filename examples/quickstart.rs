@@ -5,7 +5,7 @@
 //! for no file at all.
 
 use serde::{Deserialize, Serialize};
-use shardbox::core::monitor::{StageInfo, StageReport};
+use shardbox::core::{StageInfo, StageReport};
 use shardbox::prelude::*;
 use shardbox::storage::SqliteStorage;
 use shardbox::DeliveryMonitor;

@@ -2,16 +2,16 @@
 
 use crate::pipeline::Pipeline;
 use crate::shardbox::Shardbox;
-use shardbox_core::config::DeliveryConfigBuilder;
-use shardbox_core::delivery::DeliveryEnv;
-use shardbox_core::handler::{AggregateHandler, EntityHandler, ProjectionHandler, ReactorHandler};
 use shardbox_core::memory::MemoryStorage;
-use shardbox_core::monitor::NoopMonitor;
+use shardbox_core::DeliveryConfigBuilder;
+use shardbox_core::DeliveryEnv;
+use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityRegistry,
     FailurePolicy, Inbox, NodeId, Projection, Reactor, ShardStrategy, StableHashStrategy, Storage,
     SystemClock,
 };
+use shardbox_core::{AggregateHandler, EntityHandler, ProjectionHandler, ReactorHandler};
 use shardbox_stations::{CatchUpStation, Cleanup, LiveDelivery, RecentDeliveries};
 use std::sync::Arc;
 use std::time::Duration;

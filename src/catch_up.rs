@@ -2,10 +2,8 @@
 
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
-use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp};
-use shardbox_core::{
-    CatchUpProgress, DeliveryError, Message, Projection, ShardIndex, StorageError,
-};
+use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
+use shardbox_core::{CatchUpProgress, DeliveryError, Message, Projection, ShardIndex};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 
@@ -97,15 +95,13 @@ impl Shardbox {
             job.updated_at = now;
             env.storage.update_catch_up(&job).await?;
         } else {
-            let tick = tick_message(env, &job, None);
-            let report = env
-                .storage
-                .write(shardbox_core::storage::WriteBatch {
+            let tick = tick_message(env.station_context(), &job, None);
+            self.inbox()
+                .write_batch(WriteBatch {
                     events: vec![],
                     messages: vec![tick],
                 })
                 .await?;
-            env.notify(&report.shards);
         }
         Ok(CatchUpHandle {
             id: job.id,
@@ -116,11 +112,14 @@ impl Shardbox {
     /// The progress of catch-up job `id`.
     pub async fn catch_up_progress(&self, id: i64) -> Result<CatchUpProgress, DeliveryError> {
         let env = self.env();
-        let job = env.storage.catch_up(id).await?.ok_or_else(|| {
-            StorageError::Corrupt(format!(
-                "catch-up job {id} does not exist (completed jobs are purged after catch_up_retention)"
-            ))
-        })?;
+        let job = env
+            .storage
+            .catch_up(id)
+            .await?
+            .ok_or_else(|| DeliveryError::NotFound {
+                what: format!("catch-up job {id}"),
+                hint: "completed jobs are purged after catch_up_retention".into(),
+            })?;
         Ok(CatchUpProgress::of(&job, env.clock.now()))
     }
 
@@ -132,15 +131,16 @@ impl Shardbox {
         if jobs.is_empty() {
             return Ok(());
         }
-        let ticks = jobs.iter().map(|j| tick_message(env, j, None)).collect();
-        let report = env
-            .storage
-            .write(shardbox_core::storage::WriteBatch {
+        let ticks = jobs
+            .iter()
+            .map(|j| tick_message(env.station_context(), j, None))
+            .collect();
+        self.inbox()
+            .write_batch(WriteBatch {
                 events: vec![],
                 messages: ticks,
             })
             .await?;
-        env.notify(&report.shards);
         Ok(())
     }
 }

@@ -57,26 +57,33 @@ pub use pipeline::Pipeline;
 pub use shardbox::{Node, Shardbox};
 
 pub use shardbox_core::storage::{
-    BlockedTarget, DeadLetterFilter, DeadLetterId, RequeueReport, StoredDeadLetter, Unblock,
-    UnblockReport,
+    BlockedTarget, CatchUpStatus, CatchUpTargets, DeadLetterFilter, DeadLetterId, EntityKey,
+    RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
 };
 
 pub use shardbox_core as core;
 pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
+pub use shardbox_storage::{PostgresOptions, PostgresStorage, SqliteOptions, SqliteStorage};
+
+/// For writing your own [`Station`]s: `#[shardbox::async_trait]` on the impl.
+pub use async_trait::async_trait;
 
 pub use shardbox_core::{
-    Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, Context, DeliveryConfig, DeliveryError,
-    DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome, FailureAction, FailurePolicy,
-    HandlerError, ManualClock, Message, NodeId, Outgoing, Projection, Reactor, SendOptions,
-    SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError,
-    SystemClock,
+    Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, ConfigError, Context, Conveyor,
+    DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome,
+    FailureAction, FailureInfo, FailurePolicy, HandlerError, Intent, ManualClock, Message,
+    MetricsSnapshot, NodeId, NoopMonitor, Outgoing, Projection, Reactor, SendOptions, SendReceipt,
+    ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo, StageReport, Station,
+    StationContext, StorageError, SystemClock,
 };
 
 /// The names most applications need.
 pub mod prelude {
     pub use crate::{
-        Aggregate, CatchUp, Context, EventSource, HandlerError, Message, Outgoing, Projection,
-        Reactor, SendOptions, Shardbox,
+        async_trait, Aggregate, Backoff, CatchUp, Context, Conveyor, DeadLetterFilter,
+        DeliveryError, EntityKey, EventSource, ExhaustedOutcome, FailurePolicy, HandlerError,
+        Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox, SqliteStorage,
+        Station, Unblock,
     };
 }

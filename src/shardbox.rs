@@ -2,12 +2,12 @@
 
 use crate::builder::ShardboxBuilder;
 use serde::de::DeserializeOwned;
-use shardbox_core::delivery::DeliveryEnv;
 use shardbox_core::storage::EntityKey;
+use shardbox_core::DeliveryEnv;
 use shardbox_core::{
     Aggregate, Delivery, DeliveryConfig, DeliveryError, DeliveryReport, EventSource, Inbox,
-    LocalRunner, Message, Projection, SendOptions, SendReceipt, ShardIndex, Storage, StorageError,
-    WorkerId,
+    InboxWrite, LocalRunner, Message, NewMessage, Projection, SendOptions, SendReceipt, ShardIndex,
+    StationContext, Storage, StorageError, WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -110,22 +110,19 @@ impl Shardbox {
     }
 
     /// Starts this node's workers on the current tokio runtime. The same call on every node.
+    /// The returned [`Node`] owns every task it starts (workers, poller, lease watch, TTL
+    /// sweep, catch-up resume); call `node.shutdown().await` to stop them.
     pub fn start(&self) -> Node {
         let node = LocalRunner::start(self.delivery.clone());
-        let node_id = &self.env.config.node_id;
-        // Messages whose TTL passes before they are due are expired by a periodic sweep.
-        tokio::spawn(
-            shardbox_core::expiry::sweep_periodically(self.delivery.clone())
-                .instrument(tracing::info_span!("ttl_sweep", node = %node_id)),
-        );
         let me = self.clone();
-        tokio::spawn(
+        let span = tracing::info_span!("catch_up_resume", node = %self.env.config.node_id);
+        node.spawn_owned(
             async move {
                 if let Err(e) = me.resume_catch_ups().await {
                     tracing::warn!(error = %e, "could not check running catch-ups; they resume at the next start");
                 }
             }
-            .instrument(tracing::info_span!("catch_up_resume", node = %node_id)),
+            .instrument(span),
         );
         node
     }
@@ -139,11 +136,7 @@ impl Shardbox {
     pub async fn deliver_all(&self) -> Result<DeliveryReport, DeliveryError> {
         let mut total = DeliveryReport::default();
         for s in 0..self.env.config.shard_count {
-            let r = self.deliver(ShardIndex(s)).await?;
-            total.picked_up |= r.picked_up;
-            total.lease_lost |= r.lease_lost;
-            total.stages += r.stages;
-            total.totals.add(&r.totals);
+            total.absorb(&self.deliver(ShardIndex(s)).await?);
         }
         Ok(total)
     }
@@ -204,8 +197,25 @@ impl Shardbox {
         &self.inbox
     }
 
-    /// The delivery environment (registry, storage, monitor, clock).
-    pub fn env(&self) -> &Arc<DeliveryEnv> {
+    /// The shard that messages to `kind` instance `id` go to (the configured strategy).
+    pub fn shard_of(&self, kind: &str, id: &str) -> ShardIndex {
+        self.env.registry.shard_of(kind, id)
+    }
+
+    /// Addresses an already serialized message: its shard, for a raw write through
+    /// [`Shardbox::storage`] (tests, imports).
+    pub fn address(&self, message: NewMessage) -> InboxWrite {
+        self.env.registry.address(message)
+    }
+
+    /// What this delivery's stations see (to drive a [`Conveyor`](shardbox_core::Conveyor)
+    /// by hand, e.g. in a station's tests).
+    pub fn station_context(&self) -> &Arc<StationContext> {
+        self.env.station_context()
+    }
+
+    /// The delivery environment (internal to the facade).
+    pub(crate) fn env(&self) -> &Arc<DeliveryEnv> {
         &self.env
     }
 

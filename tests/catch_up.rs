@@ -6,9 +6,9 @@ mod common;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use shardbox::core::monitor::{StageInfo, StageReport};
 use shardbox::core::storage::{CatchUpStatus, EntityKey, EntityStateWrite};
 use shardbox::core::{DeliveryMonitor, NodeId, Storage, WorkerId};
+use shardbox::core::{StageInfo, StageReport};
 use shardbox::prelude::*;
 use shardbox::{
     Backoff, CatchUp, DeadLetterFilter, DeliveryError, ExhaustedOutcome, FailurePolicy,
@@ -137,7 +137,7 @@ async fn corrupt(sb: &Shardbox, ids: &[String]) {
     let mut by_shard: BTreeMap<ShardIndex, Vec<EntityStateWrite>> = BTreeMap::new();
     for id in ids {
         by_shard
-            .entry(sb.env().registry.shard_of(Ledger::KIND, id))
+            .entry(sb.shard_of(Ledger::KIND, id))
             .or_default()
             .push(EntityStateWrite {
                 key: EntityKey {
@@ -171,6 +171,7 @@ async fn corrupt(sb: &Shardbox, ids: &[String]) {
             dead_letters: vec![],
             purge_delivered: 0,
             catch_ups: vec![],
+            purge_catch_ups_before: None,
         };
         commit.states.sort_by(|a, b| a.key.cmp(&b.key));
         storage.commit_stage(commit).await.unwrap();
@@ -371,11 +372,11 @@ async fn poison_event_in_replay_follows_the_failure_policy(storage: Arc<dyn Stor
         .projection::<Strict>()
         .kind_policy(
             Strict::KIND,
-            FailurePolicy {
-                max_attempts: 2,
-                backoff: Backoff::Fixed(Duration::from_millis(10)),
-                on_exhausted: ExhaustedOutcome::DeadLetter,
-            },
+            FailurePolicy::new(
+                2,
+                Backoff::Fixed(Duration::from_millis(10)),
+                ExhaustedOutcome::DeadLetter,
+            ),
         )
         .build()
         .await
@@ -535,10 +536,7 @@ async fn crash_mid_catch_up(storage: Arc<dyn Storage>) {
         first.deliver_all().await.unwrap();
     }
     let job = first.catch_up::<Ledger>(CatchUp::all()).await.unwrap();
-    let home = first
-        .env()
-        .registry
-        .shard_of(shardbox::core::catch_up::TICK_KIND, &job.id().to_string());
+    let home = first.shard_of(shardbox::core::catch_up::TICK_KIND, &job.id().to_string());
     first.deliver(home).await.unwrap();
     let after_one = job.progress().await.unwrap();
     assert_eq!(

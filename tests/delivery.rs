@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use common::{Tally, TallyCommand, TallyEvent, TallyView};
 use shardbox::core::memory::MemoryStorage;
-use shardbox::core::message::{MessageKind, NewMessage};
-use shardbox::core::monitor::{StageInfo, StageReport};
 use shardbox::core::storage::WriteBatch;
 use shardbox::core::{Conveyor, DeliveryMonitor, NodeId, Storage, WorkerId};
+use shardbox::core::{MessageKind, NewMessage};
+use shardbox::core::{StageInfo, StageReport};
 use shardbox::prelude::*;
 use shardbox::{
     Backoff, Clock, DeliveryError, ExhaustedOutcome, FailurePolicy, ManualClock, ShardIndex,
@@ -92,7 +92,7 @@ async fn a_worker_that_lost_its_lease_commits_nothing_and_the_next_owner_deliver
     sb.send::<Tally>("t-1", &TallyCommand::Add(7))
         .await
         .unwrap();
-    let shard = sb.env().registry.shard_of("tally", "t-1");
+    let shard = sb.shard_of("tally", "t-1");
 
     let stalled = sb.deliver(shard).await.unwrap();
     assert!(stalled.picked_up && stalled.lease_lost, "{stalled:?}");
@@ -142,7 +142,7 @@ async fn pick_up_is_refused_while_another_worker_holds_the_shard() {
     sb.send::<Tally>("t-1", &TallyCommand::Add(1))
         .await
         .unwrap();
-    let shard = sb.env().registry.shard_of("tally", "t-1");
+    let shard = sb.shard_of("tally", "t-1");
     let now = clock.now();
     storage
         .pick_up(
@@ -178,7 +178,7 @@ async fn the_monitor_can_stop_a_worker_after_a_stage() {
             .await
             .unwrap();
     }
-    let shard = sb.env().registry.shard_of("tally", "t-1");
+    let shard = sb.shard_of("tally", "t-1");
     let report = sb.deliver(shard).await.unwrap();
     assert_eq!((report.stages, report.totals.delivered), (1, 2));
     assert_eq!(
@@ -339,11 +339,11 @@ async fn rows_for_an_unregistered_kind_follow_the_failure_policy_and_never_stall
     let memory = Arc::new(MemoryStorage::new());
     let storage: Arc<dyn Storage> = memory.clone();
     let clock = Arc::new(ManualClock::new(t0()));
-    let policy = FailurePolicy {
-        max_attempts: 2,
-        backoff: Backoff::Fixed(Duration::from_secs(5)),
-        on_exhausted: ExhaustedOutcome::DeadLetter,
-    };
+    let policy = FailurePolicy::new(
+        2,
+        Backoff::Fixed(Duration::from_secs(5)),
+        ExhaustedOutcome::DeadLetter,
+    );
     let sb = build(storage.clone(), clock.clone(), move |b| {
         b.shards(1).failure_policy(policy)
     })
@@ -365,7 +365,7 @@ async fn rows_for_an_unregistered_kind_follow_the_failure_policy_and_never_stall
     storage
         .write(WriteBatch {
             events: vec![],
-            messages: vec![sb.env().registry.address(ghost)],
+            messages: vec![sb.address(ghost)],
         })
         .await
         .unwrap();

@@ -9,8 +9,8 @@ mod common;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use shardbox::core::message::{MessageKind, NewMessage};
 use shardbox::core::storage::{EntityKey, WriteBatch};
+use shardbox::core::{MessageKind, NewMessage};
 use shardbox::core::{NodeId, Storage, WorkerId};
 use shardbox::prelude::*;
 use shardbox::{
@@ -92,14 +92,14 @@ fn ms(n: i64) -> chrono::Duration {
 }
 
 fn policy(max_attempts: u32, on_exhausted: ExhaustedOutcome) -> FailurePolicy {
-    FailurePolicy {
+    FailurePolicy::new(
         max_attempts,
-        backoff: Backoff::Exponential {
+        Backoff::Exponential {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(60),
         },
         on_exhausted,
-    }
+    )
 }
 
 async fn build(
@@ -475,12 +475,8 @@ async fn poison_payloads_and_unknown_kinds_are_dead_lettered(storage: Arc<dyn St
     };
     let (bad, ghost, fine) = (unique("bad"), unique("ghost"), unique("fine"));
     let messages = vec![
-        sb.env()
-            .registry
-            .address(raw("journal", &bad, b"{not json", JournalCommand::TYPE)),
-        sb.env()
-            .registry
-            .address(raw("ghost", &ghost, b"{}", "ghost.command")),
+        sb.address(raw("journal", &bad, b"{not json", JournalCommand::TYPE)),
+        sb.address(raw("ghost", &ghost, b"{}", "ghost.command")),
     ];
     storage
         .write(WriteBatch {
@@ -542,10 +538,7 @@ async fn delayed_delivery_is_never_early(storage: Arc<dyn Storage>) {
     )
     .await
     .unwrap();
-    let due = SendOptions {
-        due_at: Some(t0() + ms(45_000)),
-        ..SendOptions::default()
-    };
+    let due = SendOptions::default().due_at(t0() + ms(45_000));
     sb.send_with::<Journal>(
         &b,
         &JournalCommand::Flaky {
@@ -696,7 +689,7 @@ async fn ttl_sweep_expires_messages_no_page_reads(storage: Arc<dyn Storage>) {
     )
     .await
     .unwrap();
-    let shard = sb.env().registry.shard_of(Journal::KIND, &held);
+    let shard = sb.shard_of(Journal::KIND, &held);
     let now = clock.now();
     let lease = storage
         .pick_up(
@@ -753,10 +746,7 @@ async fn requeued_dead_letters_are_delivered(storage: Arc<dyn Storage>) {
         .await
         .unwrap();
     assert_eq!((one.requeued, one.missing, one.skipped), (1, 0, 0));
-    assert_eq!(
-        one.shards,
-        vec![sb.env().registry.shard_of(Journal::KIND, &ids[0])]
-    );
+    assert_eq!(one.shards, vec![sb.shard_of(Journal::KIND, &ids[0])]);
     let rest = sb
         .requeue_dead_letters(DeadLetterFilter::all().kind(Journal::KIND))
         .await

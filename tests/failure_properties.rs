@@ -142,11 +142,7 @@ async fn run(storage: Arc<dyn Storage>, s: Schedule) {
         .poll_interval(Duration::from_millis(500))
         .dedup_window(Duration::ZERO)
         .dead_letter_expired(s.dead_letter_expired)
-        .failure_policy(FailurePolicy {
-            max_attempts: s.max_attempts,
-            backoff,
-            on_exhausted: s.outcome,
-        })
+        .failure_policy(FailurePolicy::new(s.max_attempts, backoff, s.outcome))
         .aggregate::<Ledger>()
         .build()
         .await

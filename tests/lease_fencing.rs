@@ -106,7 +106,7 @@ async fn stalled_worker_is_fenced(
         .send::<Sleeper>("s-1", &Apply(7))
         .await
         .expect("send");
-    let shard = node_a.env().registry.shard_of(Sleeper::KIND, "s-1");
+    let shard = node_a.shard_of(Sleeper::KIND, "s-1");
     let (started_tx, started) = mpsc::channel();
     ARMED
         .lock()
@@ -267,8 +267,12 @@ fn registry_process_entry() {
             };
             let before = micros();
             let until = before + lease_ms * 1000;
-            let mut conveyor =
-                Conveyor::new(sb.env().clone(), lease.clone(), at(before), Page::default());
+            let mut conveyor = Conveyor::new(
+                sb.station_context().clone(),
+                lease.clone(),
+                at(before),
+                Page::default(),
+            );
             conveyor.set_state(entry.state_write());
             let (commit, _) = conveyor.into_commit(at(until));
             let outcome = match storage.commit_stage(commit).await {

@@ -3,6 +3,7 @@
 use chrono::Utc;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use shardbox::core::sync::lock;
 use shardbox::prelude::*;
 use std::sync::Mutex;
 
@@ -34,7 +35,7 @@ impl Aggregate for Counter {
     type Event = Bumped;
 
     fn handle(&self, _: &Bump, cx: &Context<'_>) -> Result<Vec<Bumped>, HandlerError> {
-        let mut h = LATENCY.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = lock(&LATENCY);
         if let Some(h) = h.as_mut() {
             let us = (Utc::now() - cx.received_at)
                 .num_microseconds()

@@ -6,6 +6,7 @@
 //! [`breakdown`] lists the most frequent, to see where the round trips go.
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
+use shardbox::core::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -30,7 +31,7 @@ fn counter() -> Option<Box<dyn Instrumentation>> {
             STARTED.fetch_add(1, Ordering::Relaxed);
             // The tally only when asked for: no lock per statement otherwise.
             if TALLY.load(Ordering::Relaxed) {
-                let mut by_text = BY_TEXT.lock().unwrap_or_else(|p| p.into_inner());
+                let mut by_text = lock(&BY_TEXT);
                 if let Some(by_text) = by_text.as_mut() {
                     *by_text.entry(head(&query.to_string())).or_default() += 1;
                 }
@@ -42,7 +43,7 @@ fn counter() -> Option<Box<dyn Instrumentation>> {
 /// Counts the statements of every connection made from now on.
 pub fn install() {
     if std::env::var_os("SHARDBOX_BENCH_STATEMENTS").is_some() {
-        *BY_TEXT.lock().unwrap_or_else(|p| p.into_inner()) = Some(HashMap::new());
+        *lock(&BY_TEXT) = Some(HashMap::new());
         TALLY.store(true, Ordering::Relaxed);
     }
     // Fails only if set before, which would count already.
@@ -56,7 +57,7 @@ pub fn count() -> u64 {
 
 /// Prints the most frequent statements per `messages` to stderr, if tallied.
 pub fn breakdown(messages: usize) {
-    let by_text = BY_TEXT.lock().unwrap_or_else(|p| p.into_inner());
+    let by_text = lock(&BY_TEXT);
     let Some(by_text) = by_text.as_ref() else {
         return;
     };

@@ -7,9 +7,10 @@ use crate::model::{Booked, Bump, Counter, Ledger, LATENCY};
 use crate::report::Report;
 use crate::statements;
 use hdrhistogram::Histogram;
-use shardbox::core::message::{InboxWrite, MessageKind, NewMessage};
 use shardbox::core::storage::{CatchUpStatus, WriteBatch};
+use shardbox::core::sync::lock;
 use shardbox::core::Storage;
+use shardbox::core::{InboxWrite, MessageKind, NewMessage};
 use shardbox::prelude::*;
 use shardbox::{CatchUp, NodeId};
 use std::sync::Arc;
@@ -243,7 +244,7 @@ async fn offer(
     if count == 0 {
         return Ok((0.0, None));
     }
-    *LATENCY.lock().unwrap_or_else(|p| p.into_inner()) =
+    *lock(&LATENCY) =
         Some(Histogram::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?);
     let period = Duration::from_secs_f64(1.0 / rate as f64);
     let mut tick = tokio::time::interval(period);
@@ -271,11 +272,7 @@ async fn offer(
             .map_err(|e| e.to_string())?;
     }
     until_delivered(boxes, (from + count) as u64, Duration::from_secs(120)).await?;
-    let h = LATENCY
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .ok_or("latency histogram missing")?;
+    let h = lock(&LATENCY).take().ok_or("latency histogram missing")?;
     Ok((offered, Some(h)))
 }
 

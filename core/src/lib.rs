@@ -1,9 +1,24 @@
 //! # shardbox-core
 //!
-//! The small, stable heart of Shardbox. It holds the types every other crate speaks:
+//! The small, stable heart of Shardbox. Its folders are its layers; each may use the ones
+//! above it in this list, never one below:
 //!
 //! ```text
-//!  send / post ──► Inbox (sharded rows) ──► Delivery::deliver(shard)
+//!  model/      ids, messages, events, errors, config, failure policy, clock, shard strategy
+//!  storage/    the storage traits (InboxStore, WorkRegistry, EventStore, …), listener, observer
+//!  memory/     the in-memory backend (one file per storage trait)
+//!  entity/     Aggregate / Projection / Reactor, their type-erased handlers, the registry
+//!  catch_up    the catch-up request, status machine and progress (pure decisions)
+//!  telemetry/  the DeliveryMonitor hooks and the metrics
+//!  stage/      one stage as stations see it: Conveyor, Station, StationContext (read-only)
+//!  runner/     serving shards: leases, turns, stages' fenced commits, wake-ups, timers
+//!  send/       send / post into the Inbox (group commit)
+//! ```
+//!
+//! One message's path:
+//!
+//! ```text
+//!  send / post ──► Inbox (sharded rows) ──► Delivery (a worker's turn on a shard)
 //!                                              │ pick up lease (WorkRegistry)
 //!                                              │ read a page in seq order (InboxStore)
 //!                                              ▼
@@ -16,63 +31,56 @@
 //! Core performs no I/O of its own except through the storage traits; the in-memory backend
 //! ([`memory::MemoryStorage`]) lives here so that tests and fire-and-forget users need nothing
 //! else. Durable backends live in `shardbox-storage`, stock stations in `shardbox-stations`.
+//! The stable API is the `shardbox` facade; items marked `#[doc(hidden)]` here serve the
+//! other crates of the workspace and may change.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod catch_up;
-pub mod clock;
-pub mod config;
-pub mod conveyor;
-pub mod cycle;
-pub mod delivery;
-mod due;
-pub mod entity;
-pub mod error;
-pub mod event;
-pub mod expiry;
-pub mod failure;
-pub mod handler;
-mod heartbeat;
-pub mod ids;
-pub mod inbox;
-pub mod listener;
+pub(crate) mod entity;
 pub mod memory;
-pub mod message;
-pub mod metrics;
-pub mod monitor;
-pub mod observer;
-pub mod registry;
-pub mod runner;
-pub mod station;
+pub(crate) mod model;
+pub(crate) mod runner;
+pub(crate) mod send;
+pub(crate) mod stage;
 pub mod storage;
-pub mod strategy;
-pub mod wakeups;
-mod write_queue;
+#[doc(hidden)]
+pub mod sync;
+pub(crate) mod telemetry;
 
 pub use catch_up::{CatchUp, CatchUpProgress};
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{DeliveryConfig, DeliveryConfigBuilder};
-pub use conveyor::{Conveyor, Intent};
-pub use delivery::{Delivery, DeliveryEnv, DeliveryReport};
-pub use entity::{Aggregate, Context, HandlerError, Message, Outgoing, Projection, Reactor};
-pub use error::{ConfigError, DeliveryError, StorageError};
-pub use event::{EventSource, NewEvent, StoredEvent};
-pub use failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy};
-pub use handler::{BatchResult, EntityHandler, MessageOutcome};
-pub use ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
-pub use inbox::{Inbox, SendOptions, SendReceipt};
-pub use listener::{ListenerHandle, ListenerStats, WriteListener};
-pub use message::{DedupKey, InboxMessage, MessageKind, MessageStatus, Metadata, NewMessage};
-pub use metrics::{DeliveryMetrics, LatencySummary, MetricsSnapshot};
-pub use monitor::{
+#[doc(hidden)]
+pub use entity::handler::{AggregateHandler, ProjectionHandler, ReactorHandler};
+pub use entity::handler::{BatchResult, EntityHandler, MessageOutcome};
+pub use entity::registry::EntityRegistry;
+pub use entity::traits::{
+    Aggregate, Context, HandlerError, Message, Outgoing, Projection, Reactor,
+};
+pub use model::clock::{Clock, ManualClock, SystemClock};
+pub use model::config::{DeliveryConfig, DeliveryConfigBuilder};
+pub use model::error::{ConfigError, DeliveryError, StorageError};
+pub use model::event::{EventSource, NewEvent, StoredEvent};
+pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy};
+pub use model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+pub use model::message::{
+    DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
+};
+pub use model::strategy::{ShardStrategy, StableHashStrategy};
+#[doc(hidden)]
+pub use runner::delivery::Delivery;
+pub use runner::delivery::DeliveryReport;
+#[doc(hidden)]
+pub use runner::env::DeliveryEnv;
+pub use runner::local::{LocalRunner, RunnerHandle};
+pub use send::inbox::{Inbox, SendOptions, SendReceipt};
+pub use stage::context::StationContext;
+pub use stage::conveyor::{Conveyor, Intent, EXPIRED_REASON};
+pub use stage::station::Station;
+pub use storage::{
+    CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, Lease, ListenerHandle,
+    ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
+};
+pub use telemetry::metrics::{DeliveryMetrics, LatencySummary, MetricsSnapshot};
+pub use telemetry::monitor::{
     DeliveryMonitor, FailureAction, FailureInfo, NoopMonitor, StageInfo, StageReport,
 };
-pub use observer::ShardObserver;
-pub use registry::EntityRegistry;
-pub use runner::{LocalRunner, RunnerHandle};
-pub use station::Station;
-pub use storage::{
-    CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, Lease, Storage,
-    WorkRegistry,
-};
-pub use strategy::{ShardStrategy, StableHashStrategy};

@@ -29,11 +29,12 @@ use shardbox_core::catch_up::{
     apply_step, covers, decide_live_row, decide_step, parked_until, replay_signal, tick_signal,
     LiveRowDecision, StepDecision, TICK_KIND,
 };
-use shardbox_core::message::{InboxMessage, InboxWrite, NewMessage};
 use shardbox_core::storage::{CatchUpJob, EntityKey, EntityStateWrite};
+use shardbox_core::sync::lock;
 use shardbox_core::{
-    Conveyor, DeliveryEnv, DeliveryError, EntityHandler, Intent, LeaseEpoch, MessageKind,
-    MessageOutcome, MessageStatus, ShardIndex, SignalId, Station,
+    Conveyor, DeliveryError, EntityHandler, InboxMessage, InboxWrite, Intent, LeaseEpoch,
+    MessageKind, MessageOutcome, MessageStatus, NewMessage, ShardIndex, SignalId, Station,
+    StationContext,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -43,8 +44,12 @@ use tracing::Instrument;
 pub const TICK_TYPE: &str = "shardbox.catch-up.tick";
 
 /// The control row that makes job `job` take its next replay step at `due`.
-pub fn tick_message(env: &DeliveryEnv, job: &CatchUpJob, due: Option<DateTime<Utc>>) -> InboxWrite {
-    env.registry.address(NewMessage {
+pub fn tick_message(
+    env: &StationContext,
+    job: &CatchUpJob,
+    due: Option<DateTime<Utc>>,
+) -> InboxWrite {
+    env.registry().address(NewMessage {
         signal_id: SignalId(tick_signal(job.id, job.cursor)),
         kind: MessageKind::Command,
         target_kind: TICK_KIND.to_owned(),
@@ -53,7 +58,7 @@ pub fn tick_message(env: &DeliveryEnv, job: &CatchUpJob, due: Option<DateTime<Ut
         payload: b"{}".to_vec(),
         payload_type: TICK_TYPE.to_owned(),
         metadata: Default::default(),
-        received_at: env.clock.now(),
+        received_at: env.clock().now(),
         deliver_after: due,
         expires_at: None,
     })
@@ -65,7 +70,7 @@ pub fn tick_message(env: &DeliveryEnv, job: &CatchUpJob, due: Option<DateTime<Ut
 /// is emitted: the caller then writes them, so that the failure policy applies to them.
 async fn apply_directly(
     conveyor: &mut Conveyor,
-    env: &DeliveryEnv,
+    env: &StationContext,
     handler: &dyn EntityHandler,
     rows: Vec<InboxWrite>,
     now: DateTime<Utc>,
@@ -92,7 +97,7 @@ async fn apply_directly(
     let keys: Vec<EntityKey> = groups.keys().cloned().collect();
     let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();
     if handler.is_stateful() {
-        for s in env.storage.load_states(&keys).await? {
+        for s in env.load_states(&keys).await? {
             states.insert(s.key, s.state);
         }
     }
@@ -157,10 +162,13 @@ impl CatchUpStation {
     }
 
     /// The running jobs as this stage must see them.
-    async fn running(&self, conveyor: &Conveyor) -> Result<Arc<Vec<CatchUpJob>>, DeliveryError> {
+    async fn running(
+        &self,
+        conveyor: &mut Conveyor,
+    ) -> Result<Arc<Vec<CatchUpJob>>, DeliveryError> {
         let lease = conveyor.lease();
         {
-            let cache = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let cache = lock(&self.jobs);
             if let Some((epoch, jobs)) = cache.get(&lease.shard) {
                 // No job ran when this lease was picked up, and a job start re-fences the
                 // shard: none can have started since.
@@ -169,13 +177,10 @@ impl CatchUpStation {
                 }
             }
         }
-        let env = conveyor.env();
-        let jobs = Arc::new(env.storage.running_catch_ups().await?);
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(lease.shard, (lease.epoch, jobs.clone()));
-        self.purge_completed(env).await;
+        let (shard, epoch) = (lease.shard, lease.epoch);
+        let jobs = Arc::new(conveyor.context().running_catch_ups().await?);
+        lock(&self.jobs).insert(shard, (epoch, jobs.clone()));
+        self.purge_completed(conveyor);
         Ok(jobs)
     }
 
@@ -185,7 +190,7 @@ impl CatchUpStation {
     async fn may_apply_directly(
         &self,
         conveyor: &Conveyor,
-        env: &DeliveryEnv,
+        env: &StationContext,
         job: &CatchUpJob,
     ) -> Result<bool, DeliveryError> {
         let kind = &job.spec.projection_kind;
@@ -195,44 +200,31 @@ impl CatchUpStation {
         {
             return Ok(false);
         }
-        let known = self
-            .spilled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&job.id)
-            .copied();
+        let known = lock(&self.spilled).get(&job.id).copied();
         if known == Some(false) {
             return Ok(true);
         }
         // Cursor 0: replayed rows only (no live row carries an event seq <= 0).
         let pending = env
-            .storage
             .has_pending_replay(kind, &job.spec.tenant, &job.spec.affected_shards, 0)
             .await?;
-        self.spilled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(job.id, pending);
+        lock(&self.spilled).insert(job.id, pending);
         Ok(!pending)
     }
 
-    /// Purges completed jobs past their retention, at most once per tenth of the retention.
-    async fn purge_completed(&self, env: &DeliveryEnv) {
-        let now = env.clock.now();
-        let retention = chrono::Duration::from_std(env.config.catch_up_retention)
-            .unwrap_or(chrono::Duration::days(1));
+    /// Asks the stage's commit to purge completed jobs past their retention, at most once per
+    /// tenth of the retention (the commit logs how many it purged).
+    fn purge_completed(&self, conveyor: &mut Conveyor) {
+        let now = conveyor.now();
+        let retention = conveyor.context().config().catch_up_retention_span();
         {
-            let mut last = self.last_purge.lock().unwrap_or_else(|p| p.into_inner());
+            let mut last = lock(&self.last_purge);
             if last.is_some_and(|t| now - t < retention / 10) {
                 return;
             }
             *last = Some(now);
         }
-        match env.storage.purge_catch_ups(now - retention).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(purged = n, "completed catch-up jobs purged"),
-            Err(e) => tracing::warn!(error = %e, "purging completed catch-up jobs failed"),
-        }
+        conveyor.purge_catch_ups(now - retention);
     }
 
     /// One replay step of job `job_id`, driven by the tick row at `index`.
@@ -242,9 +234,9 @@ impl CatchUpStation {
         index: usize,
         job_id: i64,
     ) -> Result<(), DeliveryError> {
-        let env = conveyor.env().clone();
+        let env = conveyor.context().clone();
         let now = conveyor.now();
-        let Some(job) = env.storage.catch_up(job_id).await? else {
+        let Some(job) = env.catch_up(job_id).await? else {
             conveyor.record(index, Intent::Delivered { keep_until: None });
             return Ok(());
         };
@@ -253,18 +245,16 @@ impl CatchUpStation {
             return Ok(());
         }
         let kind = job.spec.projection_kind.clone();
-        let Some(handler) = env.registry.handler(&kind).cloned() else {
-            let poll = chrono::Duration::from_std(env.config.poll_interval)
-                .unwrap_or(chrono::Duration::seconds(1));
+        let Some(handler) = env.registry().handler(&kind).cloned() else {
+            let poll = env.config().poll_span();
             tracing::warn!(job = job.id, %kind, "projection of a catch-up is not registered on this node; waiting for a node that has it");
             conveyor.record(index, Intent::Hold { until: now + poll });
             return Ok(());
         };
-        let page_size = env.config.catch_up_page_size;
+        let page_size = env.config().catch_up_page_size;
         let (decision, replayed) = match job.status {
             shardbox_core::storage::CatchUpStatus::Finalizing => {
                 let pending = env
-                    .storage
                     .has_pending_replay(
                         &kind,
                         &job.spec.tenant,
@@ -281,7 +271,6 @@ impl CatchUpStation {
                     .into_iter()
                     .collect();
                 let events = env
-                    .storage
                     .read_events(job.cursor, &types, job.spec.since, page_size)
                     .await?;
                 let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
@@ -298,7 +287,7 @@ impl CatchUpStation {
                         if !covers(&job, &stored.event.tenant, &id) {
                             continue;
                         }
-                        rows.push(env.registry.address(NewMessage {
+                        rows.push(env.registry().address(NewMessage {
                             signal_id: SignalId(replay_signal(job.id, &stored.event.id.0)),
                             kind: MessageKind::CatchUp,
                             target_kind: kind.clone(),
@@ -328,10 +317,7 @@ impl CatchUpStation {
                         rows
                     };
                 if !rows.is_empty() {
-                    self.spilled
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(job.id, true);
+                    lock(&self.spilled).insert(job.id, true);
                     conveyor.emit_messages(rows);
                 }
                 (decide_step(&job, &seqs, page_size, 0), events.len())
@@ -343,15 +329,11 @@ impl CatchUpStation {
                 conveyor.emit_messages(vec![tick_message(&env, &next, None)]);
             }
             StepDecision::AwaitDelivery => {
-                let poll = chrono::Duration::from_std(env.config.poll_interval)
-                    .unwrap_or(chrono::Duration::seconds(1));
+                let poll = env.config().poll_span();
                 conveyor.emit_messages(vec![tick_message(&env, &next, Some(now + poll))]);
             }
             StepDecision::Complete => {
-                self.spilled
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&job.id);
+                lock(&self.spilled).remove(&job.id);
                 tracing::info!(job = job.id, %kind, replayed = next.replayed, "catch-up completed");
             }
         }
@@ -408,10 +390,9 @@ impl Station for CatchUpStation {
         if covered.is_empty() {
             return Ok(());
         }
-        let env = conveyor.env().clone();
+        let env = conveyor.context().clone();
         let ids: Vec<SignalId> = covered.iter().map(|(_, id, _)| id.clone()).collect();
-        let seqs: HashMap<SignalId, i64> =
-            env.storage.event_seqs(&ids).await?.into_iter().collect();
+        let seqs: HashMap<SignalId, i64> = env.event_seqs(&ids).await?.into_iter().collect();
         let (mut dropped, mut parked) = (0usize, 0usize);
         for (index, id, job) in covered {
             let intent = match decide_live_row(job.cursor, seqs.get(&id).copied()) {

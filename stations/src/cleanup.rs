@@ -24,7 +24,7 @@ impl Station for Cleanup {
 
     async fn process(&self, conveyor: &mut Conveyor) -> Result<(), DeliveryError> {
         if conveyor.purge_due() {
-            let limit = conveyor.env().config.page_size;
+            let limit = conveyor.context().config().page_size;
             conveyor.purge_delivered(limit);
         }
         Ok(())

@@ -15,9 +15,9 @@
 use crate::dedup::RecentDeliveries;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use shardbox_core::handler::EntityHandler;
-use shardbox_core::message::NewMessage;
 use shardbox_core::storage::{DeadLetter, EntityKey, EntityStateWrite};
+use shardbox_core::EntityHandler;
+use shardbox_core::NewMessage;
 use shardbox_core::{
     Conveyor, DeliveryError, FailureAction, FailureDecision, FailureInfo, HandlerError,
     InboxMessage, Intent, MessageKind, MessageOutcome, MessageStatus, NewEvent, ShardIndex,
@@ -49,10 +49,10 @@ fn target_of(m: &InboxMessage) -> EntityKey {
 
 /// Decides a failed message's fate: the monitor first, then the kind's policy.
 fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent {
-    let env = conveyor.env();
+    let env = conveyor.context();
     let now = conveyor.now();
     let attempts = m.attempts.saturating_add(1);
-    let action = env.monitor.on_handler_failure(&FailureInfo {
+    let action = env.monitor().on_handler_failure(&FailureInfo {
         message: m,
         error,
         attempts,
@@ -60,7 +60,7 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
     });
     let decision = match action {
         FailureAction::FollowPolicy => {
-            env.config
+            env.config()
                 .policy_of(&m.message.target_kind)
                 .decide(attempts, error.retry_after, now)
         }
@@ -92,10 +92,8 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
 }
 
 fn keep_until(conveyor: &Conveyor) -> Option<DateTime<Utc>> {
-    let window = conveyor.env().config.dedup_window;
-    (!window.is_zero()).then(|| {
-        conveyor.now() + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::zero())
-    })
+    let config = conveyor.context().config();
+    (!config.dedup_window.is_zero()).then(|| conveyor.now() + config.dedup_span())
 }
 
 /// When the rows behind a failed row of the same target are due again.
@@ -105,10 +103,7 @@ fn hold_behind(intent: &Intent, conveyor: &Conveyor) -> DateTime<Utc> {
         Intent::RetryAt { at, .. } => *at,
         Intent::Hold { until } => *until,
         // Blocked until an operator acts: look again a poll interval from now.
-        Intent::Block { .. } => {
-            now + chrono::Duration::from_std(conveyor.env().config.poll_interval)
-                .unwrap_or(chrono::Duration::seconds(1))
-        }
+        Intent::Block { .. } => now + conveyor.context().config().poll_span(),
         // The failed row left the way (dead letter, drop, delivered): the rest go on at once.
         _ => now,
     }
@@ -165,7 +160,7 @@ impl Station for LiveDelivery {
 
     async fn process(&self, conveyor: &mut Conveyor) -> Result<(), DeliveryError> {
         let now = conveyor.now();
-        let env = conveyor.env().clone();
+        let env = conveyor.context().clone();
         let waiting: HashMap<EntityKey, DateTime<Utc>> =
             conveyor.waiting().iter().cloned().collect();
 
@@ -203,7 +198,7 @@ impl Station for LiveDelivery {
         let stateful: Vec<EntityKey> = batches
             .keys()
             .filter(|k| {
-                env.registry
+                env.registry()
                     .handler(&k.kind)
                     .is_some_and(|h| h.is_stateful())
             })
@@ -211,7 +206,7 @@ impl Station for LiveDelivery {
             .collect();
         let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();
         if !stateful.is_empty() {
-            for s in env.storage.load_states(&stateful).await? {
+            for s in env.load_states(&stateful).await? {
                 states.insert(s.key, s.state);
             }
         }
@@ -219,7 +214,7 @@ impl Station for LiveDelivery {
         // Pass 2: one handler call per target.
         for (target, rows) in batches {
             let handler: Option<Arc<dyn EntityHandler>> =
-                env.registry.handler(&target.kind).cloned();
+                env.registry().handler(&target.kind).cloned();
             let page = conveyor.page();
             let outcomes: Vec<MessageOutcome> = match &handler {
                 Some(handler) => {
@@ -237,7 +232,7 @@ impl Station for LiveDelivery {
                         let mut unroutable = Vec::new();
                         for event in &result.events {
                             for (kind, reason) in
-                                env.registry.fan_out(event, now, None, None, &mut fan_out)
+                                env.registry().fan_out(event, now, None, None, &mut fan_out)
                             {
                                 tracing::error!(event = %event.id, kind, %reason, "emitted event could not be routed to a subscriber; its copy goes to the dead letters");
                                 unroutable.push(unroutable_copy(event, kind, reason, &target, now));
@@ -252,7 +247,7 @@ impl Station for LiveDelivery {
                         let addressed = result
                             .commands
                             .into_iter()
-                            .map(|c| env.registry.address(c))
+                            .map(|c| env.registry().address(c))
                             .collect();
                         conveyor.emit_messages(addressed);
                     }
@@ -261,7 +256,8 @@ impl Station for LiveDelivery {
                 None => {
                     let error = HandlerError::new(format!(
                         "no handler for entity kind `{}` is registered on node {}",
-                        target.kind, env.config.node_id
+                        target.kind,
+                        env.config().node_id
                     ));
                     let mut v = vec![MessageOutcome::Failed(error)];
                     v.resize(rows.len(), MessageOutcome::NotAttempted);

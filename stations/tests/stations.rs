@@ -6,9 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use shardbox_core::handler::{AggregateHandler, ProjectionHandler};
 use shardbox_core::memory::MemoryStorage;
-use shardbox_core::message::{DedupKey, InboxWrite};
 use shardbox_core::storage::{
     DeadLetter, EntityKey, Page, RowChange, RowUpdate, StageCommit, WriteBatch,
 };
@@ -21,6 +19,8 @@ use shardbox_core::{
     NoopMonitor, Projection, SendOptions, ShardIndex, SignalId, StableHashStrategy, StageReport,
     Station, WorkRegistry, WorkerId,
 };
+use shardbox_core::{AggregateHandler, ProjectionHandler};
+use shardbox_core::{DedupKey, InboxWrite};
 use shardbox_stations::{Cleanup, LiveDelivery, RecentDeliveries};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -169,14 +169,14 @@ fn secs(n: i64) -> chrono::Duration {
 
 /// Three attempts, exponential back-off 1 s, 2 s, … capped at 10 s.
 fn policy(on_exhausted: ExhaustedOutcome) -> FailurePolicy {
-    FailurePolicy {
-        max_attempts: 3,
-        backoff: Backoff::Exponential {
+    FailurePolicy::new(
+        3,
+        Backoff::Exponential {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(10),
         },
         on_exhausted,
-    }
+    )
 }
 
 fn config() -> DeliveryConfigBuilder {
@@ -258,7 +258,12 @@ impl Fixture {
     }
 
     fn conveyor_with(&self, page: Page) -> Conveyor {
-        Conveyor::new(self.env.clone(), self.lease.clone(), t0(), page)
+        Conveyor::new(
+            self.env.station_context().clone(),
+            self.lease.clone(),
+            t0(),
+            page,
+        )
     }
 
     /// The handler calls so far, sorted (targets are independent of each other).

@@ -3,6 +3,7 @@
 //! diesel's instrumentation, which tells the connections apart here, is process-wide.
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
+use shardbox_core::sync::lock;
 use shardbox_core::InboxStore;
 use shardbox_storage::conformance::fixtures::{command, messages};
 use shardbox_storage::{SqliteOptions, SqliteStorage};
@@ -19,10 +20,7 @@ fn numbered() -> Option<Box<dyn Instrumentation>> {
     Some(Box::new(move |event: InstrumentationEvent<'_>| {
         if let InstrumentationEvent::StartQuery { query, .. } = event {
             if query.to_string().starts_with("BEGIN IMMEDIATE") {
-                WRITERS
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(connection);
+                lock(&WRITERS).insert(connection);
             }
         }
     }))
@@ -40,7 +38,7 @@ async fn concurrent_writes_share_one_writer_connection() {
     .expect("open");
     let storage = std::sync::Arc::new(storage);
     // The migrations' transaction, on the connection that opened the file, is not counted.
-    WRITERS.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    lock(&WRITERS).clear();
     let writes = (0..16).map(|i| {
         let storage = storage.clone();
         tokio::spawn(async move {
@@ -56,6 +54,6 @@ async fn concurrent_writes_share_one_writer_connection() {
     for write in writes.collect::<Vec<_>>() {
         write.await.expect("task").expect("write");
     }
-    let writers = WRITERS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let writers = lock(&WRITERS).clone();
     assert_eq!(writers.len(), 1, "write transactions ran on {writers:?}");
 }

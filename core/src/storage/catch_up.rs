@@ -5,8 +5,8 @@
 //! or "all") with [`StorageError::CatchUpOverlap`](crate::StorageError), also when two nodes
 //! start one at the same instant.
 
-use crate::error::StorageError;
-use crate::ids::ShardIndex;
+use crate::model::error::StorageError;
+use crate::model::ids::ShardIndex;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 

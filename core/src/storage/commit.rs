@@ -2,9 +2,9 @@
 
 use super::catch_up::CatchUpJob;
 use super::entities::EntityStateWrite;
-use super::inbox::{WriteBatch, WriteReport};
 use super::registry::Lease;
-use crate::message::InboxMessage;
+use super::write::{WriteBatch, WriteReport};
+use crate::model::message::InboxMessage;
 use chrono::{DateTime, Utc};
 
 /// A change to one Inbox row.
@@ -97,6 +97,9 @@ pub struct StageCommit {
     /// shard but this stage's own is re-fenced (epoch + 1, lease freed), so that no stage that
     /// read its page or the job list before the completion can park or deliver a row after it.
     pub catch_ups: Vec<CatchUpJob>,
+    /// Delete the completed catch-up jobs that finished before this time (their retention
+    /// ran out), in the same transaction.
+    pub purge_catch_ups_before: Option<DateTime<Utc>>,
 }
 
 impl StageCommit {
@@ -128,13 +131,15 @@ pub struct CommitReport {
     pub written: WriteReport,
     /// Delivered rows purged after their window.
     pub purged: usize,
+    /// Completed catch-up jobs purged after their retention.
+    pub catch_ups_purged: usize,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
-    use crate::message::{InboxWrite, MessageKind, NewMessage};
+    use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+    use crate::model::message::{InboxWrite, MessageKind, NewMessage};
     use chrono::TimeZone;
 
     fn at(secs: i64) -> DateTime<Utc> {
@@ -189,6 +194,7 @@ mod tests {
             dead_letters: Vec::new(),
             purge_delivered: 0,
             catch_ups: Vec::new(),
+            purge_catch_ups_before: None,
         }
     }
 

@@ -15,8 +15,8 @@
 
 use super::commit::DeadLetter;
 use super::entities::EntityKey;
-use crate::error::StorageError;
-use crate::ids::{ShardIndex, SignalId};
+use crate::model::error::StorageError;
+use crate::model::ids::{ShardIndex, SignalId};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::fmt;
@@ -278,7 +278,7 @@ pub trait DeadLetterStore: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{test_command, InboxMessage, MessageStatus};
+    use crate::model::message::{test_command, InboxMessage, MessageStatus};
 
     fn letter(kind: &str, id: &str, at: i64) -> DeadLetter {
         let t = DateTime::from_timestamp(at, 0).unwrap_or_default();

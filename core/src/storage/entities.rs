@@ -1,6 +1,6 @@
 //! Framework-kept entity state.
 
-use crate::error::StorageError;
+use crate::model::error::StorageError;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -13,6 +13,22 @@ pub struct EntityKey {
     pub tenant: String,
     /// Entity id.
     pub id: String,
+}
+
+impl EntityKey {
+    /// The key of `kind` instance `id` of `tenant` (empty for single-tenant applications).
+    ///
+    /// ```
+    /// let key = shardbox_core::storage::EntityKey::new("account", "", "acc-1");
+    /// assert_eq!((key.kind.as_str(), key.id.as_str()), ("account", "acc-1"));
+    /// ```
+    pub fn new(kind: impl Into<String>, tenant: impl Into<String>, id: impl Into<String>) -> Self {
+        EntityKey {
+            kind: kind.into(),
+            tenant: tenant.into(),
+            id: id.into(),
+        }
+    }
 }
 
 /// A stored entity state.

@@ -1,8 +1,8 @@
 //! The event store, read in `seq` order.
 
-use crate::error::StorageError;
-use crate::event::StoredEvent;
-use crate::ids::SignalId;
+use crate::model::error::StorageError;
+use crate::model::event::StoredEvent;
+use crate::model::ids::SignalId;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 

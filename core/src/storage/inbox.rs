@@ -2,53 +2,12 @@
 
 use super::commit::{CommitReport, StageCommit};
 use super::entities::EntityKey;
-use crate::error::StorageError;
-use crate::event::NewEvent;
-use crate::ids::ShardIndex;
-use crate::message::{InboxMessage, InboxWrite};
+use super::write::{WriteBatch, WriteReport};
+use crate::model::error::StorageError;
+use crate::model::ids::ShardIndex;
+use crate::model::message::InboxMessage;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-
-/// Events to append and messages to write, atomically.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct WriteBatch {
-    /// Events for the event store (a duplicate event id is ignored).
-    pub events: Vec<NewEvent>,
-    /// Inbox rows (a duplicate (tenant, target, signal) is ignored).
-    pub messages: Vec<InboxWrite>,
-}
-
-impl WriteBatch {
-    /// Whether there is nothing to write.
-    pub fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.messages.is_empty()
-    }
-}
-
-/// What a write did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WriteReport {
-    /// Events appended.
-    pub events: usize,
-    /// Inbox rows written.
-    pub written: usize,
-    /// Inbox rows ignored as duplicates (or duplicate events ignored).
-    pub duplicates: usize,
-    /// The shards that received at least one row, sorted, each once.
-    pub shards: Vec<ShardIndex>,
-}
-
-impl WriteReport {
-    /// Adds another report's numbers to this one.
-    pub fn merge(&mut self, other: WriteReport) {
-        self.events += other.events;
-        self.written += other.written;
-        self.duplicates += other.duplicates;
-        self.shards.extend(other.shards);
-        self.shards.sort_unstable();
-        self.shards.dedup();
-    }
-}
 
 /// A page of due rows and the targets of the shard that must wait.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -19,9 +19,13 @@ mod dead_letters;
 mod entities;
 mod events;
 mod inbox;
+pub mod listener;
+pub mod observer;
 mod registry;
+mod write;
 
-use crate::listener::WriteListener;
+pub use listener::{ListenerHandle, ListenerStats, WriteListener};
+pub use observer::ShardObserver;
 
 pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
 pub use commit::{CommitReport, DeadLetter, RowChange, RowUpdate, StageCommit};
@@ -31,8 +35,9 @@ pub use dead_letters::{
 };
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
-pub use inbox::{InboxCounts, InboxStore, Page, WriteBatch, WriteReport};
+pub use inbox::{InboxCounts, InboxStore, Page};
 pub use registry::{Lease, ShardSession, WorkRegistry};
+pub use write::{WriteBatch, WriteReport};
 
 /// Every storage capability together: what a delivery needs from a backend.
 pub trait Storage:

@@ -1,7 +1,7 @@
 //! The lock table (ShardedWorkRegistry): who serves which shard, until when, under which epoch.
 
-use crate::error::StorageError;
-use crate::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
+use crate::model::error::StorageError;
+use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 

@@ -4,7 +4,6 @@
 //! exactly (the durable ones keep microseconds).
 
 use chrono::{DateTime, Duration, Utc};
-use shardbox_core::message::{InboxWrite, Metadata};
 use shardbox_core::storage::{
     EntityKey, EntityStateWrite, RowChange, RowUpdate, StageCommit, WriteBatch,
 };
@@ -12,6 +11,7 @@ use shardbox_core::{
     EventSource, InboxMessage, Lease, MessageKind, NewEvent, NewMessage, NodeId, ShardIndex,
     SignalId, Storage, WorkerId,
 };
+use shardbox_core::{InboxWrite, Metadata};
 
 /// The suite's epoch: 2023-11-14T22:13:20Z.
 pub fn t0() -> DateTime<Utc> {
@@ -115,6 +115,7 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
         dead_letters: Vec::new(),
         purge_delivered: 0,
         catch_ups: Vec::new(),
+        purge_catch_ups_before: None,
     }
 }
 

@@ -3,8 +3,8 @@
 use super::fixtures::*;
 use crate::Inspect;
 use chrono::Duration;
-use shardbox_core::message::InboxWrite;
 use shardbox_core::storage::{InboxCounts, RowChange, RowUpdate, WriteBatch, WriteReport};
+use shardbox_core::InboxWrite;
 use shardbox_core::{MessageKind, MessageStatus, ShardIndex, SignalId, Storage};
 use std::sync::Arc;
 

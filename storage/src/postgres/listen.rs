@@ -26,7 +26,8 @@ use diesel::connection::{Connection, SimpleConnection};
 use diesel::dsl::sql;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
-use shardbox_core::listener::{new_origin, parse_shards, split_origin, ListenerControl};
+use shardbox_core::storage::listener::{new_origin, parse_shards, split_origin, ListenerControl};
+use shardbox_core::sync::lock;
 use shardbox_core::{ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -153,7 +154,7 @@ impl OwnEcho {
 
     fn lock(&self) -> MutexGuard<'_, LocalObservers> {
         // A list of observers: consistent whatever panicked while holding it.
-        self.local.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.local)
     }
 }
 

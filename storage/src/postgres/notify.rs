@@ -22,7 +22,8 @@ use crate::checkout::Manager;
 use diesel::r2d2::Pool;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
-use shardbox_core::listener::origin_payloads;
+use shardbox_core::storage::listener::origin_payloads;
+use shardbox_core::sync::lock;
 use shardbox_core::ShardIndex;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -44,7 +45,7 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Pending> {
         // A set of shard numbers and a flag: consistent whatever panicked while holding it.
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending)
     }
 }
 

@@ -7,8 +7,8 @@ use super::{
 use crate::error::Failure;
 use crate::schema::{dead_letters, inbox_messages};
 use diesel::prelude::*;
-use shardbox_core::message::InboxWrite;
 use shardbox_core::storage::{DeadLetter, DeadLetterId, StoredDeadLetter};
+use shardbox_core::InboxWrite;
 use shardbox_core::{InboxMessage, MessageKind, MessageStatus, NewMessage, SignalId};
 
 /// An inbox row as read.

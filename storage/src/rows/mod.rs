@@ -18,12 +18,12 @@ pub(crate) use records::{
 
 use crate::error::Failure;
 use chrono::{DateTime, Utc};
-use shardbox_core::message::Metadata;
+use shardbox_core::Metadata;
 use shardbox_core::ShardIndex;
 
 /// The rows of messages to insert, in their order.
 pub(crate) fn inbox_rows(
-    messages: Vec<shardbox_core::message::InboxWrite>,
+    messages: Vec<shardbox_core::InboxWrite>,
 ) -> Result<Vec<NewInboxRow>, Failure> {
     messages.into_iter().map(NewInboxRow::from_write).collect()
 }

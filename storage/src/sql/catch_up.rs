@@ -270,15 +270,24 @@ macro_rules! catch_up_units {
             conn: &mut Conn,
             before: DateTime<Utc>,
         ) -> Result<usize, Failure> {
-            use $crate::schema::catch_ups::dsl as cu;
             <Conn as Dialect>::write_transaction(conn, |conn| {
-                Ok(diesel::delete(
-                    cu::catch_ups
-                        .filter(cu::status.eq(CatchUpStatus::Completed.as_str()))
-                        .filter(cu::finished_at.lt(micros(before))),
-                )
-                .execute(conn)?)
+                delete_completed_catch_ups(conn, before)
             })
+        }
+
+        /// Deletes the completed jobs finished before `before`, inside the caller's transaction
+        /// (a purge of its own, or a stage commit's).
+        pub(crate) fn delete_completed_catch_ups(
+            conn: &mut Conn,
+            before: DateTime<Utc>,
+        ) -> Result<usize, Failure> {
+            use $crate::schema::catch_ups::dsl as cu;
+            Ok(diesel::delete(
+                cu::catch_ups
+                    .filter(cu::status.eq(CatchUpStatus::Completed.as_str()))
+                    .filter(cu::finished_at.lt(micros(before))),
+            )
+            .execute(conn)?)
         }
     };
 }

@@ -33,6 +33,7 @@ macro_rules! commit_units {
                 dead_letters,
                 purge_delivered,
                 catch_ups,
+                purge_catch_ups_before,
             } = commit;
             // The fan-out's rows are made before the transaction and dropped after it.
             let messages = $crate::rows::inbox_rows(writes.messages)?;
@@ -45,6 +46,10 @@ macro_rules! commit_units {
                 for job in catch_ups {
                     store_catch_up(conn, &job, Some(lease.shard))?;
                 }
+                let catch_ups_purged = match purge_catch_ups_before {
+                    Some(before) => delete_completed_catch_ups(conn, before)?,
+                    None => 0,
+                };
                 let mut written = WriteReport::default();
                 insert_rows(conn, &messages, &mut written)?;
                 let purged = purge(conn, lease.shard, now, purge_delivered)?;
@@ -56,6 +61,7 @@ macro_rules! commit_units {
                     lease,
                     written,
                     purged,
+                    catch_ups_purged,
                 })
             })
         }

@@ -135,7 +135,7 @@ macro_rules! dead_letter_units {
                         let mut message = row.into_stored()?.letter.original.message;
                         message.deliver_after = None;
                         message.expires_at = None;
-                        writes.push(shardbox_core::message::InboxWrite { shard, message });
+                        writes.push(shardbox_core::InboxWrite { shard, message });
                     }
                 }
                 let taken = writes.len();

@@ -24,7 +24,7 @@ macro_rules! inbox_units {
         /// Inserts inbox rows, ignoring (and counting) duplicates of the dedup key.
         pub(crate) fn insert_messages(
             conn: &mut Conn,
-            messages: Vec<shardbox_core::message::InboxWrite>,
+            messages: Vec<shardbox_core::InboxWrite>,
             report: &mut WriteReport,
         ) -> Result<(), Failure> {
             insert_rows(conn, &$crate::rows::inbox_rows(messages)?, report)

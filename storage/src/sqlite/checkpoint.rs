@@ -19,6 +19,7 @@ use super::options::Pragmas;
 use diesel::connection::Connection;
 use diesel::sql_types::Integer;
 use diesel::{QueryableByName, RunQueryDsl, SqliteConnection};
+use shardbox_core::sync::lock;
 use shardbox_core::StorageError;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -117,7 +118,7 @@ fn run(target: &Target, interval: Duration, stop: &(Mutex<bool>, Condvar)) {
     let mut failing = false;
     loop {
         {
-            let guard = stopped.lock().unwrap_or_else(|p| p.into_inner());
+            let guard = lock(stopped);
             let (guard, _) = wake
                 .wait_timeout_while(guard, interval, |stopped| !*stopped)
                 .unwrap_or_else(|p| p.into_inner());
@@ -153,7 +154,7 @@ fn run(target: &Target, interval: Duration, stop: &(Mutex<bool>, Condvar)) {
 impl Drop for Checkpointer {
     fn drop(&mut self) {
         let (stopped, wake) = &*self.stop;
-        *stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *lock(stopped) = true;
         wake.notify_all();
         if let Some(thread) = self.thread.take() {
             // A checkpoint in progress finishes first (it copies at most what the interval

@@ -6,6 +6,7 @@
 pub use shardbox_storage::conformance::{pg_url, TestSchema as Schema};
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
+use shardbox_core::sync::lock;
 use std::sync::Mutex;
 
 /// Every statement issued since [`capture_statements`] (its SQL without binds).
@@ -24,13 +25,10 @@ fn capture() -> Option<Box<dyn Instrumentation>> {
         InstrumentationEvent::StartQuery { query, .. } => {
             let sql = query.to_string();
             let sql = sql.split(" -- binds").next().unwrap_or_default().to_owned();
-            ISSUED.lock().unwrap_or_else(|p| p.into_inner()).push(sql);
+            lock(&ISSUED).push(sql);
         }
         InstrumentationEvent::CacheQuery { sql, .. } => {
-            CACHED
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(sql.to_owned());
+            lock(&CACHED).push(sql.to_owned());
         }
         _ => {}
     }))
@@ -38,5 +36,5 @@ fn capture() -> Option<Box<dyn Instrumentation>> {
 
 /// What `from` recorded so far, leaving it empty.
 pub fn taken(from: &Mutex<Vec<String>>) -> Vec<String> {
-    std::mem::take(&mut *from.lock().unwrap_or_else(|p| p.into_inner()))
+    std::mem::take(&mut *lock(from))
 }

@@ -1,0 +1,15 @@
+//! Entities: what application developers implement, and how delivery sees it.
+//!
+//! ```text
+//!  traits   Aggregate, Projection, Reactor (typed, serde)      ◄── the application
+//!  handler  EntityHandler: the type-erased adapter per kind   ◄── the live and catch-up stations
+//!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
+//! ```
+//!
+//! This layer owns the per-target handling rules (a target's batch in `seq` order, the first
+//! failure stops it, what a handler emits gets ids derived from its message). It does no I/O
+//! and knows nothing of shards' leases, pages or commits.
+
+pub mod handler;
+pub mod registry;
+pub mod traits;

@@ -1,0 +1,149 @@
+//! The registered entity kinds and how messages find their shard: the routing table of a
+//! delivery.
+//!
+//! `send` addresses one target; `post` fans an event out to every kind that subscribes to its
+//! type (each kind gets its own copy, like a consumer group), the kind's `route` picking the
+//! ids within it.
+
+use crate::entity::handler::EntityHandler;
+use crate::model::error::ConfigError;
+use crate::model::event::NewEvent;
+use crate::model::ids::ShardIndex;
+use crate::model::message::{InboxWrite, MessageKind, NewMessage};
+use crate::model::strategy::ShardStrategy;
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The entity kinds of a delivery, their subscriptions and the shard strategy.
+pub struct EntityRegistry {
+    handlers: HashMap<&'static str, Arc<dyn EntityHandler>>,
+    subscribers: HashMap<&'static str, Vec<Arc<dyn EntityHandler>>>,
+    strategy: Arc<dyn ShardStrategy>,
+    shard_count: u32,
+}
+
+impl std::fmt::Debug for EntityRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut kinds: Vec<_> = self.handlers.keys().collect();
+        kinds.sort();
+        f.debug_struct("EntityRegistry")
+            .field("kinds", &kinds)
+            .field("shard_count", &self.shard_count)
+            .finish()
+    }
+}
+
+impl EntityRegistry {
+    /// An empty registry over `shard_count` shards.
+    pub fn new(strategy: Arc<dyn ShardStrategy>, shard_count: u32) -> Self {
+        EntityRegistry {
+            handlers: HashMap::new(),
+            subscribers: HashMap::new(),
+            strategy,
+            shard_count,
+        }
+    }
+
+    /// Registers an entity kind; a kind may be registered once.
+    pub fn register(&mut self, handler: Arc<dyn EntityHandler>) -> Result<(), ConfigError> {
+        let kind = handler.kind();
+        if kind.is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "KIND",
+                value: "\"\"".into(),
+                reason: "an entity kind needs a non-empty name",
+            });
+        }
+        if self.handlers.contains_key(kind) {
+            return Err(ConfigError::DuplicateKind { kind: kind.into() });
+        }
+        if let Some(event_type) = handler.event_type() {
+            self.subscribers
+                .entry(event_type)
+                .or_default()
+                .push(handler.clone());
+        }
+        self.handlers.insert(kind, handler);
+        Ok(())
+    }
+
+    /// The handler of `kind`.
+    pub fn handler(&self, kind: &str) -> Option<&Arc<dyn EntityHandler>> {
+        self.handlers.get(kind)
+    }
+
+    /// All registered kinds, sorted.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        let mut kinds: Vec<_> = self.handlers.keys().copied().collect();
+        kinds.sort_unstable();
+        kinds
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> u32 {
+        self.shard_count
+    }
+
+    /// The shard of a target.
+    pub fn shard_of(&self, target_kind: &str, target_id: &str) -> ShardIndex {
+        self.strategy
+            .shard_of(target_kind, target_id, self.shard_count)
+    }
+
+    /// Addresses a message to its shard.
+    pub fn address(&self, message: NewMessage) -> InboxWrite {
+        InboxWrite {
+            shard: self.shard_of(&message.target_kind, &message.target_id),
+            message,
+        }
+    }
+
+    /// Appends to `out` the inbox rows `event` fans out to: one per subscribed kind and routed
+    /// id, each with the event's id as signal id. `deliver_after`/`expires_at` apply to every
+    /// copy. A subscriber whose `route` fails gets no copy and is returned (kind, reason); the
+    /// other subscribers get theirs.
+    pub fn fan_out(
+        &self,
+        event: &NewEvent,
+        now: DateTime<Utc>,
+        deliver_after: Option<DateTime<Utc>>,
+        expires_at: Option<DateTime<Utc>>,
+        out: &mut Vec<InboxWrite>,
+    ) -> Vec<(&'static str, String)> {
+        let mut failures = Vec::new();
+        let Some(subscribers) = self.subscribers.get(event.event_type.as_str()) else {
+            return failures;
+        };
+        for handler in subscribers {
+            let ids = match handler.route(event) {
+                Ok(ids) => ids,
+                Err(e) => {
+                    failures.push((handler.kind(), e.reason));
+                    continue;
+                }
+            };
+            for target_id in ids {
+                out.push(self.address(NewMessage {
+                    signal_id: event.id.clone(),
+                    kind: MessageKind::Event,
+                    target_kind: handler.kind().to_owned(),
+                    target_id,
+                    tenant: event.tenant.clone(),
+                    payload: event.payload.clone(),
+                    payload_type: event.event_type.clone(),
+                    metadata: event.metadata.clone(),
+                    received_at: now,
+                    deliver_after,
+                    expires_at,
+                }));
+            }
+        }
+        failures
+    }
+
+    /// Whether any kind subscribes to `event_type`.
+    pub fn has_subscribers(&self, event_type: &str) -> bool {
+        self.subscribers.contains_key(event_type)
+    }
+}

@@ -1,0 +1,119 @@
+//! The in-memory [`CatchUpStore`]: catch-up jobs.
+
+use super::MemoryStorage;
+use crate::model::error::StorageError;
+use crate::model::ids::{LeaseEpoch, ShardIndex};
+use crate::model::message::MessageStatus;
+use crate::storage::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+#[async_trait]
+impl CatchUpStore for MemoryStorage {
+    async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError> {
+        let mut state = self.lock();
+        if let Some(running) = state.jobs.values().find(|j| {
+            j.status.is_running()
+                && j.spec.projection_kind == job.projection_kind
+                && j.spec.tenant == job.tenant
+                && j.spec.targets.overlaps(&job.targets)
+        }) {
+            return Err(StorageError::CatchUpOverlap {
+                projection_kind: job.projection_kind,
+                running_job: running.id,
+            });
+        }
+        // Reset the targets and re-fence the affected shards, as the durable backends do.
+        let kind = job.projection_kind.clone();
+        let tenant = job.tenant.clone();
+        state.states.retain(|k, _| {
+            !(k.kind == kind
+                && k.tenant == tenant
+                && match &job.targets {
+                    CatchUpTargets::All => true,
+                    CatchUpTargets::Ids(ids) => ids.contains(&k.id),
+                })
+        });
+        for shard in &job.affected_shards {
+            if let Some(s) = state.sessions.get_mut(shard) {
+                s.epoch = LeaseEpoch(s.epoch.0 + 1);
+                s.lease_until = None;
+            }
+        }
+        let id = state.jobs.keys().next_back().copied().unwrap_or(0) + 1;
+        let created = CatchUpJob {
+            id,
+            updated_at: job.created_at,
+            spec: job,
+            status: CatchUpStatus::Started,
+            cursor: 0,
+            replayed: 0,
+            finished_at: None,
+        };
+        state.jobs.insert(id, created.clone());
+        Ok(created)
+    }
+
+    async fn has_pending_replay(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+        cursor: i64,
+    ) -> Result<bool, StorageError> {
+        let state = self.lock();
+        Ok(shards.iter().any(|shard| {
+            state.pending.get(shard).is_some_and(|p| {
+                p.iter().any(|seq| {
+                    let r = &state.rows[seq];
+                    let m = &r.message;
+                    if m.target_kind != projection_kind || m.tenant != tenant {
+                        return false;
+                    }
+                    r.status == MessageStatus::ToCatchUp
+                        || (m.kind == crate::model::message::MessageKind::Event
+                            && !crate::catch_up::is_parked(m.deliver_after)
+                            && state
+                                .event_seq
+                                .get(&m.signal_id)
+                                .is_some_and(|e| *e <= cursor))
+                })
+            })
+        }))
+    }
+
+    async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError> {
+        Ok(self.lock().jobs.get(&id).cloned())
+    }
+
+    async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {
+        Ok(self
+            .lock()
+            .jobs
+            .values()
+            .filter(|j| j.status.is_running())
+            .cloned()
+            .collect())
+    }
+
+    async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        match state.jobs.get_mut(&job.id) {
+            Some(stored) => {
+                *stored = job.clone();
+                if job.status == CatchUpStatus::Completed {
+                    state.settle_parked(job, None);
+                }
+                Ok(())
+            }
+            None => Err(StorageError::Corrupt(format!(
+                "catch-up job {} does not exist",
+                job.id
+            ))),
+        }
+    }
+
+    async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError> {
+        Ok(self.lock().purge_jobs(before))
+    }
+}

@@ -1,0 +1,264 @@
+//! The in-memory [`InboxStore`]: writes with deduplication, due pages, fenced stage commits.
+
+use super::{target_of, MemoryStorage};
+use crate::model::error::StorageError;
+use crate::model::ids::ShardIndex;
+use crate::model::message::{InboxMessage, MessageStatus};
+use crate::storage::{
+    CatchUpStatus, CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange,
+    StageCommit, WriteBatch, WriteReport,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+#[async_trait]
+impl InboxStore for MemoryStorage {
+    async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError> {
+        Ok(self.lock().write(batch))
+    }
+
+    async fn write_all(&self, batches: Vec<WriteBatch>) -> Result<Vec<WriteReport>, StorageError> {
+        let mut state = self.lock();
+        Ok(batches.into_iter().map(|b| state.write(b)).collect())
+    }
+
+    async fn read_page(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Page, StorageError> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let mut page = Page::default();
+        if let Some(index) = state.due.get_mut(&shard) {
+            let rows = &state.rows;
+            let due = index.due(now, limit, |seq| {
+                rows.get(&seq).and_then(|r| r.message.deliver_after)
+            });
+            page.messages = due.iter().map(|seq| rows[seq].clone()).collect();
+        }
+        if let Some(retrying) = state.retrying.get(&shard) {
+            for seq in retrying {
+                let row = &state.rows[seq];
+                if row.is_expired(now) {
+                    continue;
+                }
+                if let Some(at) = row.message.deliver_after.filter(|at| *at > now) {
+                    page.waiting.push((target_of(row), at));
+                }
+            }
+        }
+        if let Some(blocked) = state.blocked.get(&shard) {
+            for seq in blocked {
+                page.blocked.push(target_of(&state.rows[seq]));
+            }
+        }
+        page.next_due = state.next_due(shard, now);
+        page.purge_due = state
+            .delivered
+            .get(&shard)
+            .and_then(|d| d.first())
+            .is_some_and(|(keep_until, _)| *keep_until <= now);
+        Ok(page)
+    }
+
+    async fn commit_stage(&self, commit: StageCommit) -> Result<CommitReport, StorageError> {
+        let mut state = self.lock();
+        if !state.holds(&commit.lease) {
+            return Err(state.lease_lost(&commit.lease));
+        }
+        let shard = commit.lease.shard;
+        for u in &commit.updates {
+            match state.rows.get(&u.seq) {
+                Some(row) if row.shard == shard => {}
+                _ => {
+                    return Err(StorageError::Corrupt(format!(
+                        "stage of shard {shard} updates row {} which is not in that shard",
+                        u.seq
+                    )))
+                }
+            }
+        }
+        for u in commit.updates {
+            match u.change {
+                RowChange::Remove => {
+                    state.remove(u.seq);
+                }
+                RowChange::Delivered { keep_until } => {
+                    let Some(row) = state.rows.get_mut(&u.seq) else {
+                        continue;
+                    };
+                    row.status = MessageStatus::Delivered;
+                    row.keep_until = Some(keep_until);
+                    let row = row.clone();
+                    state.unpend(&row);
+                    state
+                        .delivered
+                        .entry(shard)
+                        .or_default()
+                        .insert((keep_until, u.seq));
+                }
+                RowChange::RetryAt {
+                    at,
+                    attempts,
+                    error,
+                } => {
+                    let Some(row) = state.rows.get_mut(&u.seq) else {
+                        continue;
+                    };
+                    row.message.deliver_after = Some(at);
+                    row.attempts = attempts;
+                    row.last_error = Some(error);
+                    row.first_failed_at.get_or_insert(commit.now);
+                    state.retrying.entry(shard).or_default().insert(u.seq);
+                }
+                RowChange::Block { attempts, error } => {
+                    let Some(row) = state.rows.get_mut(&u.seq) else {
+                        continue;
+                    };
+                    row.status = MessageStatus::Blocked;
+                    row.message.deliver_after = Some(commit.now);
+                    row.attempts = attempts;
+                    row.last_error = Some(error);
+                    row.first_failed_at.get_or_insert(commit.now);
+                    let row = row.clone();
+                    state.unpend(&row);
+                    state.blocked.entry(shard).or_default().insert(u.seq);
+                }
+                RowChange::Hold { until } => {
+                    if let Some(row) = state.rows.get_mut(&u.seq) {
+                        row.message.deliver_after = Some(until);
+                    }
+                }
+            }
+        }
+        let now = commit.now;
+        for s in commit.states {
+            match s.state {
+                Some(bytes) => {
+                    let version = state.states.get(&s.key).map_or(0, |e| e.version) + 1;
+                    state.states.insert(
+                        s.key.clone(),
+                        EntityState {
+                            key: s.key,
+                            version,
+                            state: bytes,
+                            updated_at: now,
+                        },
+                    );
+                }
+                None => {
+                    state.states.remove(&s.key);
+                }
+            }
+        }
+        for letter in commit.dead_letters {
+            state.add_dead_letter(letter);
+        }
+        for job in commit.catch_ups {
+            if job.status == CatchUpStatus::Completed {
+                state.settle_parked(&job, Some(shard));
+            }
+            state.jobs.insert(job.id, job);
+        }
+        let catch_ups_purged = commit
+            .purge_catch_ups_before
+            .map_or(0, |before| state.purge_jobs(before));
+        let written = state.write(commit.writes);
+        let mut purged = 0;
+        if commit.purge_delivered > 0 {
+            let expired: Vec<i64> = state
+                .delivered
+                .get(&shard)
+                .map(|d| {
+                    d.iter()
+                        .take_while(|(k, _)| *k <= now)
+                        .take(commit.purge_delivered)
+                        .map(|(_, seq)| *seq)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for seq in expired {
+                state.remove(seq);
+                purged += 1;
+            }
+        }
+        let session = state
+            .sessions
+            .get_mut(&shard)
+            .ok_or_else(|| StorageError::Corrupt(format!("no session for shard {shard}")))?;
+        session.lease_until = Some(commit.lease_until);
+        let mut lease = commit.lease;
+        lease.lease_until = commit.lease_until;
+        Ok(CommitReport {
+            lease,
+            written,
+            purged,
+            catch_ups_purged,
+        })
+    }
+
+    async fn next_due(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StorageError> {
+        Ok(self.lock().next_due(shard, now))
+    }
+
+    async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError> {
+        let state = self.lock();
+        let mut c = InboxCounts::default();
+        for row in state.rows.values() {
+            if shard.is_some_and(|s| s != row.shard) {
+                continue;
+            }
+            match row.status {
+                MessageStatus::ToDeliver => c.to_deliver += 1,
+                MessageStatus::Delivered => c.delivered += 1,
+                MessageStatus::ToCatchUp => c.to_catch_up += 1,
+                MessageStatus::Blocked => c.blocked += 1,
+            }
+        }
+        Ok(c)
+    }
+
+    async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
+        let state = self.lock();
+        let mut shards: Vec<ShardIndex> = state
+            .expiring
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, seq)| state.rows[seq].shard)
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        Ok(shards)
+    }
+
+    async fn read_expired(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxMessage>, StorageError> {
+        let mut state = self.lock();
+        let mut seqs: Vec<i64> = state
+            .expiring
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, seq)| *seq)
+            .filter(|seq| state.rows[seq].shard == shard)
+            .collect();
+        seqs.sort_unstable();
+        seqs.truncate(limit);
+        // The sweep's stage may change these rows, due or not: pages check them from now on.
+        if let Some(index) = state.due.get_mut(&shard) {
+            for seq in &seqs {
+                index.handed_out(*seq);
+            }
+        }
+        Ok(seqs.iter().map(|seq| state.rows[seq].clone()).collect())
+    }
+}

@@ -1,0 +1,80 @@
+//! The in-memory [`WorkRegistry`]: the lock table of shard leases.
+
+use super::MemoryStorage;
+use crate::model::error::StorageError;
+use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
+use crate::storage::{Lease, ShardSession, WorkRegistry};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+#[async_trait]
+impl WorkRegistry for MemoryStorage {
+    async fn pick_up(
+        &self,
+        shard: ShardIndex,
+        node_id: &NodeId,
+        worker_id: WorkerId,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<Lease>, StorageError> {
+        let mut state = self.lock();
+        let session = state.sessions.entry(shard).or_insert(ShardSession {
+            shard,
+            node_id: None,
+            worker_id: None,
+            epoch: LeaseEpoch(0),
+            picked_at: None,
+            lease_until: None,
+        });
+        if session.lease_until.is_some_and(|until| until > now) {
+            return Ok(None);
+        }
+        // Released leases are unset; a set one that has passed lost its holder.
+        let taken_over = session.lease_until.is_some();
+        session.epoch = LeaseEpoch(session.epoch.0 + 1);
+        session.node_id = Some(node_id.clone());
+        session.worker_id = Some(worker_id);
+        session.picked_at = Some(now);
+        session.lease_until = Some(lease_until);
+        Ok(Some(Lease {
+            shard,
+            node_id: node_id.clone(),
+            worker_id,
+            epoch: session.epoch,
+            picked_at: now,
+            lease_until,
+            taken_over,
+        }))
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Lease, StorageError> {
+        let mut state = self.lock();
+        if !state.holds(lease) {
+            return Err(state.lease_lost(lease));
+        }
+        if let Some(s) = state.sessions.get_mut(&lease.shard) {
+            s.lease_until = Some(lease_until);
+        }
+        let mut renewed = lease.clone();
+        renewed.lease_until = lease_until;
+        Ok(renewed)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        if state.holds(lease) {
+            if let Some(s) = state.sessions.get_mut(&lease.shard) {
+                s.lease_until = None;
+            }
+        }
+        Ok(())
+    }
+
+    async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError> {
+        Ok(self.lock().sessions.values().cloned().collect())
+    }
+}

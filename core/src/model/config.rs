@@ -1,0 +1,361 @@
+//! Delivery configuration: every knob with a safe default, validated at build time with an
+//! error that names the field.
+
+use crate::model::error::ConfigError;
+use crate::model::failure::FailurePolicy;
+use crate::model::ids::NodeId;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The validated configuration of a delivery.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DeliveryConfig {
+    /// Number of shards of the Inbox (1..=65,536). Default 16. Changing it re-shards targets:
+    /// drain the Inbox first.
+    pub shard_count: u32,
+    /// Rows read and committed per stage (1..=10,000). Default 256.
+    pub page_size: usize,
+    /// Events replayed per catch-up page (1..=100,000). Default 1,000.
+    pub catch_up_page_size: usize,
+    /// How long a delivered message is remembered to drop duplicates (0..=7 days). Default 60 s.
+    pub dedup_window: Duration,
+    /// Entries of the in-memory cache of recent deliveries (0 disables it). Default 10,000.
+    pub cache_capacity: u64,
+    /// How long a picked-up shard stays leased without renewal (100 ms..=1 h). Default 30 s.
+    pub lease_duration: Duration,
+    /// How often idle workers look for work without a notification (10 ms..lease). Default 1 s.
+    pub poll_interval: Duration,
+    /// Concurrent workers of a node (1..=1,024). Default 4.
+    pub workers: usize,
+    /// This node's id (appears in logs and the lock table). Default: generated.
+    pub node_id: NodeId,
+    /// How long completed catch-up jobs are kept before they are purged. Default 24 h.
+    pub catch_up_retention: Duration,
+    /// Failure policy of kinds without their own.
+    pub failure_policy: FailurePolicy,
+    /// Failure policies per entity kind.
+    pub kind_policies: HashMap<String, FailurePolicy>,
+    /// Whether a message whose TTL ran out is also kept in the dead letters (reason
+    /// `expired`), besides being counted. Default `false`: expired messages are removed.
+    pub dead_letter_expired: bool,
+    /// How often a running node looks for messages whose TTL passed before they were due
+    /// (delayed, backed off, or waiting behind their target) and expires them, in every shard
+    /// no other node holds (10 ms..=24 h). Default 30 s. Due messages are expired as soon as a
+    /// stage reads them, whatever this says.
+    pub ttl_sweep_interval: Duration,
+    /// How long a node runner's worker keeps a shard's lease after draining it, so that the
+    /// next write to the shard is served without a new pick-up and release (0..=half of
+    /// `lease_duration`; 0 releases at once). Default 0 (off). Other nodes leave a leased
+    /// shard to its holder, which hears their writes too; a lease is kept only within a poll
+    /// interval of its pick-up, but under steady traffic a node still holds its shards most
+    /// of the time, so a joining node takes shards over more slowly. 50 ms suits a single
+    /// node serving a trickle of writes (see docs/performance.md).
+    pub lease_linger: Duration,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            shard_count: 16,
+            page_size: 256,
+            catch_up_page_size: 1_000,
+            dedup_window: Duration::from_secs(60),
+            cache_capacity: 10_000,
+            lease_duration: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            workers: 4,
+            node_id: NodeId::generate(),
+            catch_up_retention: Duration::from_secs(24 * 3600),
+            failure_policy: FailurePolicy::default(),
+            kind_policies: HashMap::new(),
+            dead_letter_expired: false,
+            ttl_sweep_interval: Duration::from_secs(30),
+            lease_linger: Duration::ZERO,
+        }
+    }
+}
+
+fn invalid(field: &'static str, value: impl std::fmt::Debug, reason: &'static str) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        value: format!("{value:?}"),
+        reason,
+    }
+}
+
+impl DeliveryConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> DeliveryConfigBuilder {
+        DeliveryConfigBuilder::default()
+    }
+
+    /// The failure policy of `kind`.
+    pub fn policy_of(&self, kind: &str) -> &FailurePolicy {
+        self.kind_policies.get(kind).unwrap_or(&self.failure_policy)
+    }
+
+    /// `lease_duration` as a chrono duration (for lease times).
+    pub fn lease_span(&self) -> chrono::Duration {
+        span(self.lease_duration)
+    }
+
+    /// `poll_interval` as a chrono duration (holds, re-checks, turns).
+    pub fn poll_span(&self) -> chrono::Duration {
+        span(self.poll_interval)
+    }
+
+    /// `dedup_window` as a chrono duration (how long delivered rows are kept).
+    pub fn dedup_span(&self) -> chrono::Duration {
+        span(self.dedup_window)
+    }
+
+    /// `catch_up_retention` as a chrono duration.
+    pub fn catch_up_retention_span(&self) -> chrono::Duration {
+        span(self.catch_up_retention)
+    }
+
+    /// Checks every field; the error names the first field at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=65_536).contains(&self.shard_count) {
+            return Err(invalid(
+                "shard_count",
+                self.shard_count,
+                "must be 1..=65536",
+            ));
+        }
+        if !(1..=10_000).contains(&self.page_size) {
+            return Err(invalid("page_size", self.page_size, "must be 1..=10000"));
+        }
+        if !(1..=100_000).contains(&self.catch_up_page_size) {
+            return Err(invalid(
+                "catch_up_page_size",
+                self.catch_up_page_size,
+                "must be 1..=100000",
+            ));
+        }
+        if self.dedup_window > Duration::from_secs(7 * 24 * 3600) {
+            return Err(invalid(
+                "dedup_window",
+                self.dedup_window,
+                "must be at most 7 days (delivered rows are kept that long)",
+            ));
+        }
+        if self.lease_duration < Duration::from_millis(100)
+            || self.lease_duration > Duration::from_secs(3600)
+        {
+            return Err(invalid(
+                "lease_duration",
+                self.lease_duration,
+                "must be 100ms..=1h",
+            ));
+        }
+        if self.poll_interval < Duration::from_millis(10)
+            || self.poll_interval >= self.lease_duration
+        {
+            return Err(invalid(
+                "poll_interval",
+                self.poll_interval,
+                "must be at least 10ms and shorter than lease_duration",
+            ));
+        }
+        if !(1..=1_024).contains(&self.workers) {
+            return Err(invalid("workers", self.workers, "must be 1..=1024"));
+        }
+        if self.node_id.0.is_empty() || self.node_id.0.len() > 128 {
+            return Err(invalid(
+                "node_id",
+                &self.node_id.0,
+                "must be 1..=128 characters",
+            ));
+        }
+        if self.ttl_sweep_interval < Duration::from_millis(10)
+            || self.ttl_sweep_interval > Duration::from_secs(24 * 3600)
+        {
+            return Err(invalid(
+                "ttl_sweep_interval",
+                self.ttl_sweep_interval,
+                "must be 10ms..=24h (each sweep costs one query per node)",
+            ));
+        }
+        if self.catch_up_retention > MAX_RETENTION {
+            return Err(invalid(
+                "catch_up_retention",
+                self.catch_up_retention,
+                "must be at most 3650 days",
+            ));
+        }
+        if self.lease_linger > self.lease_duration / 2 {
+            return Err(invalid(
+                "lease_linger",
+                self.lease_linger,
+                "must be at most half of lease_duration",
+            ));
+        }
+        self.failure_policy.validate("failure_policy")?;
+        for policy in self.kind_policies.values() {
+            policy.validate("kind_policies")?;
+        }
+        Ok(())
+    }
+}
+
+/// The longest `catch_up_retention` (ten years).
+const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
+
+/// A validated duration as a chrono duration. Every duration field is bounded by `validate`
+/// (at most ten years), far inside chrono's range, so the conversion cannot fail for a
+/// validated configuration; the saturating fallback only serves an unvalidated one.
+fn span(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// Builds a [`DeliveryConfig`]; [`DeliveryConfigBuilder::build`] validates it.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryConfigBuilder {
+    config: DeliveryConfig,
+}
+
+macro_rules! setter {
+    ($(#[$doc:meta])* $name:ident: $ty:ty) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.config.$name = value;
+            self
+        }
+    };
+}
+
+impl DeliveryConfigBuilder {
+    setter!(/// Sets [`DeliveryConfig::shard_count`].
+        shard_count: u32);
+    setter!(/// Sets [`DeliveryConfig::page_size`].
+        page_size: usize);
+    setter!(/// Sets [`DeliveryConfig::catch_up_page_size`].
+        catch_up_page_size: usize);
+    setter!(/// Sets [`DeliveryConfig::dedup_window`].
+        dedup_window: Duration);
+    setter!(/// Sets [`DeliveryConfig::cache_capacity`].
+        cache_capacity: u64);
+    setter!(/// Sets [`DeliveryConfig::lease_duration`].
+        lease_duration: Duration);
+    setter!(/// Sets [`DeliveryConfig::poll_interval`].
+        poll_interval: Duration);
+    setter!(/// Sets [`DeliveryConfig::workers`].
+        workers: usize);
+    setter!(/// Sets [`DeliveryConfig::node_id`].
+        node_id: NodeId);
+    setter!(/// Sets [`DeliveryConfig::catch_up_retention`].
+        catch_up_retention: Duration);
+    setter!(/// Sets [`DeliveryConfig::failure_policy`].
+        failure_policy: FailurePolicy);
+    setter!(/// Sets [`DeliveryConfig::dead_letter_expired`].
+        dead_letter_expired: bool);
+    setter!(/// Sets [`DeliveryConfig::ttl_sweep_interval`].
+        ttl_sweep_interval: Duration);
+    setter!(/// Sets [`DeliveryConfig::lease_linger`].
+        lease_linger: Duration);
+
+    /// Gives `kind` its own failure policy.
+    pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
+        self.config.kind_policies.insert(kind.to_owned(), policy);
+        self
+    }
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<DeliveryConfig, ConfigError> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(err: ConfigError) -> &'static str {
+        match err {
+            ConfigError::Invalid { field, .. } | ConfigError::Missing { field, .. } => field,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = DeliveryConfig::builder().build().unwrap();
+        assert_eq!(c.shard_count, 16);
+        assert_eq!(c.page_size, 256);
+        assert_eq!(c.dedup_window, Duration::from_secs(60));
+        assert_eq!(c.ttl_sweep_interval, Duration::from_secs(30));
+        assert!(!c.dead_letter_expired);
+        assert_eq!(c.lease_linger, Duration::ZERO);
+    }
+
+    #[test]
+    fn each_invalid_value_names_its_field() {
+        let b = DeliveryConfig::builder;
+        let cases: Vec<(DeliveryConfigBuilder, &str)> = vec![
+            (b().shard_count(0), "shard_count"),
+            (b().shard_count(70_000), "shard_count"),
+            (b().page_size(0), "page_size"),
+            (b().page_size(10_001), "page_size"),
+            (b().catch_up_page_size(0), "catch_up_page_size"),
+            (
+                b().dedup_window(Duration::from_secs(8 * 24 * 3600)),
+                "dedup_window",
+            ),
+            (
+                b().lease_duration(Duration::from_millis(5)),
+                "lease_duration",
+            ),
+            (b().poll_interval(Duration::from_millis(1)), "poll_interval"),
+            (
+                b().lease_duration(Duration::from_secs(1))
+                    .poll_interval(Duration::from_millis(100))
+                    .lease_linger(Duration::from_millis(600)),
+                "lease_linger",
+            ),
+            (
+                b().lease_duration(Duration::from_secs(1))
+                    .poll_interval(Duration::from_secs(2)),
+                "poll_interval",
+            ),
+            (b().workers(0), "workers"),
+            (
+                b().ttl_sweep_interval(Duration::from_millis(5)),
+                "ttl_sweep_interval",
+            ),
+            (
+                b().ttl_sweep_interval(Duration::from_secs(25 * 3600)),
+                "ttl_sweep_interval",
+            ),
+            (b().node_id(NodeId(String::new())), "node_id"),
+            (
+                b().failure_policy(FailurePolicy {
+                    max_attempts: 0,
+                    ..FailurePolicy::default()
+                }),
+                "failure_policy",
+            ),
+        ];
+        for (builder, field) in cases {
+            let err = builder.build().expect_err(field);
+            assert!(err.to_string().contains(field), "{err}");
+            assert_eq!(field_of(err), field);
+        }
+    }
+
+    #[test]
+    fn kind_policies_override_the_default() {
+        let special = FailurePolicy {
+            max_attempts: 1,
+            ..FailurePolicy::default()
+        };
+        let c = DeliveryConfig::builder()
+            .kind_policy("payment", special)
+            .build()
+            .unwrap();
+        assert_eq!(c.policy_of("payment").max_attempts, 1);
+        assert_eq!(c.policy_of("other").max_attempts, 5);
+    }
+}

@@ -1,0 +1,267 @@
+//! The failure policy: what happens to a message whose handling failed.
+//!
+//! A pure decision: given how many attempts have failed, the handler's own retry wish and the
+//! time, [`FailurePolicy::decide`] says retry at a time, dead-letter, drop or block. The station
+//! that calls it writes the decision; nothing here does I/O.
+//!
+//! ```text
+//!  attempt n fails ─► n < max_attempts ─► RetryAt(now + max(backoff(n), requested) capped)
+//!                  └► n = max_attempts ─► on_exhausted: DeadLetter │ Drop │ Block
+//! ```
+
+use crate::model::error::ConfigError;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// How long to wait before the next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backoff {
+    /// The same delay before every retry.
+    Fixed(Duration),
+    /// `base * 2^(attempt-1)`, at most `cap`.
+    Exponential {
+        /// Delay before the first retry.
+        base: Duration,
+        /// Longest delay.
+        cap: Duration,
+    },
+}
+
+impl Backoff {
+    /// The delay after `attempts` failed attempts (`attempts >= 1`).
+    pub fn delay(&self, attempts: u32) -> Duration {
+        match *self {
+            Backoff::Fixed(d) => d,
+            Backoff::Exponential { base, cap } => {
+                let shift = attempts.saturating_sub(1).min(31);
+                base.checked_mul(1u32 << shift).unwrap_or(cap).min(cap)
+            }
+        }
+    }
+
+    /// The longest delay this back-off gives.
+    pub fn cap(&self) -> Duration {
+        match *self {
+            Backoff::Fixed(d) => d,
+            Backoff::Exponential { cap, .. } => cap,
+        }
+    }
+}
+
+/// What happens when a message has used up its attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExhaustedOutcome {
+    /// Move it to the dead letters with its origin; the target goes on.
+    DeadLetter,
+    /// Count it, log it and delete it; the target goes on.
+    Drop,
+    /// Keep it in the Inbox with status `blocked`: its target stops (later messages wait, in
+    /// order) until an operator requeues or drops it; other targets go on.
+    Block,
+}
+
+/// What to do with a failed message now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureDecision {
+    /// Try again at this time.
+    RetryAt(DateTime<Utc>),
+    /// Move to the dead letters.
+    DeadLetter,
+    /// Delete (counted and logged).
+    Drop,
+    /// Block the target until an operator acts.
+    Block,
+}
+
+/// Attempts, back-off and the outcome when attempts are used up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailurePolicy {
+    /// Attempts in all, the first included (`>= 1`).
+    pub max_attempts: u32,
+    /// Delay between attempts.
+    pub backoff: Backoff,
+    /// What happens after the last attempt fails.
+    pub on_exhausted: ExhaustedOutcome,
+}
+
+impl Default for FailurePolicy {
+    /// 5 attempts, exponential back-off from 1 s up to 5 min, then dead-letter.
+    fn default() -> Self {
+        FailurePolicy {
+            max_attempts: 5,
+            backoff: Backoff::Exponential {
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(300),
+            },
+            on_exhausted: ExhaustedOutcome::DeadLetter,
+        }
+    }
+}
+
+impl FailurePolicy {
+    /// A policy: at most `max_attempts` attempts, `backoff` between them, then `on_exhausted`
+    /// (checked when the configuration is built).
+    ///
+    /// ```
+    /// use shardbox_core::{Backoff, ExhaustedOutcome, FailurePolicy};
+    /// use std::time::Duration;
+    /// let p = FailurePolicy::new(5, Backoff::Fixed(Duration::from_secs(1)), ExhaustedOutcome::Block);
+    /// assert_eq!(p.max_attempts, 5);
+    /// ```
+    pub fn new(max_attempts: u32, backoff: Backoff, on_exhausted: ExhaustedOutcome) -> Self {
+        FailurePolicy {
+            max_attempts,
+            backoff,
+            on_exhausted,
+        }
+    }
+
+    /// Decides after the `attempts`-th failed attempt (this one included). `requested` is the
+    /// handler's own wish for a delay; the longer of it and the back-off wins, capped by the
+    /// back-off's cap (or the request itself if it is shorter than a zero cap would allow).
+    pub fn decide(
+        &self,
+        attempts: u32,
+        requested: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> FailureDecision {
+        if attempts >= self.max_attempts {
+            return match self.on_exhausted {
+                ExhaustedOutcome::DeadLetter => FailureDecision::DeadLetter,
+                ExhaustedOutcome::Drop => FailureDecision::Drop,
+                ExhaustedOutcome::Block => FailureDecision::Block,
+            };
+        }
+        let backoff = self.backoff.delay(attempts);
+        let delay = requested
+            .map_or(backoff, |r| r.max(backoff))
+            .min(self.backoff.cap().max(backoff));
+        let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        FailureDecision::RetryAt(now.checked_add_signed(delay).unwrap_or(now))
+    }
+
+    /// Checks the values; `field` prefixes the names in the error (e.g. `failure_policy`).
+    pub fn validate(&self, field: &'static str) -> Result<(), ConfigError> {
+        if self.max_attempts == 0 {
+            return Err(ConfigError::Invalid {
+                field,
+                value: "max_attempts = 0".into(),
+                reason: "max_attempts must be at least 1 (the first attempt counts)",
+            });
+        }
+        if self.backoff == Backoff::Fixed(Duration::ZERO) {
+            return Err(ConfigError::Invalid {
+                field,
+                value: "backoff = Fixed(0s)".into(),
+                reason: "a fixed back-off must be longer than zero, or a failing message burns all its attempts at once",
+            });
+        }
+        if let Backoff::Exponential { base, cap } = self.backoff {
+            if base.is_zero() || cap < base {
+                return Err(ConfigError::Invalid {
+                    field,
+                    value: format!("backoff base = {base:?}, cap = {cap:?}"),
+                    reason: "exponential back-off needs base > 0 and cap >= base",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+    }
+
+    #[test]
+    fn exponential_backoff_doubles_up_to_the_cap() {
+        let b = Backoff::Exponential {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(10),
+        };
+        let got: Vec<u64> = (1..=6).map(|a| b.delay(a).as_secs()).collect();
+        assert_eq!(got, vec![1, 2, 4, 8, 10, 10]);
+        assert_eq!(b.delay(200).as_secs(), 10, "no overflow on many attempts");
+    }
+
+    #[test]
+    fn retries_until_max_attempts_then_applies_the_outcome() {
+        let p = FailurePolicy {
+            max_attempts: 3,
+            backoff: Backoff::Fixed(Duration::from_secs(2)),
+            on_exhausted: ExhaustedOutcome::Drop,
+        };
+        assert_eq!(
+            p.decide(1, None, t0()),
+            FailureDecision::RetryAt(t0() + chrono::Duration::seconds(2))
+        );
+        assert_eq!(
+            p.decide(2, None, t0()),
+            FailureDecision::RetryAt(t0() + chrono::Duration::seconds(2))
+        );
+        assert_eq!(p.decide(3, None, t0()), FailureDecision::Drop);
+        let dl = FailurePolicy {
+            on_exhausted: ExhaustedOutcome::DeadLetter,
+            ..p
+        };
+        assert_eq!(dl.decide(3, None, t0()), FailureDecision::DeadLetter);
+        let block = FailurePolicy {
+            on_exhausted: ExhaustedOutcome::Block,
+            ..p
+        };
+        assert!(matches!(
+            block.decide(2, None, t0()),
+            FailureDecision::RetryAt(_)
+        ));
+        assert_eq!(block.decide(3, None, t0()), FailureDecision::Block);
+        assert_eq!(block.decide(9, None, t0()), FailureDecision::Block);
+    }
+
+    #[test]
+    fn the_longer_of_request_and_backoff_wins_capped() {
+        let p = FailurePolicy {
+            max_attempts: 10,
+            backoff: Backoff::Exponential {
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(60),
+            },
+            on_exhausted: ExhaustedOutcome::DeadLetter,
+        };
+        let at = |s| FailureDecision::RetryAt(t0() + chrono::Duration::seconds(s));
+        assert_eq!(p.decide(1, Some(Duration::from_secs(30)), t0()), at(30));
+        assert_eq!(p.decide(3, Some(Duration::from_millis(10)), t0()), at(4));
+        assert_eq!(p.decide(1, Some(Duration::from_secs(3600)), t0()), at(60));
+    }
+
+    #[test]
+    fn invalid_policies_name_the_problem() {
+        let p = FailurePolicy {
+            max_attempts: 0,
+            ..FailurePolicy::default()
+        };
+        let err = p.validate("failure_policy").unwrap_err().to_string();
+        assert!(
+            err.contains("failure_policy") && err.contains("max_attempts"),
+            "{err}"
+        );
+        let p = FailurePolicy {
+            backoff: Backoff::Exponential {
+                base: Duration::from_secs(5),
+                cap: Duration::from_secs(1),
+            },
+            ..FailurePolicy::default()
+        };
+        assert!(p.validate("failure_policy").is_err());
+        let p = FailurePolicy {
+            backoff: Backoff::Fixed(Duration::ZERO),
+            ..FailurePolicy::default()
+        };
+        assert!(p.validate("failure_policy").is_err());
+        assert!(FailurePolicy::default().validate("failure_policy").is_ok());
+    }
+}

@@ -1,0 +1,19 @@
+//! The model: the plain types every other layer speaks — ids, messages and events, errors,
+//! configuration, the failure policy, time and the shard strategy.
+//!
+//! ```text
+//!  ids ◄── message ◄── event        error ◄── config ──► failure
+//!  clock                strategy (shard_of: kind + id ──► ShardIndex)
+//! ```
+//!
+//! Nothing here does I/O, holds a runtime service or knows about storage, stages or the
+//! runner: every other folder of the crate may depend on `model`, and `model` on none of them.
+
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod failure;
+pub mod ids;
+pub mod message;
+pub mod strategy;

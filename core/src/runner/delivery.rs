@@ -1,0 +1,469 @@
+//! Delivery: serving one shard in DeliveryStages.
+//!
+//! ```text
+//! deliver(shard):
+//!   pick up the lease ──refused──► monitor.on_pick_up_refused, return
+//!   loop: read a due page ──empty──► expire not-due rows if a TTL sweep asked; break
+//!         Conveyor through every station
+//!         commit intents + states + events + fan-out, renewing the lease (fenced by epoch)
+//!         monitor.should_continue? ──no──► break
+//!         with a linger, a short page (fewer rows than page_size)? ──► expire as above; break
+//!   release; re-check for rows that arrived meanwhile (and go again if any)
+//!   next due (read with the last page)? ──► a timer wakes the shard then (see `due`)
+//! ```
+//!
+//! A worker whose lease was taken commits nothing ([`StorageError::LeaseLost`]); the new owner
+//! reads the same rows and delivers them.
+
+use crate::model::error::{DeliveryError, StorageError};
+use crate::model::ids::{ShardIndex, WorkerId};
+use crate::runner::env::DeliveryEnv;
+use crate::runner::heartbeat::Heartbeat;
+use crate::runner::tasks::stopped;
+use crate::stage::conveyor::{Conveyor, Intent};
+use crate::stage::station::Station;
+use crate::storage::{Lease, Page};
+use crate::telemetry::monitor::{StageInfo, StageReport};
+use chrono::{DateTime, Utc};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+/// What one `deliver` call did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryReport {
+    /// The shard.
+    pub shard: Option<ShardIndex>,
+    /// Whether the lease was picked up at least once.
+    pub picked_up: bool,
+    /// Whether the lease was lost (a stage was not committed).
+    pub lease_lost: bool,
+    /// Stages committed.
+    pub stages: usize,
+    /// Whether the worker let the shard go with due rows left, to serve other shards (see
+    /// [`Delivery::deliver_while`]).
+    pub yielded: bool,
+    /// Sum of the stages' counters.
+    pub totals: StageReport,
+}
+
+impl DeliveryReport {
+    /// Adds `other`'s work to this report (a sweep or a pass over several shards).
+    pub fn absorb(&mut self, other: &DeliveryReport) {
+        self.picked_up |= other.picked_up;
+        self.lease_lost |= other.lease_lost;
+        self.stages += other.stages;
+        self.totals.add(&other.totals);
+    }
+}
+
+enum DrainEnd {
+    Drained,
+    Stopped,
+    Yielded,
+}
+
+/// Serves shards: the delivery loop over a pipeline of stations.
+pub struct Delivery {
+    env: Arc<DeliveryEnv>,
+    pipeline: Vec<Arc<dyn Station>>,
+}
+
+impl Delivery {
+    /// A delivery running `pipeline` in order.
+    pub fn new(env: Arc<DeliveryEnv>, pipeline: Vec<Arc<dyn Station>>) -> Self {
+        Delivery { env, pipeline }
+    }
+
+    /// The environment.
+    pub fn env(&self) -> &Arc<DeliveryEnv> {
+        &self.env
+    }
+
+    /// The names of the stations, in order.
+    pub fn station_names(&self) -> Vec<String> {
+        self.pipeline.iter().map(|s| s.name().to_owned()).collect()
+    }
+
+    /// Serves `shard` as `worker` of this node until it has no due message (or the monitor
+    /// says stop), then releases it.
+    pub async fn deliver(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+    ) -> Result<DeliveryReport, DeliveryError> {
+        self.deliver_while(shard, worker, &|| true).await
+    }
+
+    /// As [`Delivery::deliver`], but after each committed stage asks `keep_on` whether to go
+    /// on; if not, releases the shard with its due rows left ([`DeliveryReport::yielded`]),
+    /// so that the worker can serve other shards (the node runner's turns).
+    pub async fn deliver_while(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+        keep_on: &(dyn Fn() -> bool + Sync),
+    ) -> Result<DeliveryReport, DeliveryError> {
+        let (report, kept) = self.serve_turn(shard, worker, keep_on, None, false).await?;
+        debug_assert!(kept.is_none(), "nothing kept without a linger");
+        Ok(report)
+    }
+
+    /// The node runner's turn on `shard`: as [`Delivery::deliver_while`], but it may start
+    /// with a lease `held` from an earlier turn (no pick-up), and with `linger` it keeps the
+    /// lease of a drained shard instead of releasing it, returning it for the runner to hand
+    /// to the next turn or release (a trickle of writes then costs no pick-up and release
+    /// per message). Only a lease picked up less than a poll interval ago is kept, so that
+    /// under steady traffic a shard is still released once a poll interval. A held lease with
+    /// less than half a lease duration left is released and the shard picked up anew.
+    pub(crate) async fn serve_turn(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+        keep_on: &(dyn Fn() -> bool + Sync),
+        mut held: Option<Lease>,
+        linger: bool,
+    ) -> Result<(DeliveryReport, Option<Lease>), DeliveryError> {
+        let env = &self.env;
+        let mut report = DeliveryReport {
+            shard: Some(shard),
+            ..DeliveryReport::default()
+        };
+        loop {
+            let now = env.clock.now();
+            let half = env.config.lease_span() / 2;
+            let mut lease = match held.take() {
+                Some(lease) if lease.lease_until - now >= half => lease,
+                stale => {
+                    if let Some(stale) = stale {
+                        self.release(&stale).await?;
+                    }
+                    let Some(lease) = self.pick_up(shard, worker, now).await? else {
+                        return Ok((report, None));
+                    };
+                    lease
+                }
+            };
+            report.picked_up = true;
+            let epoch = lease.epoch;
+            let mut next_due = None;
+            let end = match self
+                .drain(&mut lease, &mut report, keep_on, linger, &mut next_due)
+                .await
+            {
+                Ok(end) => end,
+                Err(e) if e.is_lease_lost() => {
+                    env.metrics.record_lease_lost();
+                    env.monitor.on_lease_lost(shard, epoch);
+                    tracing::warn!(%shard, %epoch, node = %env.config.node_id, "lease lost (taken over, or re-fenced by a catch-up starting or completing); stage not committed, the next owner redelivers");
+                    report.lease_lost = true;
+                    return Ok((report, None));
+                }
+                Err(e) => {
+                    if let Err(release) = env.storage.release(&lease).await {
+                        tracing::warn!(%shard, node = %env.config.node_id, error = %release, "release after failed stage failed; the lease will expire");
+                    }
+                    return Err(e);
+                }
+            };
+            // A lease is kept for at most a poll interval from its pick-up (a turn): under
+            // steady traffic it is still released that often, so that the shard can change
+            // hands (a joining node finds it free at its poll).
+            let young = env.clock.now() - lease.picked_at < env.config.poll_span();
+            if linger && young && matches!(end, DrainEnd::Drained) && !env.is_stopping() {
+                // Kept: writes to the shard wake this node, which serves them under this
+                // lease; the runner releases it when the linger ends.
+                self.wake_at(shard, next_due);
+                return Ok((report, Some(lease)));
+            }
+            self.release(&lease).await?;
+            match end {
+                DrainEnd::Stopped => return Ok((report, None)),
+                DrainEnd::Yielded => {
+                    report.yielded = true;
+                    return Ok((report, None));
+                }
+                DrainEnd::Drained => {}
+            }
+            if !self.has_due_rows(shard).await? {
+                return Ok((report, None));
+            }
+        }
+    }
+
+    /// Picks up `shard`'s lease, or `None` (recorded) if another worker holds it.
+    async fn pick_up(
+        &self,
+        shard: ShardIndex,
+        worker: WorkerId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Lease>, DeliveryError> {
+        let env = &self.env;
+        let picked = env
+            .storage
+            .pick_up(
+                shard,
+                &env.config.node_id,
+                worker,
+                now,
+                env.lease_until(now),
+            )
+            .await?;
+        let Some(lease) = picked else {
+            env.metrics.record_refusal();
+            env.monitor.on_pick_up_refused(shard);
+            tracing::trace!(%shard, node = %env.config.node_id, "shard held by another worker");
+            return Ok(None);
+        };
+        env.metrics.record_pick_up(lease.taken_over);
+        if lease.taken_over {
+            tracing::info!(%shard, epoch = %lease.epoch, "took over a lease that expired without a release");
+        }
+        Ok(Some(lease))
+    }
+
+    /// Releases a lease (its shard is free for any worker at once).
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), DeliveryError> {
+        Ok(self.env.storage.release(lease).await?)
+    }
+
+    /// After a release: whether rows written between the last empty read and the release
+    /// are due (their notification may have found the shard held and been refused). If
+    /// none, sets the timer for the shard's next delayed row.
+    pub(crate) async fn has_due_rows(&self, shard: ShardIndex) -> Result<bool, DeliveryError> {
+        let late = self.env.probe_shard(shard).await?;
+        if !late.due {
+            self.wake_at(shard, late.next_due);
+        }
+        Ok(late.due)
+    }
+
+    /// Sets a timer that wakes `shard` at `next_due` (when its next delayed row is due, as
+    /// the last page read and the stages after it tell), if it has one.
+    fn wake_at(&self, shard: ShardIndex, next_due: Option<DateTime<Utc>>) {
+        if let Some(at) = next_due {
+            if !self.env.is_stopping() {
+                self.env.due_timers.schedule(&self.env, shard, at);
+            }
+        }
+    }
+
+    /// Asks for a TTL sweep now: finds the shards holding messages whose TTL has passed (due
+    /// or not) and wakes them; the worker that serves each one next expires them under its
+    /// lease. Returns the shards. The node runner calls this every `ttl_sweep_interval`.
+    pub async fn request_expiry(&self) -> Result<Vec<ShardIndex>, DeliveryError> {
+        let env = &self.env;
+        let shards = env.storage.expired_shards(env.clock.now()).await?;
+        env.expiry.request(&shards);
+        env.notify(&shards);
+        Ok(shards)
+    }
+
+    /// A TTL sweep on the calling task: asks as [`Delivery::request_expiry`] does, then
+    /// serves each of those shards as `worker` (shards another worker holds are left to it).
+    pub async fn sweep_expired(&self, worker: WorkerId) -> Result<DeliveryReport, DeliveryError> {
+        let mut total = DeliveryReport::default();
+        for shard in self.request_expiry().await? {
+            total.absorb(&self.deliver(shard, worker).await?);
+        }
+        Ok(total)
+    }
+
+    /// Expires, under `lease`, the rows of its shard whose TTL has passed, a page at a time,
+    /// each page in one fenced stage commit (counted as a stage).
+    async fn expire(
+        &self,
+        lease: &mut Lease,
+        report: &mut DeliveryReport,
+    ) -> Result<(), DeliveryError> {
+        let env = &self.env;
+        loop {
+            let started = Instant::now();
+            let now = env.clock.now();
+            let rows = env
+                .storage
+                .read_expired(lease.shard, now, env.config.page_size)
+                .await?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let more = rows.len() >= env.config.page_size;
+            let len = rows.len();
+            let page = Page {
+                messages: rows,
+                ..Page::default()
+            };
+            let mut conveyor = Conveyor::new(env.station.clone(), lease.clone(), now, page);
+            for i in 0..len {
+                conveyor.record(i, Intent::Expired);
+            }
+            let (commit, mut stage) = conveyor.into_commit(env.lease_until(env.clock.now()));
+            let committed = env.storage.commit_stage(commit).await?;
+            *lease = committed.lease;
+            stage.purged = committed.purged;
+            stage.elapsed = started.elapsed();
+            tracing::debug!(shard = %lease.shard, expired = stage.expired, "TTL sweep committed");
+            report.stages += 1;
+            report.totals.add(&stage);
+            env.metrics.record_stage(&stage);
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn drain(
+        &self,
+        lease: &mut Lease,
+        report: &mut DeliveryReport,
+        keep_on: &(dyn Fn() -> bool + Sync),
+        short_ends: bool,
+        next_due: &mut Option<DateTime<Utc>>,
+    ) -> Result<DrainEnd, DeliveryError> {
+        let env = &self.env;
+        loop {
+            if env.is_stopping() {
+                return Ok(DrainEnd::Stopped);
+            }
+            let started = Instant::now();
+            let now = env.clock.now();
+            let page = env
+                .storage
+                .read_page(lease.shard, now, env.config.page_size)
+                .await?;
+            // The read saw every earlier stage's retries and holds.
+            *next_due = page.next_due;
+            if page.messages.is_empty() {
+                break;
+            }
+            // With a linger, a short page held every row due when it was read: the drain ends
+            // after its stage without reading an empty page. Rows written meanwhile (by the
+            // stage itself, or by senders) woke the shard, which the runner serves again
+            // under the kept lease. Without one, the empty read stays: it serves such rows
+            // under this lease instead of a release and a new pick-up.
+            let short = short_ends && page.messages.len() < env.config.page_size;
+            let info = StageInfo {
+                shard: lease.shard,
+                epoch: lease.epoch,
+                node_id: env.config.node_id.clone(),
+                page_len: page.messages.len(),
+            };
+            let span = tracing::info_span!(
+                "stage",
+                node = %info.node_id,
+                shard = %info.shard,
+                epoch = %info.epoch,
+                page = info.page_len,
+                delivered = tracing::field::Empty,
+                duplicates = tracing::field::Empty,
+                retried = tracing::field::Empty,
+            );
+            let stage = self.run_stage(lease.clone(), now, page, &info);
+            let (mut stage_report, renewed, delayed) = stage.instrument(span.clone()).await?;
+            *next_due = next_due.iter().copied().chain(delayed).min();
+            stage_report.elapsed = started.elapsed();
+            *lease = renewed;
+            span.record("delivered", stage_report.delivered);
+            span.record("duplicates", stage_report.duplicates);
+            span.record("retried", stage_report.retried);
+            report.stages += 1;
+            report.totals.add(&stage_report);
+            env.metrics.record_stage(&stage_report);
+            env.monitor.on_stage_finished(&info, &stage_report);
+            if !env.monitor.should_continue(&info, &stage_report) {
+                return Ok(DrainEnd::Stopped);
+            }
+            if short {
+                break;
+            }
+            if !keep_on() {
+                return Ok(DrainEnd::Yielded);
+            }
+        }
+        // Drained: rows whose TTL passed (due or not) are expired now if a sweep asked for it
+        // (see `request_expiry`); asked again if that fails.
+        if env.expiry.take(lease.shard) {
+            if let Err(e) = self.expire(lease, report).await {
+                env.expiry.restore(lease.shard);
+                return Err(e);
+            }
+        }
+        Ok(DrainEnd::Drained)
+    }
+
+    async fn run_stage(
+        &self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        page: crate::storage::Page,
+        info: &StageInfo,
+    ) -> Result<(StageReport, Lease, Option<DateTime<Utc>>), DeliveryError> {
+        let env = &self.env;
+        env.monitor.on_stage_started(info);
+        let heartbeat = Heartbeat::start(env.clone(), lease.clone());
+        let mut conveyor = Conveyor::new(env.station.clone(), lease.clone(), now, page);
+        for station in &self.pipeline {
+            station.process(&mut conveyor).await?;
+        }
+        if heartbeat.stop() {
+            return Err(StorageError::LeaseLost {
+                shard: lease.shard,
+                held: lease.epoch,
+                current: None,
+            }
+            .into());
+        }
+        let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
+        let delayed = commit.earliest_delay();
+        let committed = env.storage.commit_stage(commit).await?;
+        report.purged = committed.purged;
+        if committed.catch_ups_purged > 0 {
+            tracing::info!(
+                purged = committed.catch_ups_purged,
+                "completed catch-up jobs purged"
+            );
+        }
+        env.metrics.record_write(&committed.written);
+        env.notify(&committed.written.shards);
+        tracing::debug!(
+            delivered = report.delivered,
+            duplicates = report.duplicates,
+            retried = report.retried,
+            held = report.held,
+            dead_lettered = report.dead_lettered,
+            purged = report.purged,
+            fanned_out = report.fanned_out,
+            "stage committed"
+        );
+        Ok((report, committed.lease, delayed))
+    }
+}
+
+/// Runs the periodic TTL sweep of `delivery`: every `ttl_sweep_interval`, asks the workers
+/// (through the write observers) to expire the rows whose TTL has passed. The first sweep
+/// runs one interval after the start. Ends at the first wake-up after the delivery was asked
+/// to stop, or after a newer sweep was started for it (one sweeper per delivery). Its wait ends at
+/// `stop` (the node handle's shutdown).
+pub async fn sweep_periodically(delivery: Arc<Delivery>, mut stop: watch::Receiver<bool>) {
+    let env = delivery.env().clone();
+    let me = env.expiry.sweeper.fetch_add(1, Ordering::SeqCst) + 1;
+    let interval = env.config.ttl_sweep_interval;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stopped(&mut stop) => break,
+        }
+        if env.is_stopping() || env.expiry.sweeper.load(Ordering::SeqCst) != me {
+            break;
+        }
+        match delivery.request_expiry().await {
+            Ok(shards) if !shards.is_empty() => {
+                tracing::debug!(?shards, "TTL sweep: expired messages found");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "TTL sweep failed; trying again next interval"),
+        }
+    }
+}

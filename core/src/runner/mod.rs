@@ -1,0 +1,26 @@
+//! The runner: the node-side machinery that serves shards.
+//!
+//! ```text
+//!  local     LocalRunner / RunnerHandle: workers, poller, lease watch, listener; every task
+//!            it spawns is owned by the handle and awaited at shutdown
+//!  turn      one worker's turn on a shard: keeps, parks and releases its lease
+//!  delivery  Delivery: stages over a held lease (read page, stations, fenced commit)
+//!  heartbeat renews the lease while a stage runs
+//!  wake_queue, wakeups, cycle   who serves which shard next (pure decisions in cycle/wakeups)
+//!  due, expiry                  timers for delayed rows, TTL sweep requests
+//!  env       DeliveryEnv: the runtime services (storage, timers, observers, stop flag)
+//! ```
+//!
+//! Stations never see this folder: they get a [`StationContext`](crate::stage::context::StationContext).
+
+pub mod cycle;
+pub mod delivery;
+pub(crate) mod due;
+pub mod env;
+pub mod expiry;
+pub(crate) mod heartbeat;
+pub mod local;
+pub(crate) mod tasks;
+mod turn;
+mod wake_queue;
+pub mod wakeups;

@@ -1,0 +1,109 @@
+//! One worker's turn on a shard, and the lease it keeps between turns.
+//!
+//! ```text
+//!  serve(shard): lease kept by the last turn? ──► Delivery::serve_turn (≥ 1 stage)
+//!     drained with lease_linger ──► park the lease; spawn_release frees it after the linger
+//!                                   unless the next turn took it
+//!     otherwise the turn released it itself; the wake queue hears how the turn ended
+//! ```
+//!
+//! A parked lease is owned by exactly one of: the wake queue's slot, the turn that unparked
+//! it, or the release task that unparked it — never two, so a lease is released once.
+
+use crate::model::ids::{ShardIndex, WorkerId};
+use crate::runner::cycle::should_yield;
+use crate::runner::delivery::Delivery;
+use crate::runner::tasks::stopped;
+use crate::runner::wake_queue::{TurnEnd, WakeQueue};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One turn on `shard` (already started in the wake-up states): at least one stage, then on
+/// while nobody needs the worker more (see [`should_yield`]); then tells the queue how it
+/// ended. The turn starts with the lease kept by the last one, if any, and keeps its own
+/// for `lease_linger` once the shard is drained (a timer releases it if no turn takes it).
+pub(super) async fn serve(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    shard: ShardIndex,
+    worker: WorkerId,
+) {
+    let config = &delivery.env().config;
+    let turn = config.poll_interval;
+    let linger = config.lease_linger;
+    let started = tokio::time::Instant::now();
+    let keep_on = || !should_yield(started.elapsed(), queue.waiting(), turn);
+    let held = queue.unpark(shard, None);
+    let served = delivery
+        .serve_turn(shard, worker, &keep_on, held, !linger.is_zero())
+        .await;
+    let end = match served {
+        Ok((report, kept)) => {
+            if let Some(lease) = kept {
+                let generation = queue.park(lease);
+                spawn_release(delivery, queue, shard, generation, linger);
+            }
+            if report.lease_lost {
+                tracing::info!(%shard, "lease lost to another worker; leaving the shard to it");
+            }
+            tracing::trace!(%shard, stages = report.stages, picked_up = report.picked_up, yielded = report.yielded, "shard served");
+            if !report.picked_up || report.lease_lost {
+                TurnEnd::HeldElsewhere
+            } else if report.yielded {
+                TurnEnd::Yielded
+            } else {
+                TurnEnd::Done
+            }
+        }
+        Err(e) => {
+            tracing::warn!(%shard, error = %e, "delivery failed; the shard is retried at the next poll");
+            TurnEnd::Done
+        }
+    };
+    queue.finish(shard, end);
+}
+
+/// Releases `shard`'s kept lease of `generation` after `linger`, unless a turn took it
+/// meanwhile or the shard is queued for one (that turn takes it). Like a turn, the release
+/// holds the shard in the wake-up states, and looks once more for rows written meanwhile.
+fn spawn_release(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    shard: ShardIndex,
+    generation: u64,
+    linger: Duration,
+) {
+    let (delivery, task_queue) = (delivery.clone(), queue.clone());
+    let mut stop = queue.tasks.stop_signal();
+    queue.tasks.spawn(async move {
+            let queue = task_queue;
+            tokio::select! {
+                _ = tokio::time::sleep(linger) => {}
+                // Shutdown releases every kept lease itself.
+                _ = stopped(&mut stop) => return,
+            }
+            if !queue.is_parked(shard, generation) {
+                return;
+            }
+            if !queue.start_idle(shard) {
+                return;
+            }
+            let mut again = false;
+            if let Some(lease) = queue.unpark(shard, Some(generation)) {
+                let released = match delivery.release(&lease).await {
+                    Ok(()) => delivery.has_due_rows(shard).await,
+                    Err(e) => Err(e),
+                };
+                match released {
+                    Ok(due) => again = due,
+                    Err(e) => {
+                        tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next poll serves the shard")
+                    }
+                }
+            }
+            queue.finish(shard, TurnEnd::Done);
+            if again {
+                queue.wake(shard);
+            }
+    });
+}

@@ -1,0 +1,194 @@
+//! The wake queue: the shards waiting for a worker of this node, their wake-up states,
+//! the shards other nodes hold, and the leases kept between turns.
+//!
+//! ```text
+//!  write heard / poll / take-over ──► wake(shard) ──► queue ──► next() ──► a worker's turn
+//!                                      (ignored while another node holds the shard)
+//!  turn ends ──► finish(shard, how) ──► queued again if woken meanwhile or yielded
+//! ```
+//!
+//! It decides nothing about leases itself: a turn parks and unparks them here (see `turn`).
+
+use crate::model::ids::ShardIndex;
+use crate::runner::cycle::{HeldElsewhere, Waiting};
+use crate::runner::env::DeliveryEnv;
+use crate::runner::tasks::NodeTasks;
+use crate::runner::wakeups::ShardWakeups;
+use crate::storage::observer::ShardObserver;
+use crate::storage::Lease;
+use crate::sync::lock;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{watch, Notify};
+
+/// The shards waiting for a worker of this node.
+pub(super) struct WakeQueue {
+    pub(super) env: Arc<DeliveryEnv>,
+    pub(super) wakeups: ShardWakeups,
+    pub(super) held: Mutex<HeldElsewhere>,
+    /// Shards, and whether they are orphaned (moved to the front by a take-over that found
+    /// them queued).
+    pub(super) queue: Mutex<VecDeque<(ShardIndex, bool)>>,
+    pub(super) ready: Notify,
+    pub(super) poll_now: Notify,
+    /// Leases kept after a drained turn (see [`Parked`]), by shard.
+    pub(super) parked: Mutex<Vec<Option<Parked>>>,
+    /// The node's tasks besides its workers (take-overs, releases, the sweep).
+    pub(super) tasks: NodeTasks,
+}
+
+/// A drained shard's lease kept for `lease_linger`: the next turn on the shard uses it
+/// instead of a pick-up; if none comes, a timer releases it. The generation tells a timer
+/// whether the lease it was set for is still the one kept.
+pub(super) struct Parked {
+    pub(super) lease: Lease,
+    pub(super) generation: u64,
+}
+
+impl WakeQueue {
+    pub(super) fn new(env: Arc<DeliveryEnv>, stop: watch::Receiver<bool>) -> Self {
+        let shards = env.registry.shard_count();
+        WakeQueue {
+            env,
+            wakeups: ShardWakeups::new(shards),
+            held: Mutex::new(HeldElsewhere::new(shards)),
+            queue: Mutex::new(VecDeque::new()),
+            ready: Notify::new(),
+            poll_now: Notify::new(),
+            parked: Mutex::new((0..shards).map(|_| None).collect()),
+            tasks: NodeTasks::new(stop),
+        }
+    }
+
+    /// Keeps `lease` for the next turn on its shard; returns the generation to release it by.
+    pub(super) fn park(&self, lease: Lease) -> u64 {
+        static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(slot) = lock(&self.parked).get_mut(lease.shard.0 as usize) {
+            *slot = Some(Parked { lease, generation });
+        }
+        generation
+    }
+
+    /// Takes the lease kept for `shard` (of `generation` only, if given).
+    pub(super) fn unpark(&self, shard: ShardIndex, generation: Option<u64>) -> Option<Lease> {
+        let mut parked = lock(&self.parked);
+        let slot = parked.get_mut(shard.0 as usize)?;
+        if generation.is_some_and(|g| slot.as_ref().is_none_or(|p| p.generation != g)) {
+            return None;
+        }
+        slot.take().map(|p| p.lease)
+    }
+
+    /// Whether the lease kept for `shard` is still the one of `generation`.
+    pub(super) fn is_parked(&self, shard: ShardIndex, generation: u64) -> bool {
+        lock(&self.parked)
+            .get(shard.0 as usize)
+            .is_some_and(|slot| slot.as_ref().is_some_and(|p| p.generation == generation))
+    }
+
+    /// Takes every kept lease (shutdown).
+    pub(super) fn unpark_all(&self) -> Vec<Lease> {
+        lock(&self.parked)
+            .iter_mut()
+            .filter_map(|slot| slot.take().map(|p| p.lease))
+            .collect()
+    }
+
+    /// Starts `shard` for the caller if it is idle (neither queued nor served).
+    pub(super) fn start_idle(&self, shard: ShardIndex) -> bool {
+        let _queue = lock(&self.queue);
+        self.wakeups.wake(shard) && self.wakeups.start(shard)
+    }
+
+    /// Queues `shard` unless it is queued or being served already.
+    pub(super) fn wake(&self, shard: ShardIndex) {
+        let mut queue = lock(&self.queue);
+        if self.wakeups.wake(shard) {
+            queue.push_back((shard, false));
+            drop(queue);
+            self.ready.notify_one();
+        }
+    }
+
+    /// Claims an orphaned `shard` for a take-over outside the workers: true if it was idle
+    /// (it is now running, served by the caller); if it is queued, it moves to the front.
+    pub(super) fn claim(&self, shard: ShardIndex) -> bool {
+        let mut queue = lock(&self.queue);
+        if self.wakeups.wake(shard) {
+            return self.wakeups.start(shard);
+        }
+        if let Some(at) = queue.iter().position(|e| e.0 == shard) {
+            queue.remove(at);
+            queue.push_front((shard, true));
+        }
+        false
+    }
+
+    /// Who waits for a worker.
+    pub(super) fn waiting(&self) -> Waiting {
+        let queue = lock(&self.queue);
+        Waiting {
+            shards: queue.len(),
+            orphaned: queue.front().is_some_and(|e| e.1),
+        }
+    }
+
+    /// The next shard to serve; waits while there is none.
+    pub(super) async fn next(&self) -> ShardIndex {
+        loop {
+            // Created before the check, so that a wake between the check and the wait leaves
+            // a permit behind instead of being missed.
+            let notified = self.ready.notified();
+            if let Some((shard, _)) = lock(&self.queue).pop_front() {
+                return shard;
+            }
+            notified.await;
+        }
+    }
+
+    /// A worker is done with `shard`. If another node holds it, wake-ups are ignored until
+    /// the next poll round; if the worker yielded it with work left, it goes to the back of
+    /// the queue; otherwise it is queued again if it was woken meanwhile.
+    pub(super) fn finish(&self, shard: ShardIndex, turn: TurnEnd) {
+        if turn == TurnEnd::HeldElsewhere {
+            let until = self.env.clock.now() + self.env.config.poll_span();
+            lock(&self.held).mark(shard, until);
+            self.wakeups.finish_held_elsewhere(shard);
+            return;
+        }
+        let mut queue = lock(&self.queue);
+        let again = self.wakeups.finish(shard);
+        if again || (turn == TurnEnd::Yielded && self.wakeups.wake(shard)) {
+            queue.push_back((shard, false));
+            drop(queue);
+            self.ready.notify_one();
+        }
+    }
+}
+
+/// How a worker's turn on a shard ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TurnEnd {
+    /// Served until no due row was left (or failed; the poll retries it).
+    Done,
+    /// Let go with due rows left, for other shards.
+    Yielded,
+    /// Another worker holds it (pick-up refused or lease lost).
+    HeldElsewhere,
+}
+
+impl ShardObserver for WakeQueue {
+    fn on_write(&self, shards: &[ShardIndex]) {
+        let now = self.env.clock.now();
+        for &shard in shards {
+            if !lock(&self.held).is_held(shard, now) {
+                self.wake(shard);
+            }
+        }
+    }
+
+    fn on_missed_writes(&self) {
+        self.poll_now.notify_one();
+    }
+}

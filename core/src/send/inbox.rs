@@ -1,0 +1,326 @@
+//! The Inbox's sending face: `send` a command to one target, `post` an event to every
+//! subscriber. Each call is one atomic write (an event with all its fan-out rows), then the
+//! shard observers are told so that workers wake at once. Calls made while another write is
+//! in flight are committed together in one transaction (see `write_queue`).
+
+use crate::entity::traits::{Aggregate, Message};
+use crate::model::error::DeliveryError;
+use crate::model::event::{EventSource, NewEvent};
+use crate::model::ids::SignalId;
+use crate::model::message::{InboxWrite, MessageKind, Metadata, NewMessage};
+use crate::runner::env::DeliveryEnv;
+use crate::send::write_queue::WriteQueue;
+use crate::storage::{WriteBatch, WriteReport};
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of one send or post.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SendOptions {
+    /// Tenant of the target (empty for single-tenant applications).
+    pub tenant: String,
+    /// The signal id; a fresh one when unset. Sending the same id twice to a target within
+    /// the deduplication window delivers it once.
+    pub signal_id: Option<SignalId>,
+    /// Metadata carried with the message.
+    pub metadata: Metadata,
+    /// Not delivered before this delay has passed.
+    pub delay: Option<Duration>,
+    /// Not delivered before this time (the later of this and `delay` wins).
+    pub due_at: Option<DateTime<Utc>>,
+    /// Expires (is not delivered) after this long.
+    pub ttl: Option<Duration>,
+}
+
+impl SendOptions {
+    /// Sets the signal id (for idempotent sends).
+    pub fn signal_id(mut self, id: impl Into<SignalId>) -> Self {
+        self.signal_id = Some(id.into());
+        self
+    }
+
+    /// Sets the tenant.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = tenant.into();
+        self
+    }
+
+    /// Delays delivery.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Not delivered before `at` (the later of this and a delay wins).
+    pub fn due_at(mut self, at: DateTime<Utc>) -> Self {
+        self.due_at = Some(at);
+        self
+    }
+
+    /// Sets a time to live.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Adds a metadata entry.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    fn deliver_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let delayed = self.delay.map(|d| now + to_chrono(d));
+        match (delayed, self.due_at) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn expires_at(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.ttl.map(|d| now + to_chrono(d))
+    }
+}
+
+fn to_chrono(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX / 2)
+}
+
+/// What a send or post did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// The signal id used.
+    pub signal_id: SignalId,
+    /// The storage write.
+    pub report: WriteReport,
+}
+
+/// Sends commands and posts events into the sharded Inbox.
+#[derive(Clone)]
+pub struct Inbox {
+    env: Arc<DeliveryEnv>,
+    /// Group commit of this Inbox's concurrent sends (shared by its clones).
+    writes: Arc<WriteQueue>,
+}
+
+fn serialize<T: Message>(value: &T) -> Result<Vec<u8>, DeliveryError> {
+    serde_json::to_vec(value).map_err(|e| DeliveryError::Serialize {
+        payload_type: T::TYPE.to_owned(),
+        source: e,
+    })
+}
+
+impl Inbox {
+    /// The Inbox of a delivery environment.
+    pub fn new(env: Arc<DeliveryEnv>) -> Self {
+        Inbox {
+            env,
+            writes: Arc::new(WriteQueue::default()),
+        }
+    }
+
+    /// Sends `command` to aggregate `A` instance `id`.
+    pub async fn send<A: Aggregate>(
+        &self,
+        id: &str,
+        command: &A::Command,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let now = self.env.clock.now();
+        let message = NewMessage {
+            signal_id: options.signal_id.clone().unwrap_or_else(SignalId::generate),
+            kind: MessageKind::Command,
+            target_kind: A::KIND.to_owned(),
+            target_id: id.to_owned(),
+            tenant: options.tenant.clone(),
+            payload: serialize(command)?,
+            payload_type: <A::Command as Message>::TYPE.to_owned(),
+            metadata: options.metadata.clone(),
+            received_at: now,
+            deliver_after: options.deliver_after(now),
+            expires_at: options.expires_at(now),
+        };
+        self.send_message(message).await
+    }
+
+    /// Sends many commands to instances of aggregate `A` in one write (one transaction on the
+    /// durable backends): the way to load work in bulk. Each command gets its own fresh signal
+    /// id unless `options.signal_id` is set, in which case `"{id}/{n}"` is used for the n-th.
+    pub async fn send_many<A: Aggregate>(
+        &self,
+        commands: &[(&str, A::Command)],
+        options: SendOptions,
+    ) -> Result<WriteReport, DeliveryError> {
+        if self.env.registry.handler(A::KIND).is_none() {
+            return Err(DeliveryError::UnknownKind {
+                kind: A::KIND.to_owned(),
+            });
+        }
+        let now = self.env.clock.now();
+        let mut messages = Vec::with_capacity(commands.len());
+        for (n, (id, command)) in commands.iter().enumerate() {
+            let signal_id = match &options.signal_id {
+                Some(base) => SignalId(format!("{base}/{n}")),
+                None => SignalId::generate(),
+            };
+            messages.push(self.env.registry.address(NewMessage {
+                signal_id,
+                kind: MessageKind::Command,
+                target_kind: A::KIND.to_owned(),
+                target_id: (*id).to_owned(),
+                tenant: options.tenant.clone(),
+                payload: serialize(command)?,
+                payload_type: <A::Command as Message>::TYPE.to_owned(),
+                metadata: options.metadata.clone(),
+                received_at: now,
+                deliver_after: options.deliver_after(now),
+                expires_at: options.expires_at(now),
+            }));
+        }
+        self.write_batch(WriteBatch {
+            events: Vec::new(),
+            messages,
+        })
+        .await
+    }
+
+    /// Sends an already serialized command. The target kind must be registered.
+    pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
+        if self.env.registry.handler(&message.target_kind).is_none() {
+            return Err(DeliveryError::UnknownKind {
+                kind: message.target_kind,
+            });
+        }
+        let signal_id = message.signal_id.clone();
+        let batch = WriteBatch {
+            events: Vec::new(),
+            messages: vec![self.env.registry.address(message)],
+        };
+        self.write(signal_id, batch).await
+    }
+
+    /// Posts `event`, produced by `source`, to every subscribed kind.
+    pub async fn post<E: Message>(
+        &self,
+        source: EventSource,
+        event: &E,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let now = self.env.clock.now();
+        let event = NewEvent {
+            id: options.signal_id.clone().unwrap_or_else(SignalId::generate),
+            event_type: E::TYPE.to_owned(),
+            source,
+            tenant: options.tenant.clone(),
+            occurred_at: now,
+            payload: serialize(event)?,
+            metadata: options.metadata.clone(),
+        };
+        self.post_event(event, options).await
+    }
+
+    /// Posts many events in one write (one transaction on the durable backends), in order: the
+    /// event store gives them increasing `seq` in the order given, and each subscriber's rows
+    /// keep that order. The way to import history in bulk. Each event gets its own fresh
+    /// signal id unless `options.signal_id` is set, in which case `"{id}/{n}"` is used for the
+    /// n-th. Nothing is written if any event cannot be routed.
+    pub async fn post_many<E: Message>(
+        &self,
+        events: &[(EventSource, E)],
+        options: SendOptions,
+    ) -> Result<WriteReport, DeliveryError> {
+        let now = self.env.clock.now();
+        let mut batch = WriteBatch {
+            events: Vec::with_capacity(events.len()),
+            messages: Vec::with_capacity(events.len()),
+        };
+        for (n, (source, event)) in events.iter().enumerate() {
+            let id = match &options.signal_id {
+                Some(base) => SignalId(format!("{base}/{n}")),
+                None => SignalId::generate(),
+            };
+            let event = NewEvent {
+                id,
+                event_type: E::TYPE.to_owned(),
+                source: source.clone(),
+                tenant: options.tenant.clone(),
+                occurred_at: now,
+                payload: serialize(event)?,
+                metadata: options.metadata.clone(),
+            };
+            self.fan_out(&event, &options, now, &mut batch.messages)?;
+            batch.events.push(event);
+        }
+        self.write_batch(batch).await
+    }
+
+    /// Posts an already serialized event: appends it to the event store and writes one row
+    /// per subscriber, atomically.
+    pub async fn post_event(
+        &self,
+        event: NewEvent,
+        options: SendOptions,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let now = self.env.clock.now();
+        let mut messages = Vec::new();
+        self.fan_out(&event, &options, now, &mut messages)?;
+        let signal_id = event.id.clone();
+        let batch = WriteBatch {
+            events: vec![event],
+            messages,
+        };
+        self.write(signal_id, batch).await
+    }
+
+    /// Appends one row per subscriber of `event` to `messages`; an event some subscriber
+    /// cannot route is refused.
+    fn fan_out(
+        &self,
+        event: &NewEvent,
+        options: &SendOptions,
+        now: DateTime<Utc>,
+        messages: &mut Vec<InboxWrite>,
+    ) -> Result<(), DeliveryError> {
+        let failures = self.env.registry.fan_out(
+            event,
+            now,
+            options.deliver_after(now),
+            options.expires_at(now),
+            messages,
+        );
+        match failures.into_iter().next() {
+            Some((kind, reason)) => Err(DeliveryError::Unroutable {
+                kind: kind.to_owned(),
+                event_type: event.event_type.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes a batch of already addressed rows (grouped with concurrent ones into one
+    /// transaction, see `write_queue`), records it in the metrics and wakes the shards it
+    /// wrote to: the one way rows enter the Inbox outside a stage (sends, posts, the
+    /// framework's own catch-up ticks).
+    #[doc(hidden)]
+    pub async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
+        let report = self.writes.write(&self.env.storage, batch).await?;
+        self.env.metrics.record_write(&report);
+        self.env.notify(&report.shards);
+        Ok(report)
+    }
+
+    async fn write(
+        &self,
+        signal_id: SignalId,
+        batch: WriteBatch,
+    ) -> Result<SendReceipt, DeliveryError> {
+        let report = self.write_batch(batch).await?;
+        if report.duplicates > 0 {
+            tracing::debug!(%signal_id, duplicates = report.duplicates, "duplicate write ignored");
+        }
+        Ok(SendReceipt { signal_id, report })
+    }
+}

@@ -1,0 +1,11 @@
+//! The send path: from `send`/`post` to Inbox rows.
+//!
+//! ```text
+//!  send / post ──► Inbox (address: kind + id ──► shard; serialize) ──► WriteQueue (group
+//!                  commit of concurrent sends) ──► InboxStore::write ──► observers told
+//! ```
+//!
+//! This folder writes new rows only; it never reads a page, holds a lease or runs a handler.
+
+pub mod inbox;
+pub(crate) mod write_queue;

@@ -1,0 +1,301 @@
+//! Group commit of concurrent sends: writes that arrive while another is in flight are
+//! written together, in one storage transaction, when it ends.
+//!
+//! ```text
+//!  send ─► queue its batch ─► no write in flight? lead: take the queued batches (up to
+//!                             GROUP_LIMIT rows), write_all in one transaction, hand each
+//!                             caller its own report; repeat while batches are queued
+//!                           ─► else wait for the leader to hand over this batch's report
+//! ```
+//!
+//! A lone send is written at once, as before; under concurrent sends the database sees one
+//! commit (on PostgreSQL one WAL flush and one NOTIFY; on SQLite one turn of the single
+//! writer) for all those that queued meanwhile, instead of one each. A group is all or
+//! nothing: if its transaction fails, every send in it gets the error and nothing of it is
+//! written (what fails a write — the database down, read-only, a lost connection — is not
+//! particular to one batch), and sending again is safe (rows and events written twice are
+//! ignored as duplicates).
+
+use crate::model::error::StorageError;
+use crate::storage::{Storage, WriteBatch, WriteReport};
+use crate::sync::lock;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// Rows (messages and events) after which a leader stops adding batches to its group.
+const GROUP_LIMIT: usize = 4096;
+
+/// A batch waiting to be written, and where its report goes.
+struct Queued {
+    batch: WriteBatch,
+    done: oneshot::Sender<Result<WriteReport, StorageError>>,
+}
+
+/// The queue of one delivery environment (every `Inbox` clone shares it).
+#[derive(Default)]
+pub(crate) struct WriteQueue {
+    queued: Mutex<Vec<Queued>>,
+    /// Held by the caller writing groups.
+    leader: tokio::sync::Mutex<()>,
+    /// Told when a leader lets go (or its send is cancelled).
+    released: tokio::sync::Notify,
+    /// Groups written so far.
+    groups: std::sync::atomic::AtomicU64,
+}
+
+impl WriteQueue {
+    fn queued(&self) -> std::sync::MutexGuard<'_, Vec<Queued>> {
+        lock(&self.queued)
+    }
+
+    /// Writes `batch` to `storage`, grouped with the batches of concurrent callers.
+    pub(crate) async fn write(
+        &self,
+        storage: &Arc<dyn Storage>,
+        batch: WriteBatch,
+    ) -> Result<WriteReport, StorageError> {
+        let (done, mut report) = oneshot::channel();
+        self.queued().push(Queued { batch, done });
+        // Whoever leads re-checks the queue after letting go and leads again if a batch
+        // arrived meanwhile. A caller that finds a leader at work waits for its report or for
+        // the leader to let go (also when the leader's send is cancelled mid-way), then tries
+        // to lead in turn, so no queued batch waits for a leader that is gone.
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Ok(guard) = self.leader.try_lock() {
+                let leading = Leading {
+                    guard: Some(guard),
+                    released: &self.released,
+                };
+                loop {
+                    let group = self.take_group();
+                    if group.is_empty() {
+                        break;
+                    }
+                    self.groups
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // On a task of its own: a leader whose send is cancelled does not abandon
+                    // the batches it took.
+                    if tokio::spawn(write_group(storage.clone(), group))
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!("a group write panicked; its sends fail");
+                    }
+                }
+                drop(leading);
+                if self.queued().is_empty() {
+                    break;
+                }
+                continue;
+            }
+            tokio::select! {
+                result = &mut report => return result.unwrap_or_else(|_| Err(abandoned())),
+                () = &mut released => {}
+            }
+        }
+        report.await.unwrap_or_else(|_| Err(abandoned()))
+    }
+
+    /// The oldest queued batches, up to [`GROUP_LIMIT`] rows (at least one batch).
+    fn take_group(&self) -> Vec<Queued> {
+        let mut queued = self.queued();
+        let mut rows = 0;
+        let mut n = 0;
+        for q in queued.iter() {
+            if n > 0 && rows + q.batch.messages.len() + q.batch.events.len() > GROUP_LIMIT {
+                break;
+            }
+            rows += q.batch.messages.len() + q.batch.events.len();
+            n += 1;
+        }
+        queued.drain(..n).collect()
+    }
+}
+
+/// The leader's place, held while it writes groups; letting go (also by a cancelled send)
+/// wakes the waiting callers.
+struct Leading<'a> {
+    guard: Option<tokio::sync::MutexGuard<'a, ()>>,
+    released: &'a tokio::sync::Notify,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        // The place is free before the waiters wake, or they would find it still taken and
+        // wait again with no one left to wake them.
+        drop(self.guard.take());
+        self.released.notify_waiters();
+    }
+}
+
+fn abandoned() -> StorageError {
+    StorageError::Unavailable {
+        database: "inbox write queue".into(),
+        reason: "the task writing this batch's group ended without a result".into(),
+    }
+}
+
+/// Writes one group in one `write_all` and hands every caller its report, or the group's
+/// error.
+async fn write_group(storage: Arc<dyn Storage>, group: Vec<Queued>) {
+    let (batches, callers): (Vec<WriteBatch>, Vec<_>) =
+        group.into_iter().map(|q| (q.batch, q.done)).unzip();
+    let n = callers.len();
+    match storage.write_all(batches).await {
+        Ok(reports) if reports.len() == n => {
+            for (done, report) in callers.into_iter().zip(reports) {
+                let _ = done.send(Ok(report));
+            }
+        }
+        outcome => {
+            let error = outcome.err().unwrap_or_else(|| {
+                StorageError::Corrupt(format!(
+                    "write_all returned reports for other than {n} batches"
+                ))
+            });
+            tracing::debug!(%error, batches = n, "group write failed; every send in it fails");
+            for done in callers {
+                let _ = done.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryStorage;
+    use crate::model::ids::ShardIndex;
+    use crate::model::message::{test_command, InboxWrite};
+
+    fn batch(i: usize) -> WriteBatch {
+        WriteBatch {
+            events: vec![],
+            messages: vec![InboxWrite {
+                shard: ShardIndex((i % 4) as u32),
+                message: test_command(
+                    &format!("s{i}"),
+                    "counter",
+                    &format!("t{i}"),
+                    chrono::Utc::now(),
+                ),
+            }],
+        }
+    }
+
+    /// Spawns sends of batches `0..n` and waits until all of them are queued (the test holds
+    /// the leader's place, so none can be written yet).
+    async fn queue_sends(
+        queue: &Arc<WriteQueue>,
+        storage: &Arc<dyn Storage>,
+        n: usize,
+    ) -> Vec<tokio::task::JoinHandle<Result<WriteReport, StorageError>>> {
+        let sends = (0..n)
+            .map(|i| {
+                let (queue, storage) = (queue.clone(), storage.clone());
+                tokio::spawn(async move { queue.write(&storage, batch(i)).await })
+            })
+            .collect();
+        while queue.queued().len() < n {
+            tokio::task::yield_now().await;
+        }
+        sends
+    }
+
+    /// Sends that queue while a write is in flight are written as one group, each caller
+    /// gets its own report, and nothing is lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_sends_are_written_as_one_group_with_their_own_reports() {
+        let memory = Arc::new(MemoryStorage::new());
+        let storage: Arc<dyn Storage> = memory.clone();
+        let queue = Arc::new(WriteQueue::default());
+        // A write in flight: the test holds the leader's place while 50 sends queue.
+        let in_flight = queue.leader.lock().await;
+        let sends = queue_sends(&queue, &storage, 50).await;
+        drop(in_flight);
+        // The next send leads and takes every queued batch with its own.
+        let last = queue.write(&storage, batch(50)).await.expect("last send");
+        assert_eq!((last.written, last.duplicates), (1, 0));
+        for send in sends {
+            let report = send.await.expect("task").expect("send");
+            assert_eq!((report.written, report.duplicates), (1, 0));
+            assert_eq!(report.shards.len(), 1);
+        }
+        assert_eq!(queue.groups.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(memory.rows().len(), 51);
+    }
+
+    /// Under many concurrent senders every batch is written exactly once, whoever leads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_sends_each_land_once() {
+        let memory = Arc::new(MemoryStorage::new());
+        let storage: Arc<dyn Storage> = memory.clone();
+        let queue = Arc::new(WriteQueue::default());
+        let mut sends = Vec::new();
+        for task in 0..8 {
+            let (queue, storage) = (queue.clone(), storage.clone());
+            sends.push(tokio::spawn(async move {
+                for i in 0..200 {
+                    let report = queue.write(&storage, batch(task * 1000 + i)).await?;
+                    assert_eq!(report.written, 1);
+                }
+                Ok::<(), StorageError>(())
+            }));
+        }
+        for send in sends {
+            send.await.expect("task").expect("sends");
+        }
+        assert_eq!(memory.rows().len(), 1600);
+        assert!(queue.queued().is_empty());
+    }
+
+    /// A leader whose send is cancelled while others wait does not strand them: they are
+    /// woken and one of them leads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiting_sends_go_on_when_the_leader_is_cancelled() {
+        let memory = Arc::new(MemoryStorage::new());
+        let storage: Arc<dyn Storage> = memory.clone();
+        let queue = Arc::new(WriteQueue::default());
+        // The test takes the leader's place, as a leader would, and then goes away without
+        // writing anything (a cancelled send drops its place the same way).
+        let leading = Leading {
+            guard: Some(queue.leader.lock().await),
+            released: &queue.released,
+        };
+        let sends = queue_sends(&queue, &storage, 10).await;
+        drop(leading);
+        for send in sends {
+            let report = tokio::time::timeout(std::time::Duration::from_secs(5), send)
+                .await
+                .expect("a waiting send was stranded")
+                .expect("task")
+                .expect("send");
+            assert_eq!(report.written, 1);
+        }
+        assert_eq!(memory.rows().len(), 10);
+    }
+
+    /// A group takes batches up to the row limit, and always at least one.
+    #[test]
+    fn groups_stop_at_the_row_limit() {
+        let queue = WriteQueue::default();
+        let big = |n: usize| WriteBatch {
+            events: vec![],
+            messages: (0..n).flat_map(|i| batch(i).messages).collect(),
+        };
+        for n in [GROUP_LIMIT + 10, 3000, 2000] {
+            let (done, _) = oneshot::channel();
+            queue.queued().push(Queued {
+                batch: big(n),
+                done,
+            });
+        }
+        assert_eq!(queue.take_group().len(), 1, "an oversized batch goes alone");
+        assert_eq!(queue.take_group().len(), 1, "3000 + 2000 > the limit");
+        assert_eq!(queue.take_group().len(), 1);
+        assert!(queue.take_group().is_empty());
+    }
+}

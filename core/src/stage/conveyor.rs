@@ -1,0 +1,741 @@
+//! The Conveyor carries one page of a shard through the stations and collects what they
+//! decide; [`Conveyor::into_commit`] turns that into one [`StageCommit`].
+//!
+//! Each row of the page gets at most one [`Intent`] (a later station may replace an earlier
+//! one). A row that no station claims is held for one poll interval and reported, so that an
+//! incomplete pipeline slows a shard down but never spins on it or loses a row.
+//!
+//! Targets that must wait come with the page: behind a retry until its time, behind a
+//! blocked message for one poll interval at a time (so that they go on soon after an
+//! operator unblocks it); [`Conveyor::waiting`] gives both.
+
+use crate::model::event::NewEvent;
+use crate::model::message::{InboxMessage, InboxWrite, MessageStatus};
+use crate::stage::context::StationContext;
+use crate::storage::{
+    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, Lease, Page, RowChange, RowUpdate,
+    StageCommit, WriteBatch,
+};
+use crate::telemetry::monitor::StageReport;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+
+/// What a station decided for one row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Intent {
+    /// Handled: mark delivered and keep until `keep_until` for deduplication (removed at once
+    /// when `None`, i.e. with a zero window).
+    Delivered {
+        /// End of the deduplication window.
+        keep_until: Option<DateTime<Utc>>,
+    },
+    /// A duplicate of a message already delivered: remove it without handling.
+    Duplicate,
+    /// Not handled now; due again at `until` with its attempts unchanged.
+    Hold {
+        /// When it is due again.
+        until: DateTime<Utc>,
+    },
+    /// Failed; try again at `at`.
+    RetryAt {
+        /// Next attempt.
+        at: DateTime<Utc>,
+        /// Why it failed.
+        error: String,
+    },
+    /// Failed for the last time: move to the dead letters.
+    DeadLetter {
+        /// Why.
+        reason: String,
+    },
+    /// Failed for the last time: drop (counted and logged).
+    Drop {
+        /// Why.
+        reason: String,
+    },
+    /// Failed for the last time under a `block` policy: keep it with status `blocked`; its
+    /// target stops until an operator requeues or drops it.
+    Block {
+        /// Why.
+        reason: String,
+    },
+    /// Its time to live ran out before delivery: removed and counted (and dead-lettered with
+    /// reason `expired` when `dead_letter_expired` is set).
+    Expired,
+}
+
+/// The reason of a dead letter whose time to live ran out.
+pub const EXPIRED_REASON: &str = "expired";
+
+/// One page of a shard on its way through the stations.
+pub struct Conveyor {
+    context: Arc<StationContext>,
+    lease: Lease,
+    now: DateTime<Utc>,
+    page: Vec<InboxMessage>,
+    intents: Vec<Option<Intent>>,
+    states: Vec<EntityStateWrite>,
+    writes: WriteBatch,
+    purge_delivered: usize,
+    /// Whether the page read saw a delivered row past its window.
+    purge_due: bool,
+    waiting: Vec<(EntityKey, DateTime<Utc>)>,
+    blocked: Vec<EntityKey>,
+    extra_dead_letters: Vec<DeadLetter>,
+    catch_ups: Vec<CatchUpJob>,
+    purge_catch_ups_before: Option<DateTime<Utc>>,
+}
+
+impl Conveyor {
+    /// A conveyor for `page` (sorted by `seq`) read under `lease` at `now`.
+    pub fn new(context: Arc<StationContext>, lease: Lease, now: DateTime<Utc>, page: Page) -> Self {
+        let Page {
+            messages: mut page,
+            mut waiting,
+            blocked,
+            next_due: _,
+            purge_due,
+        } = page;
+        page.sort_by_key(|m| m.seq);
+        let recheck = now + context.config().poll_span();
+        waiting.extend(blocked.iter().map(|target| (target.clone(), recheck)));
+        let intents = vec![None; page.len()];
+        Conveyor {
+            context,
+            lease,
+            now,
+            page,
+            intents,
+            states: Vec::new(),
+            writes: WriteBatch::default(),
+            purge_delivered: 0,
+            purge_due,
+            waiting,
+            blocked,
+            extra_dead_letters: Vec::new(),
+            catch_ups: Vec::new(),
+            purge_catch_ups_before: None,
+        }
+    }
+
+    /// What the stations can see: registry, configuration, clock, monitor and the storage's
+    /// reads (never a write: see [`StationContext`]).
+    pub fn context(&self) -> &Arc<StationContext> {
+        &self.context
+    }
+
+    /// The lease the stage runs under.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The stage's time.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
+    /// The page, in `seq` order.
+    pub fn page(&self) -> &[InboxMessage] {
+        &self.page
+    }
+
+    /// Targets whose earlier failed message waits for its retry, with the retry time, and
+    /// blocked targets, with the time one poll interval from now: their messages in this
+    /// page must be held until then (per-target order).
+    pub fn waiting(&self) -> &[(EntityKey, DateTime<Utc>)] {
+        &self.waiting
+    }
+
+    /// Targets of the shard stopped by a blocked message (also in [`Conveyor::waiting`]).
+    pub fn blocked(&self) -> &[EntityKey] {
+        &self.blocked
+    }
+
+    /// The rows no station has claimed yet, with their index in the page.
+    pub fn open(&self) -> impl Iterator<Item = (usize, &InboxMessage)> {
+        self.page
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.intents[*i].is_none())
+    }
+
+    /// The open rows of `status`, with their index.
+    pub fn open_with_status(
+        &self,
+        status: MessageStatus,
+    ) -> impl Iterator<Item = (usize, &InboxMessage)> {
+        self.open().filter(move |(_, m)| m.status == status)
+    }
+
+    /// The intent recorded for row `index`.
+    pub fn intent(&self, index: usize) -> Option<&Intent> {
+        self.intents.get(index).and_then(Option::as_ref)
+    }
+
+    /// Records the intent for row `index` (replacing an earlier one). Out-of-range indexes
+    /// are ignored.
+    pub fn record(&mut self, index: usize, intent: Intent) {
+        if let Some(slot) = self.intents.get_mut(index) {
+            *slot = Some(intent);
+        }
+    }
+
+    /// Stores a new entity state (or deletes it with `None`) with the stage.
+    pub fn set_state(&mut self, write: EntityStateWrite) {
+        self.states.push(write);
+    }
+
+    /// Appends events (with their fan-out rows) to the stage's writes.
+    pub fn emit_events(&mut self, events: Vec<NewEvent>, fan_out: Vec<InboxWrite>) {
+        self.writes.events.extend(events);
+        self.writes.messages.extend(fan_out);
+    }
+
+    /// Adds rows (commands) to the stage's writes.
+    pub fn emit_messages(&mut self, messages: Vec<InboxWrite>) {
+        self.writes.messages.extend(messages);
+    }
+
+    /// Records a dead letter that is not a row of the page (an emitted event's copy that
+    /// could not be routed to a subscriber), so that it is kept and counted, never lost.
+    pub fn add_dead_letter(&mut self, dead_letter: DeadLetter) {
+        self.extra_dead_letters.push(dead_letter);
+    }
+
+    /// Stores an advanced catch-up job with the stage (inside the fenced transaction).
+    pub fn update_catch_up(&mut self, job: CatchUpJob) {
+        self.catch_ups.retain(|j| j.id != job.id);
+        self.catch_ups.push(job);
+    }
+
+    /// Asks the commit to delete the completed catch-up jobs that finished before `before`
+    /// (their retention ran out), inside the fenced transaction.
+    pub fn purge_catch_ups(&mut self, before: DateTime<Utc>) {
+        self.purge_catch_ups_before = Some(before);
+    }
+
+    /// Whether the shard held a delivered row whose window had passed when the page was read
+    /// (a purge now has work).
+    pub fn purge_due(&self) -> bool {
+        self.purge_due
+    }
+
+    /// Asks the commit to purge up to `limit` delivered rows whose window has passed.
+    pub fn purge_delivered(&mut self, limit: usize) {
+        self.purge_delivered = self.purge_delivered.max(limit);
+    }
+
+    /// Turns the recorded decisions into one commit renewing the lease to `lease_until`, and
+    /// the stage's counters (without `purged`, known only after the commit).
+    pub fn into_commit(self, lease_until: DateTime<Utc>) -> (StageCommit, StageReport) {
+        let hold_for = self.context.config().poll_span();
+        let dead_letter_expired = self.context.config().dead_letter_expired;
+        let mut report = StageReport {
+            page_len: self.page.len(),
+            fanned_out: self.writes.messages.len(),
+            ..StageReport::default()
+        };
+        let mut updates = Vec::with_capacity(self.page.len());
+        report.dead_lettered += self.extra_dead_letters.len();
+        let mut dead_letters = self.extra_dead_letters;
+        for (message, intent) in self.page.into_iter().zip(self.intents) {
+            let change = match intent {
+                Some(Intent::Delivered { keep_until }) => {
+                    report.delivered += 1;
+                    match keep_until {
+                        Some(keep_until) => RowChange::Delivered { keep_until },
+                        None => RowChange::Remove,
+                    }
+                }
+                Some(Intent::Duplicate) => {
+                    report.duplicates += 1;
+                    RowChange::Remove
+                }
+                Some(Intent::Hold { until }) => {
+                    report.held += 1;
+                    RowChange::Hold { until }
+                }
+                Some(Intent::RetryAt { at, error }) => {
+                    report.retried += 1;
+                    RowChange::RetryAt {
+                        at,
+                        attempts: message.attempts.saturating_add(1),
+                        error,
+                    }
+                }
+                Some(Intent::DeadLetter { reason }) => {
+                    report.dead_lettered += 1;
+                    dead_letters.push(DeadLetter {
+                        attempts: message.attempts.saturating_add(1),
+                        reason,
+                        first_attempt_at: Some(message.first_failed_at.unwrap_or(self.now)),
+                        last_attempt_at: self.now,
+                        original: message.clone(),
+                    });
+                    RowChange::Remove
+                }
+                Some(Intent::Block { reason }) => {
+                    report.blocked += 1;
+                    tracing::warn!(
+                        seq = message.seq,
+                        target = %message.message.target_id,
+                        kind = %message.message.target_kind,
+                        %reason,
+                        "message blocked its target; an operator must requeue or drop it"
+                    );
+                    RowChange::Block {
+                        attempts: message.attempts.saturating_add(1),
+                        error: reason,
+                    }
+                }
+                Some(Intent::Drop { reason }) => {
+                    report.dropped += 1;
+                    tracing::warn!(
+                        seq = message.seq,
+                        target = %message.message.target_id,
+                        kind = %message.message.target_kind,
+                        %reason,
+                        "message dropped by failure policy"
+                    );
+                    RowChange::Remove
+                }
+                Some(Intent::Expired) => {
+                    report.expired += 1;
+                    if dead_letter_expired {
+                        report.dead_lettered += 1;
+                        dead_letters.push(DeadLetter {
+                            attempts: message.attempts,
+                            reason: EXPIRED_REASON.to_owned(),
+                            first_attempt_at: message.first_failed_at,
+                            last_attempt_at: self.now,
+                            original: message.clone(),
+                        });
+                    }
+                    RowChange::Remove
+                }
+                None => {
+                    report.held += 1;
+                    tracing::warn!(
+                        seq = message.seq,
+                        kind = %message.message.target_kind,
+                        status = message.status.as_str(),
+                        "no station claimed the message; holding it for one poll interval"
+                    );
+                    RowChange::Hold {
+                        until: self.now + hold_for,
+                    }
+                }
+            };
+            updates.push(RowUpdate {
+                seq: message.seq,
+                change,
+            });
+        }
+        let commit = StageCommit {
+            lease: self.lease,
+            now: self.now,
+            lease_until,
+            updates,
+            states: self.states,
+            writes: self.writes,
+            dead_letters,
+            purge_delivered: self.purge_delivered,
+            catch_ups: self.catch_ups,
+            purge_catch_ups_before: self.purge_catch_ups_before,
+        };
+        (commit, report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::registry::EntityRegistry;
+    use crate::memory::MemoryStorage;
+    use crate::model::clock::ManualClock;
+    use crate::model::config::DeliveryConfig;
+    use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+    use crate::model::strategy::StableHashStrategy;
+    use crate::telemetry::monitor::NoopMonitor;
+    use std::time::Duration;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+    }
+
+    fn secs(s: i64) -> chrono::Duration {
+        chrono::Duration::seconds(s)
+    }
+
+    fn env(poll_interval: Duration) -> Arc<StationContext> {
+        let config = DeliveryConfig::builder()
+            .shard_count(1)
+            .poll_interval(poll_interval)
+            .node_id(NodeId("node-a".into()))
+            .build()
+            .unwrap();
+        Arc::new(StationContext::new(
+            Arc::new(EntityRegistry::new(Arc::new(StableHashStrategy::new()), 1)),
+            Arc::new(MemoryStorage::new()),
+            config,
+            Arc::new(NoopMonitor),
+            Arc::new(ManualClock::new(t0())),
+        ))
+    }
+
+    fn lease() -> Lease {
+        Lease {
+            shard: ShardIndex(0),
+            node_id: NodeId("node-a".into()),
+            worker_id: WorkerId(3),
+            epoch: LeaseEpoch(7),
+            picked_at: t0(),
+            lease_until: t0() + secs(30),
+            taken_over: false,
+        }
+    }
+
+    fn row(seq: i64, status: MessageStatus, attempts: u32) -> InboxMessage {
+        InboxMessage {
+            seq,
+            shard: ShardIndex(0),
+            status,
+            attempts,
+            last_error: None,
+            first_failed_at: None,
+            keep_until: None,
+            message: crate::model::message::test_command(
+                &format!("sig-{seq}"),
+                "counter",
+                &format!("t-{seq}"),
+                t0() - secs(5),
+            ),
+        }
+    }
+
+    fn conveyor(rows: Vec<InboxMessage>) -> Conveyor {
+        Conveyor::new(
+            env(Duration::from_millis(250)),
+            lease(),
+            t0(),
+            Page {
+                messages: rows,
+                ..Page::default()
+            },
+        )
+    }
+
+    fn seqs<'a>(rows: impl Iterator<Item = (usize, &'a InboxMessage)>) -> Vec<(usize, i64)> {
+        rows.map(|(i, m)| (i, m.seq)).collect()
+    }
+
+    #[test]
+    fn the_page_is_carried_in_seq_order() {
+        let c = conveyor(vec![
+            row(30, MessageStatus::ToDeliver, 0),
+            row(10, MessageStatus::ToDeliver, 0),
+            row(20, MessageStatus::ToDeliver, 0),
+        ]);
+        let order: Vec<i64> = c.page().iter().map(|m| m.seq).collect();
+        assert_eq!(order, vec![10, 20, 30]);
+        let (commit, _) = c.into_commit(t0() + secs(30));
+        let updated: Vec<i64> = commit.updates.iter().map(|u| u.seq).collect();
+        assert_eq!(updated, vec![10, 20, 30]);
+    }
+
+    #[test]
+    fn into_commit_maps_every_intent_to_its_row_change_and_counter() {
+        let rows: Vec<InboxMessage> = (1..=9)
+            .map(|seq| row(seq, MessageStatus::ToDeliver, 0))
+            .collect();
+        let mut retried = rows[3].clone();
+        retried.attempts = 2;
+        let mut dead = rows[4].clone();
+        dead.attempts = 4;
+        dead.last_error = Some("earlier failure".into());
+        let mut rows = rows;
+        rows[3] = retried;
+        rows[4] = dead.clone();
+
+        let mut c = conveyor(rows);
+        let keep = t0() + secs(60);
+        c.record(
+            0,
+            Intent::Delivered {
+                keep_until: Some(keep),
+            },
+        );
+        c.record(1, Intent::Delivered { keep_until: None });
+        c.record(2, Intent::Duplicate);
+        c.record(
+            3,
+            Intent::RetryAt {
+                at: t0() + secs(4),
+                error: "boom".into(),
+            },
+        );
+        c.record(
+            4,
+            Intent::DeadLetter {
+                reason: "gave up".into(),
+            },
+        );
+        c.record(
+            5,
+            Intent::Drop {
+                reason: "dropped".into(),
+            },
+        );
+        c.record(6, Intent::Expired);
+        c.record(
+            7,
+            Intent::Hold {
+                until: t0() + secs(9),
+            },
+        );
+        // Row 8 (seq 9) is claimed by no station.
+
+        let lease_until = t0() + secs(45);
+        let (commit, report) = c.into_commit(lease_until);
+
+        let change = |seq: i64, change: RowChange| RowUpdate { seq, change };
+        assert_eq!(
+            commit.updates,
+            vec![
+                change(1, RowChange::Delivered { keep_until: keep }),
+                change(2, RowChange::Remove),
+                change(3, RowChange::Remove),
+                change(
+                    4,
+                    RowChange::RetryAt {
+                        at: t0() + secs(4),
+                        attempts: 3,
+                        error: "boom".into(),
+                    }
+                ),
+                change(5, RowChange::Remove),
+                change(6, RowChange::Remove),
+                change(7, RowChange::Remove),
+                change(
+                    8,
+                    RowChange::Hold {
+                        until: t0() + secs(9)
+                    }
+                ),
+                change(
+                    9,
+                    RowChange::Hold {
+                        until: t0() + chrono::Duration::milliseconds(250)
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            commit.dead_letters,
+            vec![DeadLetter {
+                original: dead,
+                reason: "gave up".into(),
+                attempts: 5,
+                first_attempt_at: Some(t0()),
+                last_attempt_at: t0(),
+            }]
+        );
+        assert_eq!(
+            report,
+            StageReport {
+                page_len: 9,
+                delivered: 2,
+                duplicates: 1,
+                retried: 1,
+                dead_lettered: 1,
+                dropped: 1,
+                blocked: 0,
+                expired: 1,
+                held: 2,
+                purged: 0,
+                fanned_out: 0,
+                elapsed: Duration::ZERO,
+            }
+        );
+        assert_eq!(commit.lease, lease());
+        assert_eq!(commit.now, t0());
+        assert_eq!(commit.lease_until, lease_until);
+        assert!(commit.states.is_empty());
+        assert!(commit.writes.is_empty());
+        assert_eq!(commit.purge_delivered, 0);
+    }
+
+    #[test]
+    fn an_unclaimed_row_is_held_for_exactly_one_poll_interval() {
+        let c = Conveyor::new(
+            env(Duration::from_millis(1_500)),
+            lease(),
+            t0(),
+            Page {
+                messages: vec![row(1, MessageStatus::ToCatchUp, 2)],
+                ..Page::default()
+            },
+        );
+        let (commit, report) = c.into_commit(t0() + secs(30));
+        assert_eq!(
+            commit.updates,
+            vec![RowUpdate {
+                seq: 1,
+                change: RowChange::Hold {
+                    until: t0() + chrono::Duration::milliseconds(1_500)
+                },
+            }]
+        );
+        assert_eq!(report.held, 1);
+        assert_eq!(report.delivered + report.retried + report.dead_lettered, 0);
+        assert!(commit.dead_letters.is_empty());
+    }
+
+    #[test]
+    fn attempts_do_not_overflow() {
+        let mut c = conveyor(vec![
+            row(1, MessageStatus::ToDeliver, u32::MAX),
+            row(2, MessageStatus::ToDeliver, u32::MAX),
+        ]);
+        c.record(
+            0,
+            Intent::RetryAt {
+                at: t0(),
+                error: "e".into(),
+            },
+        );
+        c.record(1, Intent::DeadLetter { reason: "r".into() });
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(
+            commit.updates[0].change,
+            RowChange::RetryAt {
+                at: t0(),
+                attempts: u32::MAX,
+                error: "e".into()
+            }
+        );
+        assert_eq!(commit.dead_letters[0].attempts, u32::MAX);
+    }
+
+    #[test]
+    fn record_replaces_the_earlier_intent_and_ignores_unknown_rows() {
+        let mut c = conveyor(vec![row(1, MessageStatus::ToDeliver, 0)]);
+        assert_eq!(c.intent(0), None);
+        c.record(
+            0,
+            Intent::Hold {
+                until: t0() + secs(1),
+            },
+        );
+        assert_eq!(
+            c.intent(0),
+            Some(&Intent::Hold {
+                until: t0() + secs(1)
+            })
+        );
+        c.record(0, Intent::Duplicate);
+        assert_eq!(c.intent(0), Some(&Intent::Duplicate));
+        c.record(5, Intent::Expired);
+        assert_eq!(c.intent(5), None);
+        let (commit, report) = c.into_commit(t0());
+        assert_eq!(
+            commit.updates,
+            vec![RowUpdate {
+                seq: 1,
+                change: RowChange::Remove
+            }]
+        );
+        assert_eq!((report.duplicates, report.held, report.expired), (1, 0, 0));
+    }
+
+    #[test]
+    fn open_rows_skip_the_claimed_ones() {
+        let mut c = conveyor(vec![
+            row(1, MessageStatus::ToDeliver, 0),
+            row(2, MessageStatus::ToCatchUp, 0),
+            row(3, MessageStatus::ToDeliver, 0),
+            row(4, MessageStatus::ToCatchUp, 0),
+            row(5, MessageStatus::ToDeliver, 0),
+        ]);
+        assert_eq!(seqs(c.open()), vec![(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]);
+        c.record(0, Intent::Duplicate);
+        c.record(3, Intent::Expired);
+        assert_eq!(seqs(c.open()), vec![(1, 2), (2, 3), (4, 5)]);
+        assert_eq!(
+            seqs(c.open_with_status(MessageStatus::ToDeliver)),
+            vec![(2, 3), (4, 5)]
+        );
+        assert_eq!(
+            seqs(c.open_with_status(MessageStatus::ToCatchUp)),
+            vec![(1, 2)]
+        );
+        assert_eq!(seqs(c.open_with_status(MessageStatus::Delivered)), vec![]);
+    }
+
+    #[test]
+    fn purge_delivered_keeps_the_largest_request() {
+        let c = conveyor(Vec::new());
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(commit.purge_delivered, 0);
+
+        let mut c = conveyor(Vec::new());
+        c.purge_delivered(10);
+        c.purge_delivered(3);
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(commit.purge_delivered, 10);
+
+        let mut c = conveyor(Vec::new());
+        c.purge_delivered(3);
+        c.purge_delivered(12);
+        let (commit, _) = c.into_commit(t0());
+        assert_eq!(commit.purge_delivered, 12);
+    }
+
+    #[test]
+    fn states_and_emitted_rows_go_into_the_commit_and_count_as_fanned_out() {
+        let mut c = conveyor(vec![row(1, MessageStatus::ToDeliver, 0)]);
+        let key = crate::storage::EntityKey {
+            kind: "counter".into(),
+            tenant: String::new(),
+            id: "t-1".into(),
+        };
+        c.set_state(EntityStateWrite {
+            key: key.clone(),
+            state: Some(b"{\"n\":1}".to_vec()),
+        });
+        let event = NewEvent {
+            id: SignalId("sig-1/event/0".into()),
+            event_type: "counter.added".into(),
+            source: crate::model::event::EventSource {
+                kind: "counter".into(),
+                id: "t-1".into(),
+            },
+            tenant: String::new(),
+            occurred_at: t0(),
+            payload: b"{}".to_vec(),
+            metadata: Default::default(),
+        };
+        let copy = InboxWrite {
+            shard: ShardIndex(0),
+            message: row(100, MessageStatus::ToDeliver, 0).message,
+        };
+        let command = InboxWrite {
+            shard: ShardIndex(0),
+            message: row(101, MessageStatus::ToDeliver, 0).message,
+        };
+        c.emit_events(vec![event.clone()], vec![copy.clone()]);
+        c.emit_messages(vec![command.clone()]);
+        let (commit, report) = c.into_commit(t0());
+        assert_eq!(
+            commit.states,
+            vec![EntityStateWrite {
+                key,
+                state: Some(b"{\"n\":1}".to_vec())
+            }]
+        );
+        assert_eq!(commit.writes.events, vec![event]);
+        assert_eq!(commit.writes.messages, vec![copy, command]);
+        assert_eq!(report.fanned_out, 2);
+        assert_eq!(report.page_len, 1);
+    }
+}

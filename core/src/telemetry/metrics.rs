@@ -1,0 +1,361 @@
+//! Delivery metrics: counters and a stage-latency histogram kept by every delivery, readable
+//! as a [`MetricsSnapshot`] and exported through the `metrics` crate facade (install any
+//! `metrics` recorder — Prometheus, StatsD — to scrape them).
+//!
+//! Exported names (all labelled with `node`): `shardbox_delivered_total`,
+//! `shardbox_duplicates_total` (dropped by stations) and `shardbox_write_duplicates_total`
+//! (ignored at write), `shardbox_retries_total`, `shardbox_dead_lettered_total`,
+//! `shardbox_dropped_total`, `shardbox_expired_total`, `shardbox_held_total`,
+//! `shardbox_blocked_total` (targets blocked by a message), `shardbox_unblocked_total`
+//! (blocked messages an operator requeued, dropped or dead-lettered),
+//! `shardbox_requeued_total` (dead letters put back into the Inbox),
+//! `shardbox_stages_total`, `shardbox_purged_total`, `shardbox_written_total`,
+//! `shardbox_lease_pick_ups_total`, `shardbox_lease_takeovers_total` (pick-ups of a lease
+//! that had expired without a release), `shardbox_lease_refusals_total`,
+//! `shardbox_lease_losses_total`, and the histogram `shardbox_stage_seconds`.
+//!
+//! An expired message that is also dead-lettered (`dead_letter_expired`) counts in both
+//! `expired` and `dead_lettered`: the first counts what happened to messages, the second
+//! what was written to the dead letters.
+
+use crate::model::ids::NodeId;
+use crate::storage::WriteReport;
+use crate::telemetry::monitor::StageReport;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (µs) of the stage-latency buckets; the last bucket is unbounded.
+const BUCKETS_US: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+
+/// A point-in-time copy of the counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    /// Messages handled and marked delivered.
+    pub delivered: u64,
+    /// Duplicates dropped by the stations.
+    pub duplicates: u64,
+    /// Duplicate writes ignored by the Inbox's unique key.
+    pub write_duplicates: u64,
+    /// Rows written by sends, posts and fan-out.
+    pub written: u64,
+    /// Failed attempts scheduled for a retry.
+    pub retries: u64,
+    /// Messages moved to the dead letters.
+    pub dead_lettered: u64,
+    /// Messages dropped by policy.
+    pub dropped: u64,
+    /// Messages expired by TTL.
+    pub expired: u64,
+    /// Messages held behind a failure or a catch-up.
+    pub held: u64,
+    /// Messages that blocked their target.
+    pub blocked: u64,
+    /// Blocked messages an operator requeued, dropped or dead-lettered through this node.
+    pub unblocked: u64,
+    /// Dead letters requeued through this node.
+    pub requeued: u64,
+    /// Stages committed.
+    pub stages: u64,
+    /// Delivered rows purged after their window.
+    pub purged: u64,
+    /// Shard leases picked up.
+    pub lease_pick_ups: u64,
+    /// Pick-ups that took over a lease which had expired without a release.
+    pub lease_takeovers: u64,
+    /// Pick-ups refused because another worker held the shard.
+    pub lease_refusals: u64,
+    /// Leases lost before a commit.
+    pub lease_losses: u64,
+    /// Stage latency: count and the bucket bounds of the 50th and 99th percentiles.
+    pub stage_latency: LatencySummary,
+}
+
+/// Percentiles of a histogram, as bucket upper bounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LatencySummary {
+    /// Observations.
+    pub count: u64,
+    /// Upper bound of the bucket holding the median.
+    pub p50: Duration,
+    /// Upper bound of the bucket holding the 99th percentile.
+    pub p99: Duration,
+}
+
+/// The live counters of one delivery.
+#[derive(Debug)]
+pub struct DeliveryMetrics {
+    node: String,
+    delivered: AtomicU64,
+    duplicates: AtomicU64,
+    write_duplicates: AtomicU64,
+    written: AtomicU64,
+    retries: AtomicU64,
+    dead_lettered: AtomicU64,
+    dropped: AtomicU64,
+    expired: AtomicU64,
+    held: AtomicU64,
+    blocked: AtomicU64,
+    unblocked: AtomicU64,
+    requeued: AtomicU64,
+    stages: AtomicU64,
+    purged: AtomicU64,
+    lease_pick_ups: AtomicU64,
+    lease_takeovers: AtomicU64,
+    lease_refusals: AtomicU64,
+    lease_losses: AtomicU64,
+    latency: [AtomicU64; BUCKETS_US.len() + 1],
+}
+
+fn add(counter: &AtomicU64, name: &'static str, node: &str, n: u64) {
+    if n > 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
+        metrics::counter!(name, "node" => node.to_owned()).increment(n);
+    }
+}
+
+impl DeliveryMetrics {
+    /// Zeroed counters for `node`.
+    pub fn new(node: &NodeId) -> Self {
+        DeliveryMetrics {
+            node: node.0.clone(),
+            delivered: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            write_duplicates: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            blocked: AtomicU64::new(0),
+            unblocked: AtomicU64::new(0),
+            requeued: AtomicU64::new(0),
+            stages: AtomicU64::new(0),
+            purged: AtomicU64::new(0),
+            lease_pick_ups: AtomicU64::new(0),
+            lease_takeovers: AtomicU64::new(0),
+            lease_refusals: AtomicU64::new(0),
+            lease_losses: AtomicU64::new(0),
+            latency: Default::default(),
+        }
+    }
+
+    /// Counts a committed stage.
+    pub fn record_stage(&self, r: &StageReport) {
+        let n = &self.node;
+        add(
+            &self.delivered,
+            "shardbox_delivered_total",
+            n,
+            r.delivered as u64,
+        );
+        add(
+            &self.duplicates,
+            "shardbox_duplicates_total",
+            n,
+            r.duplicates as u64,
+        );
+        add(&self.retries, "shardbox_retries_total", n, r.retried as u64);
+        add(
+            &self.dead_lettered,
+            "shardbox_dead_lettered_total",
+            n,
+            r.dead_lettered as u64,
+        );
+        add(&self.dropped, "shardbox_dropped_total", n, r.dropped as u64);
+        add(&self.expired, "shardbox_expired_total", n, r.expired as u64);
+        add(&self.held, "shardbox_held_total", n, r.held as u64);
+        add(&self.blocked, "shardbox_blocked_total", n, r.blocked as u64);
+        add(&self.purged, "shardbox_purged_total", n, r.purged as u64);
+        add(&self.stages, "shardbox_stages_total", n, 1);
+        let us = u64::try_from(r.elapsed.as_micros()).unwrap_or(u64::MAX);
+        let bucket = BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(BUCKETS_US.len());
+        self.latency[bucket].fetch_add(1, Ordering::Relaxed);
+        metrics::histogram!("shardbox_stage_seconds", "node" => n.clone())
+            .record(r.elapsed.as_secs_f64());
+    }
+
+    /// Counts a write (send, post or a stage's fan-out).
+    pub fn record_write(&self, w: &WriteReport) {
+        let n = &self.node;
+        add(&self.written, "shardbox_written_total", n, w.written as u64);
+        add(
+            &self.write_duplicates,
+            "shardbox_write_duplicates_total",
+            n,
+            w.duplicates as u64,
+        );
+    }
+
+    /// Counts a lease picked up, and a takeover if it had expired without a release.
+    pub fn record_pick_up(&self, taken_over: bool) {
+        add(
+            &self.lease_pick_ups,
+            "shardbox_lease_pick_ups_total",
+            &self.node,
+            1,
+        );
+        if taken_over {
+            add(
+                &self.lease_takeovers,
+                "shardbox_lease_takeovers_total",
+                &self.node,
+                1,
+            );
+        }
+    }
+
+    /// Counts blocked messages an operator requeued, dropped or dead-lettered.
+    pub fn record_unblocked(&self, n: usize) {
+        add(
+            &self.unblocked,
+            "shardbox_unblocked_total",
+            &self.node,
+            n as u64,
+        );
+    }
+
+    /// Counts dead letters put back into the Inbox.
+    pub fn record_requeued(&self, n: usize) {
+        add(
+            &self.requeued,
+            "shardbox_requeued_total",
+            &self.node,
+            n as u64,
+        );
+    }
+
+    /// Counts a refused pick-up.
+    pub fn record_refusal(&self) {
+        add(
+            &self.lease_refusals,
+            "shardbox_lease_refusals_total",
+            &self.node,
+            1,
+        );
+    }
+
+    /// Counts a lost lease.
+    pub fn record_lease_lost(&self) {
+        add(
+            &self.lease_losses,
+            "shardbox_lease_losses_total",
+            &self.node,
+            1,
+        );
+    }
+
+    /// A copy of the counters now.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let buckets: Vec<u64> = self.latency.iter().map(get).collect();
+        MetricsSnapshot {
+            delivered: get(&self.delivered),
+            duplicates: get(&self.duplicates),
+            write_duplicates: get(&self.write_duplicates),
+            written: get(&self.written),
+            retries: get(&self.retries),
+            dead_lettered: get(&self.dead_lettered),
+            dropped: get(&self.dropped),
+            expired: get(&self.expired),
+            held: get(&self.held),
+            blocked: get(&self.blocked),
+            unblocked: get(&self.unblocked),
+            requeued: get(&self.requeued),
+            stages: get(&self.stages),
+            purged: get(&self.purged),
+            lease_pick_ups: get(&self.lease_pick_ups),
+            lease_takeovers: get(&self.lease_takeovers),
+            lease_refusals: get(&self.lease_refusals),
+            lease_losses: get(&self.lease_losses),
+            stage_latency: summarize(&buckets),
+        }
+    }
+}
+
+/// Percentiles from bucket counts (bucket upper bounds; the overflow bucket reports the
+/// largest bound).
+fn summarize(buckets: &[u64]) -> LatencySummary {
+    let count: u64 = buckets.iter().sum();
+    let at = |q: f64| {
+        let rank = ((count as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in buckets.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                let us = BUCKETS_US
+                    .get(i)
+                    .copied()
+                    .unwrap_or(BUCKETS_US[BUCKETS_US.len() - 1]);
+                return Duration::from_micros(us);
+            }
+        }
+        Duration::ZERO
+    };
+    if count == 0 {
+        return LatencySummary::default();
+    }
+    LatencySummary {
+        count,
+        p50: at(0.5),
+        p99: at(0.99),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_add_up_and_latency_lands_in_buckets() {
+        let m = DeliveryMetrics::new(&NodeId("n".into()));
+        for ms in [1u64, 1, 1, 40] {
+            m.record_stage(&StageReport {
+                delivered: 3,
+                duplicates: 1,
+                retried: 2,
+                blocked: 1,
+                elapsed: Duration::from_millis(ms),
+                ..StageReport::default()
+            });
+        }
+        m.record_pick_up(false);
+        m.record_pick_up(true);
+        m.record_unblocked(2);
+        m.record_requeued(3);
+        m.record_refusal();
+        m.record_lease_lost();
+        m.record_write(&WriteReport {
+            written: 5,
+            duplicates: 2,
+            ..WriteReport::default()
+        });
+        let s = m.snapshot();
+        assert_eq!(
+            (s.delivered, s.duplicates, s.retries, s.stages),
+            (12, 4, 8, 4)
+        );
+        assert_eq!(
+            (s.lease_pick_ups, s.lease_refusals, s.lease_losses),
+            (2, 1, 1)
+        );
+        assert_eq!(s.lease_takeovers, 1);
+        assert_eq!((s.blocked, s.unblocked, s.requeued), (4, 2, 3));
+        assert_eq!((s.written, s.write_duplicates), (5, 2));
+        assert_eq!(s.stage_latency.count, 4);
+        assert_eq!(s.stage_latency.p50, Duration::from_millis(1));
+        assert_eq!(s.stage_latency.p99, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn an_empty_histogram_summarizes_to_zero() {
+        let m = DeliveryMetrics::new(&NodeId("n".into()));
+        assert_eq!(m.snapshot().stage_latency, LatencySummary::default());
+    }
+}

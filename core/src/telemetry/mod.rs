@@ -1,0 +1,12 @@
+//! Telemetry: the hooks and counters of a delivery.
+//!
+//! ```text
+//!  monitor  DeliveryMonitor: hooks into the loop (stage started/finished, failures, stop)
+//!  metrics  DeliveryMetrics: counters and latencies, also exported via the `metrics` crate
+//! ```
+//!
+//! Both only observe: they never write to storage and never decide what is delivered (the
+//! monitor's answer to a handler failure is the one exception, obeyed by the live station).
+
+pub mod metrics;
+pub mod monitor;
