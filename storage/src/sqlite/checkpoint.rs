@@ -19,6 +19,7 @@ use super::options::Pragmas;
 use diesel::connection::Connection;
 use diesel::sql_types::Integer;
 use diesel::{QueryableByName, RunQueryDsl, SqliteConnection};
+use shardbox_core::error::Cause;
 use shardbox_core::StorageError;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -68,6 +69,7 @@ impl Checkpointer {
             .map_err(|e| StorageError::Unavailable {
                 database: database.to_owned(),
                 reason: format!("could not start the checkpoint thread: {e}"),
+                source: Some(Cause::new(e)),
             })?;
         Ok(Checkpointer {
             stop,
