@@ -2,19 +2,26 @@
 //!
 //! ```text
 //!  diesel::result::Error ─┐
-//!  r2d2 checkout error ───┼─► Failure ──(database name)──► StorageError
-//!  LeaseLost / Corrupt ───┘        Unavailable | ReadOnly | Query | …
+//!  r2d2 checkout error ───┼─► Failure ──(DbName: name + secrets)──► StorageError
+//!  LeaseLost / Corrupt ───┘      Unavailable | AuthenticationFailed | UnknownRole |
+//!                                UnknownDatabase | InvalidUrl | ReadOnly | Query | …
 //! ```
 //!
 //! Work inside a blocking closure returns [`Failure`], which can hold a diesel error (so that
 //! `?` and diesel transactions work) or an already typed [`StorageError`] (a lost lease, a
-//! corrupt row, an overlapping catch-up). Only at the edge, where the database's name is known,
-//! does a [`Failure`] become a [`StorageError`], so that every error names its database: the
-//! file path, or the URL with its password redacted by [`redact`].
+//! corrupt row, an overlapping catch-up). Only at the edge, where the database's [`DbName`] is
+//! known, does a [`Failure`] become a [`StorageError`], so that every error names its
+//! database (the file path, or the URL with its password redacted), carries the driver's
+//! message scrubbed of the password and trimmed of libpq's trailing newline, and keeps the
+//! driver error itself as its `source()` (see [`DbName::cause`]).
 //!
-//! Classification is by diesel's error kind where it has one, else by the driver's message
-//! (SQLite and libpq report read-only files, full disks and lost connections only as text).
+//! Classification is by diesel's error kind where it has one, else by the driver's message:
+//! SQLite and libpq report read-only files, full disks and lost connections only as text, and
+//! libpq gives no SQLSTATE for a failed connection attempt, only the server's message (in
+//! English unless the server's `lc_messages` says otherwise; a translated one is still
+//! reported, as `Unavailable`).
 
+use crate::redact::DbName;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use shardbox_core::StorageError;
 
@@ -46,17 +53,45 @@ impl Failure {
     }
 
     /// The typed error, naming `database`.
-    pub(crate) fn into_storage_error(self, database: &str) -> StorageError {
+    pub(crate) fn into_storage_error(self, database: &DbName) -> StorageError {
         match self {
             Failure::Storage(e) => e,
             Failure::Db(e) => classify_diesel(e, database),
         }
     }
+
+    /// Whether this failure says the connection itself is gone (the server closed it, or the
+    /// driver could not send on it), so that it must not be used again.
+    pub(crate) fn lost_connection(&self) -> bool {
+        match self {
+            Failure::Db(e) => lost_connection(e),
+            Failure::Storage(e) => matches!(e, StorageError::Unavailable { .. }),
+        }
+    }
+}
+
+/// Whether `e` says the connection itself is gone. diesel marks what libpq reports on a dead
+/// connection `ClosedConnection` (the connection's status is bad) or `UnableToSendCommand`
+/// (libpq returned no result), a transaction it could not roll back
+/// `BrokenTransactionManager`; the server's own farewell (`terminating connection due to
+/// administrator command`, SQLSTATE 57P01) may come as `Unknown` with its text only.
+pub(crate) fn lost_connection(e: &DieselError) -> bool {
+    match e {
+        DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _,
+        )
+        | DieselError::BrokenTransactionManager => true,
+        DieselError::DatabaseError(_, info) => {
+            classify_message(info.message()) == Class::Unavailable
+        }
+        _ => false,
+    }
 }
 
 /// Maps a diesel error to the variant that tells the operator what to do.
-pub(crate) fn classify_diesel(e: DieselError, database: &str) -> StorageError {
-    let reason = e.to_string();
+pub(crate) fn classify_diesel(e: DieselError, database: &DbName) -> StorageError {
+    let reason = database.scrub(&e.to_string());
     let class = match &e {
         DieselError::DatabaseError(kind, _) => match kind {
             DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand => {
@@ -68,34 +103,139 @@ pub(crate) fn classify_diesel(e: DieselError, database: &str) -> StorageError {
         DieselError::BrokenTransactionManager => Class::Unavailable,
         _ => Class::Query,
     };
-    class.into_error(database, reason)
+    class.into_error(database, reason, Some(database.cause(e)))
 }
 
-/// Maps a failure to reach or open the database (pool checkout, connect, pool build).
-pub(crate) fn classify_connect(reason: String, database: &str) -> StorageError {
-    match classify_message(&reason) {
-        Class::ReadOnly => Class::ReadOnly,
-        _ => Class::Unavailable,
-    }
-    .into_error(database, reason)
+/// Maps a failure to reach or open the database (connect, pool build, pool checkout): a
+/// server that cannot be reached, a login it refuses, a role or database it does not have, a
+/// URL libpq cannot parse, a file that cannot be written.
+pub(crate) fn classify_connect(
+    e: impl std::error::Error + Send + Sync + 'static,
+    database: &DbName,
+) -> StorageError {
+    let reason = database.scrub(&e.to_string());
+    let class = match classify_login(&reason) {
+        Some(class) => class,
+        None => match classify_message(&reason) {
+            Class::ReadOnly => Class::ReadOnly,
+            _ => Class::Unavailable,
+        },
+    };
+    class.into_error(database, reason, Some(database.cause(e)))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Class {
     Unavailable,
     ReadOnly,
     Query,
+    Authentication,
+    UnknownRole(String),
+    UnknownDatabase(String),
+    InvalidUrl,
 }
 
 impl Class {
-    fn into_error(self, database: &str, reason: String) -> StorageError {
-        let database = database.to_owned();
+    fn into_error(
+        self,
+        database: &DbName,
+        reason: String,
+        source: Option<shardbox_core::Cause>,
+    ) -> StorageError {
+        let database = database.as_str().to_owned();
         match self {
-            Class::Unavailable => StorageError::Unavailable { database, reason },
-            Class::ReadOnly => StorageError::ReadOnly { database, reason },
-            Class::Query => StorageError::Query { database, reason },
+            Class::Unavailable => StorageError::Unavailable {
+                database,
+                reason,
+                source,
+            },
+            Class::ReadOnly => StorageError::ReadOnly {
+                database,
+                reason,
+                source,
+            },
+            Class::Query => StorageError::Query {
+                database,
+                reason,
+                source,
+            },
+            Class::Authentication => StorageError::AuthenticationFailed {
+                database,
+                reason,
+                source,
+            },
+            Class::UnknownRole(role) => StorageError::UnknownRole {
+                database,
+                role,
+                reason,
+                source,
+            },
+            Class::UnknownDatabase(name) => StorageError::UnknownDatabase {
+                database,
+                name,
+                reason,
+                source,
+            },
+            Class::InvalidUrl => StorageError::InvalidUrl {
+                database,
+                reason,
+                source,
+            },
         }
     }
+}
+
+/// Sorts what libpq says when a login fails: the server's FATAL (SQLSTATE 28P01, 28000,
+/// 3D000, in their English text) or libpq's own complaint about the URL. `None` for anything
+/// else.
+fn classify_login(message: &str) -> Option<Class> {
+    let m = message.to_ascii_lowercase();
+    if let Some(role) = quoted_before(message, "role \"", "\" does not exist") {
+        return Some(Class::UnknownRole(role)); // 28000 invalid_authorization_specification
+    }
+    if let Some(name) = quoted_before(message, "database \"", "\" does not exist") {
+        return Some(Class::UnknownDatabase(name)); // 3D000 invalid_catalog_name
+    }
+    const AUTHENTICATION: &[&str] = &[
+        "authentication failed for user", // 28P01: password, scram, md5; 28000: peer, ident
+        "no pg_hba.conf entry",           // 28000
+        "pg_hba.conf rejects connection", // 28000
+        "permission denied for database", // 42501: no CONNECT privilege
+        "no password supplied",           // libpq: the server asked, the URL has none
+        "password is required",           // ditto, newer libpq wording
+        "server requested",               // require_auth refused the server's method
+    ];
+    if AUTHENTICATION.iter().any(|p| m.contains(p)) {
+        return Some(Class::Authentication);
+    }
+    const INVALID_URL: &[&str] = &[
+        "invalid percent-encoded token",
+        "forbidden value %00 in percent-encoded value",
+        "invalid uri query parameter",
+        "key/value separator",
+        "invalid integer value",
+        "invalid port number",
+        "missing \"=\" after",
+        "invalid connection option",
+        "unterminated quoted string",
+        "invalid uri",
+        "unexpected character",
+        "ipv6 host address",
+        "nul byte found", // diesel: the URL holds a NUL and cannot go to libpq
+    ];
+    if INVALID_URL.iter().any(|p| m.contains(p))
+        || (m.starts_with("invalid ") && m.contains(" value: \""))
+    {
+        return Some(Class::InvalidUrl);
+    }
+    None
+}
+
+/// The text between `open` and the first `close` after it, as in `role "x" does not exist`.
+fn quoted_before(message: &str, open: &str, close: &str) -> Option<String> {
+    let start = message.find(open)? + open.len();
+    let len = message[start..].find(close)?;
+    Some(message[start..start + len].to_owned())
 }
 
 /// Sorts a driver message: SQLite and libpq report these conditions only as text.
@@ -121,6 +261,9 @@ fn classify_message(message: &str) -> Class {
         "server closed the connection",
         "terminating connection",
         "no connection to the server",
+        "could not receive data from server",
+        "could not send data to server",
+        "ssl connection has been closed",
         "timed out waiting for connection",
         "the database system is starting up",
         "the database system is shutting down",
@@ -135,170 +278,9 @@ fn classify_message(message: &str) -> Class {
     }
 }
 
-/// A database URL or connection string with its password replaced by `***`, fit for logs and
-/// error messages.
-///
-/// Handles URLs (`postgres://user:secret@host/db`, also `?password=secret` in the query) and
-/// libpq keyword/value strings (`host=h password=secret`). Anything else is returned unchanged.
-///
-/// ```
-/// use shardbox_storage::redact;
-/// assert_eq!(redact("postgres://app:s3cret@db:5432/prod"), "postgres://app:***@db:5432/prod");
-/// assert_eq!(redact("host=db password=s3cret dbname=prod"), "host=db password=*** dbname=prod");
-/// ```
-pub fn redact(url: &str) -> String {
-    match url.find("://") {
-        Some(scheme_end) => redact_url(url, scheme_end + 3),
-        None => redact_keyword_value(url),
-    }
-}
-
-fn redact_url(url: &str, authority_start: usize) -> String {
-    let rest = &url[authority_start..];
-    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_len];
-    let mut out = String::with_capacity(url.len());
-    out.push_str(&url[..authority_start]);
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push_str(":***");
-                }
-                None => out.push_str(userinfo),
-            }
-            out.push_str(&authority[at..]);
-        }
-        None => out.push_str(authority),
-    }
-    let tail = &rest[authority_len..];
-    match tail.find('?') {
-        Some(q) => {
-            out.push_str(&tail[..=q]);
-            let (query, fragment) = match tail[q + 1..].find('#') {
-                Some(h) => (&tail[q + 1..q + 1 + h], &tail[q + 1 + h..]),
-                None => (&tail[q + 1..], ""),
-            };
-            let params: Vec<String> = query
-                .split('&')
-                .map(|p| match p.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => p.to_owned(),
-                })
-                .collect();
-            out.push_str(&params.join("&"));
-            out.push_str(fragment);
-        }
-        None => out.push_str(tail),
-    }
-    out
-}
-
-fn redact_keyword_value(conninfo: &str) -> String {
-    let mut out = String::with_capacity(conninfo.len());
-    let mut rest = conninfo;
-    while let Some(pos) = find_password_key(rest) {
-        out.push_str(&rest[..pos]);
-        let after_key = &rest[pos..];
-        let eq = after_key.find('=').map_or(after_key.len(), |e| e + 1);
-        out.push_str(&after_key[..eq]);
-        out.push_str("***");
-        let value = after_key[eq..].trim_start();
-        let skipped = after_key.len() - eq - value.len();
-        let value_len = if let Some(quoted) = value.strip_prefix('\'') {
-            // A quoted value ends at the first unescaped quote.
-            let mut escaped = false;
-            let mut end = quoted.len();
-            for (i, c) in quoted.char_indices() {
-                match c {
-                    '\\' if !escaped => escaped = true,
-                    '\'' if !escaped => {
-                        end = i + 1;
-                        break;
-                    }
-                    _ => escaped = false,
-                }
-            }
-            1 + end
-        } else {
-            value.find(char::is_whitespace).unwrap_or(value.len())
-        };
-        rest = &after_key[eq + skipped + value_len..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The byte offset of a `password` keyword (followed by `=`) at a word start.
-fn find_password_key(s: &str) -> Option<usize> {
-    let lower = s.to_ascii_lowercase();
-    let mut from = 0;
-    while let Some(i) = lower[from..].find("password") {
-        let at = from + i;
-        let word_start = at == 0 || lower.as_bytes()[at - 1].is_ascii_whitespace();
-        let after = lower[at + "password".len()..].trim_start();
-        if word_start && after.starts_with('=') {
-            return Some(at);
-        }
-        from = at + "password".len();
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_url_passwords() {
-        assert_eq!(
-            redact("postgres://app:s3cret@db.example:5432/prod?sslmode=require"),
-            "postgres://app:***@db.example:5432/prod?sslmode=require"
-        );
-        assert_eq!(
-            redact("postgresql://app:p%40ss@db/prod"),
-            "postgresql://app:***@db/prod"
-        );
-        // An `@` in the password (unescaped) still goes: the last `@` ends the user info.
-        assert_eq!(redact("postgres://u:a@b@h/db"), "postgres://u:***@h/db");
-        assert_eq!(
-            redact("postgres://db/prod?user=app&password=s3cret&sslmode=disable"),
-            "postgres://db/prod?user=app&password=***&sslmode=disable"
-        );
-    }
-
-    #[test]
-    fn leaves_urls_without_password_alone() {
-        for url in [
-            "postgres://postgres@127.0.0.1:5432/test",
-            "postgres://127.0.0.1/test",
-            "postgres:///test?host=/var/run/postgresql",
-            "/var/lib/app/shardbox.db",
-            "",
-        ] {
-            assert_eq!(redact(url), url);
-        }
-    }
-
-    #[test]
-    fn redacts_keyword_value_passwords() {
-        assert_eq!(
-            redact("host=db password=s3cret dbname=prod"),
-            "host=db password=*** dbname=prod"
-        );
-        assert_eq!(
-            redact("host=db password = 's3 \\'cret' user=app"),
-            "host=db password =*** user=app"
-        );
-        assert_eq!(redact("PASSWORD=x"), "PASSWORD=***");
-        assert_eq!(redact("mypassword=x"), "mypassword=x");
-        assert_eq!(
-            redact("password=x1 password=y2"),
-            "password=*** password=***"
-        );
-    }
 
     #[test]
     fn classifies_driver_messages() {
@@ -336,16 +318,117 @@ mod tests {
 
     #[test]
     fn errors_name_their_database() {
-        let e = classify_diesel(DieselError::NotFound, "db.sqlite");
+        let e = classify_diesel(DieselError::NotFound, &DbName::path("db.sqlite"));
         assert!(matches!(&e, StorageError::Query { database, .. } if database == "db.sqlite"));
         let e = classify_connect(
-            "timed out waiting for connection".into(),
-            "postgres://u:***@h/d",
+            std::io::Error::other("timed out waiting for connection"),
+            &DbName::url("postgres://u:pw@h/d"),
         );
         assert!(
             matches!(&e, StorageError::Unavailable { database, .. } if database == "postgres://u:***@h/d")
         );
-        let e = classify_connect("attempt to write a readonly database".into(), "x.db");
+        let e = classify_connect(
+            std::io::Error::other("attempt to write a readonly database"),
+            &DbName::path("x.db"),
+        );
         assert!(matches!(e, StorageError::ReadOnly { .. }));
+    }
+
+    /// libpq's messages, as this machine's libpq 18 and PostgreSQL 15 print them (the
+    /// trailing newline included), each to its own variant.
+    #[test]
+    fn login_failures_are_told_apart() {
+        let db = DbName::url("postgres://postgres:S3c%zzret@127.0.0.1:5432/test");
+        let connect = |m: &str| classify_connect(std::io::Error::other(m.to_owned()), &db);
+        let e = connect("connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  password authentication failed for user \"postgres\"\n");
+        assert!(
+            matches!(&e, StorageError::AuthenticationFailed { reason, .. } if reason.ends_with("for user \"postgres\"")),
+            "{e:?}"
+        );
+        let e = connect("connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  role \"nosuchrole\" does not exist\n");
+        assert!(
+            matches!(&e, StorageError::UnknownRole { role, .. } if role == "nosuchrole"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("CREATE ROLE \"nosuchrole\""), "{e}");
+        let e = connect("connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  database \"nosuchdb\" does not exist\n");
+        assert!(
+            matches!(&e, StorageError::UnknownDatabase { name, .. } if name == "nosuchdb"),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("CREATE DATABASE \"nosuchdb\""),
+            "{e}"
+        );
+        for malformed in [
+            "invalid percent-encoded token: \"S3c%zzret\"\n",
+            "invalid integer value \"notaport\" for connection option \"port\"\n",
+            "invalid URI query parameter: \"bogus\"\n",
+            "missing \"=\" after \"cret\" in connection info string\n",
+            "invalid sslmode value: \"sometimes\"\n",
+            "nul byte found in provided data at position: 3",
+        ] {
+            let e = connect(malformed);
+            assert!(
+                matches!(&e, StorageError::InvalidUrl { .. }),
+                "{malformed}: {e:?}"
+            );
+            let shown = e.to_string();
+            assert!(!shown.contains("S3c"), "{shown}");
+            assert!(
+                !shown.contains("\n."),
+                "the trailing newline is trimmed: {shown}"
+            );
+        }
+        for refused in [
+            "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  no pg_hba.conf entry for host \"10.0.0.1\", user \"app\", database \"prod\", no encryption\n",
+            "connection to server at \"127.0.0.1\", port 5432 failed: fe_sendauth: no password supplied\n",
+            "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  permission denied for database \"test\"\nDETAIL:  User does not have CONNECT privilege.\n",
+        ] {
+            let e = connect(refused);
+            assert!(matches!(&e, StorageError::AuthenticationFailed { .. }), "{refused}: {e:?}");
+        }
+        let e = connect("connection to server at \"127.0.0.1\", port 5433 failed: Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?\n");
+        assert!(
+            matches!(&e, StorageError::Unavailable { reason, .. } if reason.ends_with("connections?")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn lost_connections_are_recognised() {
+        let db = |kind, m: &str| DieselError::DatabaseError(kind, Box::new(m.to_owned()));
+        assert!(lost_connection(&db(
+            DatabaseErrorKind::ClosedConnection,
+            "server closed the connection unexpectedly"
+        )));
+        assert!(lost_connection(&db(
+            DatabaseErrorKind::UnableToSendCommand,
+            "no connection to the server\n"
+        )));
+        assert!(lost_connection(&db(
+            DatabaseErrorKind::Unknown,
+            "terminating connection due to administrator command"
+        )));
+        assert!(lost_connection(&DieselError::BrokenTransactionManager));
+        assert!(!lost_connection(&db(
+            DatabaseErrorKind::UniqueViolation,
+            "duplicate key value violates unique constraint"
+        )));
+        assert!(!lost_connection(&DieselError::NotFound));
+    }
+
+    #[test]
+    fn query_errors_keep_the_driver_error_as_their_source() {
+        let e = classify_diesel(DieselError::NotFound, &DbName::path("db.sqlite"));
+        let source = std::error::Error::source(&e).expect("a source");
+        assert!(matches!(
+            source.downcast_ref::<DieselError>(),
+            Some(DieselError::NotFound)
+        ));
+        assert_eq!(
+            e.to_string(),
+            "database db.sqlite: query failed: Record not found"
+        );
     }
 }

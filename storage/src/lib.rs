@@ -41,13 +41,14 @@ mod inspect;
 mod migrate;
 mod pool;
 mod postgres;
+mod redact;
 mod rows;
 mod schema;
 mod sql;
 mod sqlite;
 
-pub use error::redact;
 pub use inspect::Inspect;
 pub use migrate::MigrationMode;
 pub use postgres::{PostgresOptions, PostgresStorage, POSTGRES_MIGRATIONS};
+pub use redact::{redact, RedactedError};
 pub use sqlite::{SqliteOptions, SqliteStorage, SQLITE_MIGRATIONS};

@@ -14,6 +14,7 @@ use crate::error::Failure;
 use diesel::backend::Backend;
 use diesel::migration::{Migration, MigrationSource, MigrationVersion};
 use diesel_migrations::MigrationHarness;
+use shardbox_core::Cause;
 use shardbox_core::StorageError;
 
 /// Whether opening a database may change its schema.
@@ -46,6 +47,7 @@ where
             Err(e) => Failure::Storage(StorageError::Query {
                 database: database.to_owned(),
                 reason: format!("migration failed: {e}"),
+                source: Some(Cause::from_boxed(e)),
             }),
         }
     };

@@ -6,11 +6,13 @@
 //!
 //! Every unit of work is one closure run on tokio's blocking pool: the pool checkout, the
 //! transaction and its queries happen together there, so no runtime worker thread ever waits
-//! on the database. [`Db`] pairs the r2d2 pool with the database's printable name, which every
-//! error carries.
+//! on the database. [`Db`] pairs the r2d2 pool with the database's [`DbName`] (its printable
+//! name, which every error carries, and the password to keep out of them), and reports every
+//! unit of work's outcome to its connection (see [`crate::checkout`]).
 
 use crate::checkout::Manager;
 use crate::error::{classify_connect, Failure};
+use crate::redact::DbName;
 use diesel::r2d2::{Builder, HandleError, Pool, R2D2Connection};
 use shardbox_core::StorageError;
 use std::any::Any;
@@ -69,8 +71,9 @@ impl<C: R2D2Connection> WriterGate<C> {
             empty => empty.insert((self.connect)()?),
         };
         let result = write(conn);
-        // A transaction that could not be rolled back leaves the connection unusable.
-        if conn.is_broken() {
+        // A transaction that could not be rolled back leaves the connection unusable, and so
+        // does a failure that lost it.
+        if conn.is_broken() || result.as_ref().is_err_and(Failure::lost_connection) {
             *slot = None;
         }
         result
@@ -101,7 +104,7 @@ pub(crate) fn gated<C: R2D2Connection + 'static, T>(
 /// checked (pinged) at checkout, so that connections a restarted server dropped are replaced,
 /// not handed out (see [`crate::checkout`]).
 pub(crate) fn pool_builder<C: R2D2Connection + Send + 'static>(
-    database: &str,
+    database: &DbName,
     size: u32,
     min_idle: Option<u32>,
     connection_timeout: Duration,
@@ -113,18 +116,20 @@ pub(crate) fn pool_builder<C: R2D2Connection + Send + 'static>(
         .connection_timeout(connection_timeout.max(Duration::from_millis(1)))
         .test_on_check_out(true)
         .error_handler(Box::new(TracePoolErrors {
-            database: database.to_owned(),
+            database: database.clone(),
         }))
 }
 
-/// Logs the failures r2d2 meets while opening connections in the background.
+/// Logs the failures r2d2 meets while opening connections in the background, scrubbed of
+/// the password (libpq quotes pieces of a malformed URL).
 #[derive(Debug)]
 struct TracePoolErrors {
-    database: String,
+    database: DbName,
 }
 
 impl HandleError<diesel::r2d2::Error> for TracePoolErrors {
     fn handle_error(&self, error: diesel::r2d2::Error) {
+        let error = self.database.scrub(&error.to_string());
         tracing::warn!(database = %self.database, %error, "could not open a pooled connection");
     }
 }
@@ -132,15 +137,15 @@ impl HandleError<diesel::r2d2::Error> for TracePoolErrors {
 /// A connection pool and the name of the database behind it.
 pub(crate) struct Db<C: R2D2Connection + Send + 'static> {
     pool: Pool<Manager<C>>,
-    name: Arc<str>,
+    name: DbName,
     writers: Option<Arc<WriterGate<C>>>,
 }
 
 impl<C: R2D2Connection + Send + 'static> Db<C> {
-    pub(crate) fn new(pool: Pool<Manager<C>>, name: impl Into<Arc<str>>) -> Self {
+    pub(crate) fn new(pool: Pool<Manager<C>>, name: DbName) -> Self {
         Db {
             pool,
-            name: name.into(),
+            name,
             writers: None,
         }
     }
@@ -164,6 +169,11 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
 
     /// The database: file path, or URL with the password redacted.
     pub(crate) fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// The database's name and secrets.
+    pub(crate) fn db_name(&self) -> &DbName {
         &self.name
     }
 
@@ -179,14 +189,14 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
         F: FnOnce(&mut C) -> Result<T, Failure> + Send + 'static,
     {
         let pool = self.pool.clone();
-        let name = Arc::clone(&self.name);
+        let name = self.name.clone();
         let writers = self.writers.clone();
         blocking(move || {
-            let mut conn = pool
-                .get()
-                .map_err(|e| classify_connect(e.to_string(), &name))?;
+            let mut conn = pool.get().map_err(|e| classify_connect(e, &name))?;
             let _gate = GateScope::enter(writers.map(|w| w as Arc<dyn Any + Send + Sync>));
-            work(&mut conn).map_err(|f| f.into_storage_error(&name))
+            let outcome = work(&mut conn);
+            conn.settle(&outcome);
+            outcome.map_err(|f| f.into_storage_error(&name))
         })
         .await
     }

@@ -116,7 +116,9 @@ async fn writes_to_a_read_only_database_are_read_only_errors() {
         .await
         .expect_err("read-only write");
     match err {
-        StorageError::ReadOnly { database, reason } => {
+        StorageError::ReadOnly {
+            database, reason, ..
+        } => {
             assert_eq!(database, uri);
             assert!(reason.contains("readonly"), "{reason}");
         }
@@ -455,4 +457,33 @@ async fn background_checkpoints_copy_the_wal_into_the_file() {
         let reopened = SqliteStorage::open(&path).await.expect("reopen");
         assert_eq!(reopened.rows().await.expect("rows").len(), 2_000);
     }
+}
+
+/// A query that fails keeps the driver's error as its `source()`, not only its text.
+#[tokio::test]
+async fn a_failed_query_keeps_the_diesel_error_as_its_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_in(&dir);
+    let storage = SqliteStorage::open(&path).await.expect("open");
+    // A schema edited by hand: the inbox is gone.
+    SqliteConnection::establish(&path.display().to_string())
+        .expect("raw")
+        .batch_execute("DROP TABLE inbox_messages")
+        .expect("drop");
+    let err = storage
+        .write(messages(vec![command(0, "a", "s1")]))
+        .await
+        .expect_err("no inbox table");
+    assert!(
+        matches!(&err, StorageError::Query { reason, .. } if reason.contains("no such table")),
+        "{err:?}"
+    );
+    let source = std::error::Error::source(&err).expect("the driver's error is kept");
+    assert!(
+        matches!(
+            source.downcast_ref::<diesel::result::Error>(),
+            Some(diesel::result::Error::DatabaseError(..))
+        ),
+        "{source:?}"
+    );
 }

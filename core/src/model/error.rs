@@ -1,6 +1,7 @@
 //! The errors of shardbox-core. Each message says what went wrong and what to do about it.
 
 use crate::model::ids::{LeaseEpoch, ShardIndex};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// A configuration value was rejected when the delivery was built.
@@ -53,8 +54,60 @@ pub enum StorageError {
     Unavailable {
         /// The database (URL with the password redacted, or file path).
         database: String,
-        /// What the driver said.
+        /// What the driver said (any password in it replaced by `***`).
         reason: String,
+        /// The driver or pool error, if one caused this.
+        #[source]
+        source: Option<Cause>,
+    },
+    /// The server refused the login: a wrong password, or no `pg_hba.conf` entry lets this
+    /// user in from here.
+    #[error("database {database} refused the login: {reason}. Check the user name and password in the URL, and that the server's pg_hba.conf lets this user connect from this host")]
+    AuthenticationFailed {
+        /// The database (URL with the password redacted).
+        database: String,
+        /// What the server said.
+        reason: String,
+        /// The driver error.
+        #[source]
+        source: Option<Cause>,
+    },
+    /// The server has no role of the URL's user name.
+    #[error("database {database} has no role `{role}`: {reason}. Create it (CREATE ROLE \"{role}\" LOGIN PASSWORD '…') or fix the user name in the URL")]
+    UnknownRole {
+        /// The database (URL with the password redacted).
+        database: String,
+        /// The role the server did not find.
+        role: String,
+        /// What the server said.
+        reason: String,
+        /// The driver error.
+        #[source]
+        source: Option<Cause>,
+    },
+    /// The server has no database of the URL's database name.
+    #[error("the server of {database} has no database `{name}`: {reason}. Create it (CREATE DATABASE \"{name}\") or fix the database name in the URL")]
+    UnknownDatabase {
+        /// The database URL (with the password redacted).
+        database: String,
+        /// The database name the server did not find.
+        name: String,
+        /// What the server said.
+        reason: String,
+        /// The driver error.
+        #[source]
+        source: Option<Cause>,
+    },
+    /// The URL or connection string could not be parsed.
+    #[error("database URL {database} is malformed: {reason}. Percent-encode the reserved characters of the user name and password (`#` as %23, `?` as %3F, `/` as %2F, `@` as %40, `:` as %3A, `%` as %25) and check the option names")]
+    InvalidUrl {
+        /// The URL, with its user info redacted as well as it could be parsed.
+        database: String,
+        /// What the driver said (any password in it replaced by `***`).
+        reason: String,
+        /// The driver error.
+        #[source]
+        source: Option<Cause>,
     },
     /// The database refuses writes (read-only file, full disk, permissions).
     #[error(
@@ -65,6 +118,9 @@ pub enum StorageError {
         database: String,
         /// What the driver said.
         reason: String,
+        /// The driver error, if one caused this.
+        #[source]
+        source: Option<Cause>,
     },
     /// The database schema is of another version than this binary expects.
     #[error("database {database} has schema {found}, this binary expects {expected}: {advice}")]
@@ -88,6 +144,9 @@ pub enum StorageError {
         database: String,
         /// What the driver said.
         reason: String,
+        /// The driver error, if one caused this.
+        #[source]
+        source: Option<Cause>,
     },
     /// A catch-up was refused because it overlaps a running one.
     #[error("a catch-up of `{projection_kind}` overlapping these targets is already running (job {running_job}); wait for it to complete or choose other ids")]
@@ -100,6 +159,56 @@ pub enum StorageError {
     /// A blocking storage task could not complete (the runtime is shutting down).
     #[error("storage task did not complete: {0}")]
     Task(String),
+}
+
+/// The driver or pool error behind a [`StorageError`], kept whole for
+/// [`std::error::Error::source`] and shared, so that the error stays `Clone` (a failed group
+/// write hands one error to every sender in it).
+///
+/// It dereferences to the error itself, so `source()` yields the driver's type, not this
+/// wrapper:
+///
+/// ```
+/// use shardbox_core::error::{Cause, StorageError};
+/// let io = std::io::Error::new(std::io::ErrorKind::Other, "disk gone");
+/// let e = StorageError::Query { database: "x.db".into(), reason: io.to_string(), source: Some(Cause::new(io)) };
+/// let source = std::error::Error::source(&e).expect("kept");
+/// assert!(source.downcast_ref::<std::io::Error>().is_some());
+/// ```
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Keeps `error` as a cause.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(error))
+    }
+
+    /// Keeps an already boxed error as a cause.
+    pub fn from_boxed(error: Box<dyn std::error::Error + Send + Sync + 'static>) -> Self {
+        Cause(Arc::from(error))
+    }
+}
+
+/// Deliberately not `Error` itself: thiserror's `#[source]` then reaches the wrapped error
+/// through this `Deref`, so that `source()` can be downcast to the driver's type.
+impl std::ops::Deref for Cause {
+    type Target = dyn std::error::Error + Send + Sync + 'static;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
 }
 
 /// Delivery, sending or a station failed.

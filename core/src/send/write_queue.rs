@@ -135,6 +135,7 @@ fn abandoned() -> StorageError {
     StorageError::Unavailable {
         database: "inbox write queue".into(),
         reason: "the task writing this batch's group ended without a result".into(),
+        source: None,
     }
 }
 

@@ -22,6 +22,7 @@
 //! guarantees delivery: the runner's poller is, so a lost notification only delays a message.
 
 use super::options::{quote_identifier, SearchPath};
+use crate::redact::DbName;
 use diesel::connection::{Connection, SimpleConnection};
 use diesel::dsl::sql;
 use diesel::sql_types::Text;
@@ -179,8 +180,9 @@ pub(crate) struct ListenTarget {
     pub(crate) url: String,
     /// The schema, as for the pool.
     pub(crate) schema: Option<String>,
-    /// The URL with the password redacted, for logs.
-    pub(crate) database: String,
+    /// The URL with the password redacted, for logs, and the password to scrub from what
+    /// libpq says.
+    pub(crate) database: DbName,
     /// The instance's own notifications.
     pub(crate) echo: OwnEcho,
 }
@@ -231,11 +233,13 @@ fn run(
                     Ok(()) => break,
                     Err(reason) => {
                         control.disconnected();
+                        let reason = target.database.scrub(&reason);
                         tracing::warn!(%reason, "listen connection lost; polling meanwhile, reconnecting");
                     }
                 }
             }
             Err(reason) => {
+                let reason = target.database.scrub(&reason);
                 tracing::warn!(%reason, "could not listen for other nodes' writes; polling meanwhile, retrying");
             }
         }

@@ -27,9 +27,10 @@ mod states_by_id;
 pub use options::PostgresOptions;
 
 use crate::checkout::Manager;
-use crate::error::{classify_connect, redact, Failure};
+use crate::error::{classify_connect, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
+use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
 use crate::sql::{ladder, Dialect};
@@ -98,8 +99,11 @@ impl PostgresStorage {
 
     /// Connects with `options`.
     ///
-    /// Errors: [`StorageError::Unavailable`] if the server cannot be reached or refuses the
-    /// login, [`StorageError::SchemaMismatch`] if the schema is newer than this binary (or
+    /// Errors: [`StorageError::Unavailable`] if the server cannot be reached,
+    /// [`StorageError::AuthenticationFailed`] if it refuses the login,
+    /// [`StorageError::UnknownRole`] or [`StorageError::UnknownDatabase`] if it has no such
+    /// user or database, [`StorageError::InvalidUrl`] if libpq cannot parse the URL,
+    /// [`StorageError::SchemaMismatch`] if the schema is newer than this binary (or
     /// has pending migrations and [`MigrationMode::Verify`](crate::MigrationMode::Verify) was
     /// chosen). Error messages name the URL with its password redacted.
     pub async fn connect_with(
@@ -145,7 +149,7 @@ impl shardbox_core::WriteListener for PostgresStorage {
         let target = listen::ListenTarget {
             url: self.url.clone(),
             schema: self.schema.clone(),
-            database: self.db.name().to_owned(),
+            database: self.db.db_name().clone(),
             echo: self.echo.clone(),
         };
         listen::start(target, node_id, shard_count, observer)
@@ -156,15 +160,14 @@ fn connect_blocking(
     url: String,
     options: PostgresOptions,
 ) -> Result<PostgresStorage, StorageError> {
-    let name = redact(&url);
+    let name = DbName::url(&url);
     let search_path = SearchPath {
         schema: options.schema.clone(),
     };
-    let mut conn =
-        PgConnection::establish(&url).map_err(|e| classify_connect(e.to_string(), &name))?;
+    let mut conn = PgConnection::establish(&url).map_err(|e| classify_connect(e, &name))?;
     search_path
         .apply(&mut conn)
-        .map_err(|e| classify_connect(e.to_string(), &name))?;
+        .map_err(|e| classify_connect(e, &name))?;
     let applied = conn
         .transaction(|conn| {
             diesel::sql_query(
@@ -179,7 +182,12 @@ fn connect_blocking(
                     quote_identifier(schema)
                 ))?;
             }
-            migrate(conn, &POSTGRES_MIGRATIONS, options.migrations, &name)
+            migrate(
+                conn,
+                &POSTGRES_MIGRATIONS,
+                options.migrations,
+                name.as_str(),
+            )
         })
         .map_err(|f: Failure| f.into_storage_error(&name))?;
     if !applied.is_empty() {
@@ -195,11 +203,10 @@ fn connect_blocking(
     )
     .connection_customizer(Box::new(search_path))
     .build(Manager::<PgConnection>::new(url.clone()))
-    .map_err(|e| classify_connect(e.to_string(), &name))?;
+    .map_err(|e| classify_connect(e, &name))?;
     let echo = listen::OwnEcho::new();
-    let notifier =
-        notify::Notifier::start(pool.clone(), Arc::from(name.as_str()), echo.origin())
-            .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
+    let notifier = notify::Notifier::start(pool.clone(), name.clone(), echo.origin())
+        .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
     Ok(PostgresStorage {
         notifier,
         echo,

@@ -19,6 +19,8 @@
 
 use super::listen::channel_sql;
 use crate::checkout::Manager;
+use crate::error::Failure;
+use crate::redact::DbName;
 use diesel::r2d2::Pool;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
@@ -58,7 +60,7 @@ impl Notifier {
     /// Starts the notifier thread of a pool of the database named `database`.
     pub(crate) fn start(
         pool: Pool<Manager<PgConnection>>,
-        database: Arc<str>,
+        database: DbName,
         origin: Arc<str>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
@@ -89,7 +91,7 @@ impl Drop for Notifier {
     }
 }
 
-fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &str, origin: &str) {
+fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &DbName, origin: &str) {
     loop {
         let shards: Vec<ShardIndex> = {
             let mut pending = shared.lock();
@@ -106,6 +108,7 @@ fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &str, orig
         };
         if let Err(error) = send(pool, origin, &shards) {
             // Only a delay: the other nodes' pollers find the rows.
+            let error = database.scrub(&error);
             tracing::debug!(%database, %error, shards = shards.len(), "could not notify other nodes of writes");
         }
     }
@@ -119,11 +122,18 @@ fn send(
     let mut conn = pool.get().map_err(|e| e.to_string())?;
     // Each payload on its own (no transaction around them, two round trips fewer): a
     // notification is a hint, and one that fails only delays its rows until a poll.
-    for payload in origin_payloads(origin, shards, MAX_PAYLOAD) {
-        diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))
-            .bind::<Text, _>(payload)
-            .execute(&mut **conn)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    let outcome = origin_payloads(origin, shards, MAX_PAYLOAD)
+        .into_iter()
+        .try_for_each(|payload| -> Result<(), Failure> {
+            diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))
+                .bind::<Text, _>(payload)
+                .execute(&mut **conn)?;
+            Ok(())
+        });
+    // A connection that lost its server here must not go back to the writers.
+    conn.settle(&outcome);
+    outcome.map_err(|e| match e {
+        Failure::Db(e) => e.to_string(),
+        Failure::Storage(e) => e.to_string(),
+    })
 }

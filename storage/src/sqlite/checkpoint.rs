@@ -20,6 +20,7 @@ use diesel::connection::Connection;
 use diesel::sql_types::Integer;
 use diesel::{QueryableByName, RunQueryDsl, SqliteConnection};
 use shardbox_core::sync::lock;
+use shardbox_core::Cause;
 use shardbox_core::StorageError;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -69,6 +70,7 @@ impl Checkpointer {
             .map_err(|e| StorageError::Unavailable {
                 database: database.to_owned(),
                 reason: format!("could not start the checkpoint thread: {e}"),
+                source: Some(Cause::new(e)),
             })?;
         Ok(Checkpointer {
             stop,

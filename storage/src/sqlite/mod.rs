@@ -27,6 +27,7 @@ use crate::checkout::Manager;
 use crate::error::{classify_connect, Failure};
 use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
+use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
 use crate::sql::{ladder, Dialect};
@@ -118,6 +119,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
                 reason: "an in-memory SQLite database would be a different empty database on \
                          every pooled connection; use shardbox_core::memory::MemoryStorage"
                     .into(),
+                source: None,
             })
         }
         Some(url) => url.to_owned(),
@@ -125,9 +127,11 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
             return Err(StorageError::Unavailable {
                 database: name,
                 reason: "the path is not valid UTF-8".into(),
+                source: None,
             })
         }
     };
+    let db_name = DbName::path(name.clone());
     let pragmas = Pragmas {
         busy_timeout: options.busy_timeout,
         autocheckpoint: match options.checkpoint_interval {
@@ -136,34 +140,38 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
         },
     };
 
-    let mut conn =
-        SqliteConnection::establish(&url).map_err(|e| classify_connect(e.to_string(), &name))?;
+    let mut conn = SqliteConnection::establish(&url).map_err(|e| classify_connect(e, &db_name))?;
     pragmas
         .apply(&mut conn)
-        .map_err(|e| classify_connect(e.to_string(), &name))?;
+        .map_err(|e| classify_connect(e, &db_name))?;
     let applied = conn
         .immediate_transaction(|conn| migrate(conn, &SQLITE_MIGRATIONS, options.migrations, &name))
-        .map_err(|f: Failure| f.into_storage_error(&name))?;
+        .map_err(|f: Failure| f.into_storage_error(&db_name))?;
     if !applied.is_empty() {
         tracing::info!(database = %name, ?applied, "migrated SQLite schema");
     }
     drop(conn);
 
-    let pool = pool_builder(&name, options.pool_size, None, options.connection_timeout)
-        .connection_customizer(Box::new(pragmas))
-        .build(Manager::<SqliteConnection>::new(url.clone()))
-        .map_err(|e| classify_connect(e.to_string(), &name))?;
+    let pool = pool_builder(
+        &db_name,
+        options.pool_size,
+        None,
+        options.connection_timeout,
+    )
+    .connection_customizer(Box::new(pragmas))
+    .build(Manager::<SqliteConnection>::new(url.clone()))
+    .map_err(|e| classify_connect(e, &db_name))?;
     let checkpointer = match options.checkpoint_interval {
         Some(interval) => Some(Checkpointer::start(&url, &name, interval, pragmas)?),
         None => None,
     };
     Ok(SqliteStorage {
-        db: Db::new(pool, name.clone()).gate_writers(Box::new(move || {
-            let mut conn = SqliteConnection::establish(&url)
-                .map_err(|e| classify_connect(e.to_string(), &name))?;
+        db: Db::new(pool, db_name.clone()).gate_writers(Box::new(move || {
+            let mut conn =
+                SqliteConnection::establish(&url).map_err(|e| classify_connect(e, &db_name))?;
             pragmas
                 .apply(&mut conn)
-                .map_err(|e| classify_connect(e.to_string(), &name))?;
+                .map_err(|e| classify_connect(e, &db_name))?;
             Ok(conn)
         })),
         path,
