@@ -269,6 +269,60 @@ async fn delivered_rows_are_purged_by_a_later_stage_after_their_window() {
     assert_eq!(storage.counts(None).await.unwrap().delivered, 2);
 }
 
+/// The deduplication window is measured on the configured clock, by every node alike: a
+/// signal sent again after the window (the manual clock moved on, no real time passed) is
+/// delivered again by the node that delivered it first (its recent-delivery cache still holds
+/// the key) exactly as by a node that never saw it.
+#[tokio::test]
+async fn a_duplicate_after_the_window_is_delivered_again_by_a_warm_node_as_by_a_cold_one() {
+    /// Delivers signal `sig` to `t-1`, lets the window pass on the manual clock, purges the
+    /// delivered row, sends `sig` again and delivers it: on the first node (`warm`) or on a
+    /// fresh one. Returns what `t-1` applied.
+    async fn resend_after_the_window(warm: bool) -> Vec<u64> {
+        let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let clock = Arc::new(ManualClock::new(t0()));
+        let window = |b: shardbox::ShardboxBuilder| b.dedup_window(Duration::from_secs(60));
+        let first = build(storage.clone(), clock.clone(), window).await;
+        let again = SendOptions::default().signal_id("sig-7");
+        first
+            .send_with::<Tally>("t-1", &TallyCommand::Record(7), again.clone())
+            .await
+            .unwrap();
+        assert_eq!(first.deliver_all().await.unwrap().totals.delivered, 1);
+        clock.advance(chrono::Duration::seconds(61));
+        // A later stage of the shard purges the row kept for the window.
+        first
+            .send::<Tally>("t-1", &TallyCommand::Record(8))
+            .await
+            .unwrap();
+        let r = first.deliver_all().await.unwrap();
+        assert_eq!((r.totals.delivered, r.totals.purged), (1, 1));
+        let resent = first
+            .send_with::<Tally>("t-1", &TallyCommand::Record(7), again)
+            .await
+            .unwrap();
+        assert_eq!(resent.report.written, 1, "the window has passed");
+        let node = if warm {
+            first
+        } else {
+            build(storage, clock, window).await
+        };
+        node.deliver_all().await.unwrap();
+        node.aggregate_state::<Tally>("t-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .applied
+    }
+    let cold = resend_after_the_window(false).await;
+    assert_eq!(cold, [7, 8, 7]);
+    assert_eq!(
+        resend_after_the_window(true).await,
+        cold,
+        "the warm node's cache must not outlast the window on the configured clock"
+    );
+}
+
 #[tokio::test]
 async fn events_fan_out_to_projections_and_reactors_turn_them_into_commands() {
     /// Every `Added(x)` to a tally makes the `mirror-<id>` tally add `x` too.

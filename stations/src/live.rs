@@ -179,7 +179,7 @@ impl Station for LiveDelivery {
                 continue;
             }
             let key = m.dedup_key();
-            if !seen.insert(key.clone()) || self.recent.is_duplicate(&key, m.seq) {
+            if !seen.insert(key.clone()) || self.recent.is_duplicate(&key, m.seq, now) {
                 decided.push((i, Intent::Duplicate));
                 continue;
             }
@@ -289,9 +289,13 @@ impl Station for LiveDelivery {
                         until: behind.unwrap_or(now),
                     },
                 };
-                if matches!(intent, Intent::Delivered { .. }) && !replayed {
+                if let Intent::Delivered {
+                    keep_until: Some(keep_until),
+                } = intent
+                {
+                    // Replayed rows are delivered with no window, so never remembered.
                     let m = &conveyor.page()[i];
-                    self.recent.remember(m.dedup_key(), m.seq);
+                    self.recent.remember(m.dedup_key(), m.seq, keep_until);
                 }
                 conveyor.record(i, intent);
             }

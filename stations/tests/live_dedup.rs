@@ -57,8 +57,9 @@ async fn live_drops_a_duplicate_within_the_page() {
 async fn live_drops_rows_the_cache_remembers_from_another_row_and_redelivers_the_same_row() {
     let fx = Fixture::new(config().build().unwrap()).await;
     let recent = RecentDeliveries::new(1_000, Duration::from_secs(60));
-    recent.remember(dedup_key("a", "sig-1"), 99);
-    recent.remember(dedup_key("a", "sig-2"), 2);
+    let until = t0() + chrono::Duration::seconds(60);
+    recent.remember(dedup_key("a", "sig-1"), 99, until);
+    recent.remember(dedup_key("a", "sig-2"), 2, until);
     let station = LiveDelivery::new(recent);
 
     // seq 1 carries a key delivered as row 99: a duplicate. Row 2 was delivered before but
