@@ -83,16 +83,10 @@ async fn apply_directly(
             tenant: row.message.tenant.clone(),
             id: row.message.target_id.clone(),
         };
-        groups.entry(key).or_default().push(InboxMessage {
-            seq: n as i64,
-            shard: row.shard,
-            status: MessageStatus::ToCatchUp,
-            attempts: 0,
-            last_error: None,
-            first_failed_at: None,
-            keep_until: None,
-            message: row.message,
-        });
+        groups
+            .entry(key)
+            .or_default()
+            .push(InboxMessage::fresh(n as i64, row.shard, row.message));
     }
     let keys: Vec<EntityKey> = groups.keys().cloned().collect();
     let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();

@@ -132,16 +132,7 @@ fn unroutable_copy(
         expires_at: None,
     };
     DeadLetter {
-        original: InboxMessage {
-            seq: 0,
-            shard: ShardIndex(0),
-            status: MessageStatus::ToDeliver,
-            attempts: 0,
-            last_error: None,
-            first_failed_at: None,
-            keep_until: None,
-            message,
-        },
+        original: InboxMessage::fresh(0, ShardIndex(0), message),
         reason: format!(
             "event emitted by {}/{} could not be routed to `{kind}`: {reason}",
             emitter.kind, emitter.id

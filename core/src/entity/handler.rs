@@ -120,6 +120,25 @@ fn fail_from(outcomes: &mut Vec<MessageOutcome>, len: usize, error: HandlerError
     }
 }
 
+/// The per-target rule every adapter shares: handles `batch` in order, one `step` per
+/// message (given its index); a message whose step succeeds is `Handled`, the first that fails
+/// stops the batch, and the messages after it are `NotAttempted` (they wait behind it).
+fn run_batch<'b>(
+    batch: &[&'b InboxMessage],
+    result: &mut BatchResult,
+    mut step: impl FnMut(usize, &'b InboxMessage, &mut BatchResult) -> Result<(), HandlerError>,
+) {
+    for (i, m) in batch.iter().enumerate() {
+        match step(i, m, result) {
+            Ok(()) => result.outcomes.push(MessageOutcome::Handled),
+            Err(e) => {
+                fail_from(&mut result.outcomes, batch.len(), e);
+                return;
+            }
+        }
+    }
+}
+
 fn all_failed(len: usize, error: HandlerError) -> BatchResult {
     let mut outcomes = Vec::with_capacity(len);
     fail_from(&mut outcomes, len, error);
@@ -208,22 +227,15 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
             Err(e) => return all_failed(batch.len(), e),
         };
         let mut result = BatchResult::default();
-        for m in batch {
-            // `handle` takes `&self`, so a failed command leaves the state untouched.
-            match Self::handle_one(&entity, m, now) {
-                Ok((events, stored)) => {
-                    for e in &events {
-                        entity.apply(e);
-                    }
-                    result.events.extend(stored);
-                    result.outcomes.push(MessageOutcome::Handled);
-                }
-                Err(e) => {
-                    fail_from(&mut result.outcomes, batch.len(), e);
-                    break;
-                }
+        // `handle` takes `&self`, so a failed command leaves the state untouched.
+        run_batch(batch, &mut result, |_, m, result| {
+            let (events, stored) = Self::handle_one(&entity, m, now)?;
+            for e in &events {
+                entity.apply(e);
             }
-        }
+            result.events.extend(stored);
+            Ok(())
+        });
         finish_state(A::KIND, &entity, &mut result);
         result
     }
@@ -281,26 +293,21 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
             Err(e) => return all_failed(batch.len(), e),
         };
         let mut result = BatchResult::default();
-        for (i, m) in batch.iter().enumerate() {
+        run_batch(batch, &mut result, |i, m, _| {
             let applied = decode::<P::Event>(m)
                 .and_then(|event| view.apply(&event, &context(P::KIND, m, now)));
-            if let Err(e) = applied {
+            if applied.is_err() {
                 // `apply` may have half-changed the view: rebuild it from the loaded state
                 // and the messages before this one (apply is deterministic by contract).
-                view = match load_state(P::KIND, state) {
-                    Ok(s) => s,
-                    Err(e) => return all_failed(batch.len(), e),
-                };
+                view = load_state(P::KIND, state)?;
                 for earlier in &batch[..i] {
                     if let Ok(event) = decode::<P::Event>(earlier) {
                         let _ = view.apply(&event, &context(P::KIND, earlier, now));
                     }
                 }
-                fail_from(&mut result.outcomes, batch.len(), e);
-                break;
             }
-            result.outcomes.push(MessageOutcome::Handled);
-        }
+            applied
+        });
         finish_state(P::KIND, &view, &mut result);
         result
     }
@@ -333,28 +340,20 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
         now: DateTime<Utc>,
     ) -> BatchResult {
         let mut result = BatchResult::default();
-        for m in batch {
-            let reacted = decode::<R::Event>(m)
-                .and_then(|event| self.0.react(&event, &context(R::KIND, m, now)));
-            match reacted {
-                Ok(outgoing) => {
-                    for (n, out) in outgoing.into_iter().enumerate() {
-                        let id = SignalId::derived(&m.message.signal_id, "command", n);
-                        result.commands.push(out.into_message(
-                            id,
-                            &m.message.tenant,
-                            &m.message.metadata,
-                            now,
-                        ));
-                    }
-                    result.outcomes.push(MessageOutcome::Handled);
-                }
-                Err(e) => {
-                    fail_from(&mut result.outcomes, batch.len(), e);
-                    break;
-                }
+        run_batch(batch, &mut result, |_, m, result| {
+            let event = decode::<R::Event>(m)?;
+            let outgoing = self.0.react(&event, &context(R::KIND, m, now))?;
+            for (n, out) in outgoing.into_iter().enumerate() {
+                let id = SignalId::derived(&m.message.signal_id, "command", n);
+                result.commands.push(out.into_message(
+                    id,
+                    &m.message.tenant,
+                    &m.message.metadata,
+                    now,
+                ));
             }
-        }
+            Ok(())
+        });
         result
     }
 }

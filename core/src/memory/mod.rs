@@ -8,7 +8,7 @@
 use crate::model::error::StorageError;
 use crate::model::event::StoredEvent;
 use crate::model::ids::{LeaseEpoch, ShardIndex, SignalId};
-use crate::model::message::{DedupKey, InboxMessage, InboxWrite, MessageStatus};
+use crate::model::message::{DedupKey, InboxMessage, InboxWrite};
 use crate::storage::{
     CatchUpJob, DeadLetter, DeadLetterFilter, DeadLetterId, EntityKey, EntityState, Lease,
     ShardSession, Storage, WriteBatch, WriteReport,
@@ -79,11 +79,6 @@ impl State {
         }
         self.next_seq += 1;
         let seq = self.next_seq;
-        let status = if w.message.kind == crate::model::message::MessageKind::CatchUp {
-            MessageStatus::ToCatchUp
-        } else {
-            MessageStatus::ToDeliver
-        };
         self.keys.insert(key, seq);
         self.pend(w.shard, seq, w.message.deliver_after);
         if let Some(at) = w.message.expires_at {
@@ -91,19 +86,8 @@ impl State {
         }
         report.written += 1;
         report.shards.push(w.shard);
-        self.rows.insert(
-            seq,
-            InboxMessage {
-                seq,
-                shard: w.shard,
-                status,
-                attempts: 0,
-                last_error: None,
-                first_failed_at: None,
-                keep_until: None,
-                message: w.message,
-            },
-        );
+        self.rows
+            .insert(seq, InboxMessage::fresh(seq, w.shard, w.message));
     }
 
     fn write(&mut self, batch: WriteBatch) -> WriteReport {

@@ -169,7 +169,7 @@ pub enum StorageError {
 /// wrapper:
 ///
 /// ```
-/// use shardbox_core::error::{Cause, StorageError};
+/// use shardbox_core::{Cause, StorageError};
 /// let io = std::io::Error::new(std::io::ErrorKind::Other, "disk gone");
 /// let e = StorageError::Query { database: "x.db".into(), reason: io.to_string(), source: Some(Cause::new(io)) };
 /// let source = std::error::Error::source(&e).expect("kept");

@@ -134,6 +134,15 @@ pub struct NewMessage {
 }
 
 impl NewMessage {
+    /// The status a new row of this message starts in: `to_catch_up` for replayed history,
+    /// `to_deliver` otherwise.
+    pub fn fresh_status(&self) -> MessageStatus {
+        match self.kind {
+            MessageKind::CatchUp => MessageStatus::ToCatchUp,
+            MessageKind::Command | MessageKind::Event => MessageStatus::ToDeliver,
+        }
+    }
+
     /// The key under which duplicates of this message are recognised.
     pub fn dedup_key(&self) -> DedupKey {
         DedupKey {
@@ -176,6 +185,21 @@ pub struct InboxMessage {
 }
 
 impl InboxMessage {
+    /// A row just written at `seq` in `shard`: never attempted, in the status its kind starts
+    /// in (see [`NewMessage::fresh_status`]). Every backend and station makes new rows here.
+    pub fn fresh(seq: i64, shard: ShardIndex, message: NewMessage) -> Self {
+        InboxMessage {
+            seq,
+            shard,
+            status: message.fresh_status(),
+            attempts: 0,
+            last_error: None,
+            first_failed_at: None,
+            keep_until: None,
+            message,
+        }
+    }
+
     /// The key under which duplicates of this message are recognised.
     pub fn dedup_key(&self) -> DedupKey {
         self.message.dedup_key()

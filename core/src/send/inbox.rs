@@ -71,6 +71,16 @@ impl SendOptions {
         self
     }
 
+    /// The signal id of a lone send (`n` = None) or of the `n`-th of many: the one set
+    /// (`"{id}/{n}"` for the n-th), or a fresh one.
+    fn signal(&self, n: Option<usize>) -> SignalId {
+        match (&self.signal_id, n) {
+            (Some(id), None) => id.clone(),
+            (Some(base), Some(n)) => SignalId(format!("{base}/{n}")),
+            (None, _) => SignalId::generate(),
+        }
+    }
+
     fn deliver_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let delayed = self.delay.map(|d| now + to_chrono(d));
         match (delayed, self.due_at) {
@@ -105,6 +115,48 @@ pub struct Inbox {
     writes: Arc<WriteQueue>,
 }
 
+/// The row of `command` to `A` instance `id`, sent with `options` at `now`.
+fn new_command<A: Aggregate>(
+    id: &str,
+    command: &A::Command,
+    options: &SendOptions,
+    signal_id: SignalId,
+    now: DateTime<Utc>,
+) -> Result<NewMessage, DeliveryError> {
+    Ok(NewMessage {
+        signal_id,
+        kind: MessageKind::Command,
+        target_kind: A::KIND.to_owned(),
+        target_id: id.to_owned(),
+        tenant: options.tenant.clone(),
+        payload: serialize(command)?,
+        payload_type: <A::Command as Message>::TYPE.to_owned(),
+        metadata: options.metadata.clone(),
+        received_at: now,
+        deliver_after: options.deliver_after(now),
+        expires_at: options.expires_at(now),
+    })
+}
+
+/// The stored form of `event` produced by `source`, posted with `options` at `now`.
+fn new_event<E: Message>(
+    source: EventSource,
+    event: &E,
+    options: &SendOptions,
+    id: SignalId,
+    now: DateTime<Utc>,
+) -> Result<NewEvent, DeliveryError> {
+    Ok(NewEvent {
+        id,
+        event_type: E::TYPE.to_owned(),
+        source,
+        tenant: options.tenant.clone(),
+        occurred_at: now,
+        payload: serialize(event)?,
+        metadata: options.metadata.clone(),
+    })
+}
+
 fn serialize<T: Message>(value: &T) -> Result<Vec<u8>, DeliveryError> {
     serde_json::to_vec(value).map_err(|e| DeliveryError::Serialize {
         payload_type: T::TYPE.to_owned(),
@@ -129,19 +181,7 @@ impl Inbox {
         options: SendOptions,
     ) -> Result<SendReceipt, DeliveryError> {
         let now = self.env.clock.now();
-        let message = NewMessage {
-            signal_id: options.signal_id.clone().unwrap_or_else(SignalId::generate),
-            kind: MessageKind::Command,
-            target_kind: A::KIND.to_owned(),
-            target_id: id.to_owned(),
-            tenant: options.tenant.clone(),
-            payload: serialize(command)?,
-            payload_type: <A::Command as Message>::TYPE.to_owned(),
-            metadata: options.metadata.clone(),
-            received_at: now,
-            deliver_after: options.deliver_after(now),
-            expires_at: options.expires_at(now),
-        };
+        let message = new_command::<A>(id, command, &options, options.signal(None), now)?;
         self.send_message(message).await
     }
 
@@ -161,23 +201,8 @@ impl Inbox {
         let now = self.env.clock.now();
         let mut messages = Vec::with_capacity(commands.len());
         for (n, (id, command)) in commands.iter().enumerate() {
-            let signal_id = match &options.signal_id {
-                Some(base) => SignalId(format!("{base}/{n}")),
-                None => SignalId::generate(),
-            };
-            messages.push(self.env.registry.address(NewMessage {
-                signal_id,
-                kind: MessageKind::Command,
-                target_kind: A::KIND.to_owned(),
-                target_id: (*id).to_owned(),
-                tenant: options.tenant.clone(),
-                payload: serialize(command)?,
-                payload_type: <A::Command as Message>::TYPE.to_owned(),
-                metadata: options.metadata.clone(),
-                received_at: now,
-                deliver_after: options.deliver_after(now),
-                expires_at: options.expires_at(now),
-            }));
+            let message = new_command::<A>(id, command, &options, options.signal(Some(n)), now)?;
+            messages.push(self.env.registry.address(message));
         }
         self.write_batch(WriteBatch {
             events: Vec::new(),
@@ -209,15 +234,7 @@ impl Inbox {
         options: SendOptions,
     ) -> Result<SendReceipt, DeliveryError> {
         let now = self.env.clock.now();
-        let event = NewEvent {
-            id: options.signal_id.clone().unwrap_or_else(SignalId::generate),
-            event_type: E::TYPE.to_owned(),
-            source,
-            tenant: options.tenant.clone(),
-            occurred_at: now,
-            payload: serialize(event)?,
-            metadata: options.metadata.clone(),
-        };
+        let event = new_event(source, event, &options, options.signal(None), now)?;
         self.post_event(event, options).await
     }
 
@@ -237,19 +254,13 @@ impl Inbox {
             messages: Vec::with_capacity(events.len()),
         };
         for (n, (source, event)) in events.iter().enumerate() {
-            let id = match &options.signal_id {
-                Some(base) => SignalId(format!("{base}/{n}")),
-                None => SignalId::generate(),
-            };
-            let event = NewEvent {
-                id,
-                event_type: E::TYPE.to_owned(),
-                source: source.clone(),
-                tenant: options.tenant.clone(),
-                occurred_at: now,
-                payload: serialize(event)?,
-                metadata: options.metadata.clone(),
-            };
+            let event = new_event(
+                source.clone(),
+                event,
+                &options,
+                options.signal(Some(n)),
+                now,
+            )?;
             self.fan_out(&event, &options, now, &mut batch.messages)?;
             batch.events.push(event);
         }

@@ -90,10 +90,7 @@ impl NewInboxRow {
     /// A fresh row: `to_catch_up` for replayed history, `to_deliver` otherwise.
     pub(crate) fn from_write(w: InboxWrite) -> Result<Self, Failure> {
         let m = w.message;
-        let status = match m.kind {
-            MessageKind::CatchUp => MessageStatus::ToCatchUp,
-            MessageKind::Command | MessageKind::Event => MessageStatus::ToDeliver,
-        };
+        let status = m.fresh_status();
         Ok(NewInboxRow {
             shard: w.shard.as_i32(),
             metadata: metadata_json(&m.metadata)?,
