@@ -140,6 +140,7 @@ impl Delivery {
                     if let Some(stale) = stale {
                         self.release(&stale).await?;
                     }
+                    self.settle_unreleased(shard).await?;
                     let Some(lease) = self.pick_up(shard, worker, now).await? else {
                         return Ok((report, None));
                     };
@@ -162,8 +163,10 @@ impl Delivery {
                     return Ok((report, None));
                 }
                 Err(e) => {
-                    if let Err(release) = env.storage.release(&lease).await {
-                        tracing::warn!(%shard, node = %env.config.node_id, error = %release, "release after failed stage failed; the lease will expire");
+                    // Nothing works on the shard any more (the heartbeat stopped with the
+                    // stage): free it now, or keep it for a retried release.
+                    if let Err(release) = self.release(&lease).await {
+                        tracing::warn!(%shard, node = %env.config.node_id, error = %release, "release after failed stage failed; retried");
                     }
                     return Err(e);
                 }
@@ -224,9 +227,25 @@ impl Delivery {
         Ok(Some(lease))
     }
 
-    /// Releases a lease (its shard is free for any worker at once).
+    /// Releases a lease (its shard is free for any worker at once). If the release fails,
+    /// the lease is kept for a retried release (see `unreleased`), so that the shard does not
+    /// stay leased to this node until the lease runs out.
     pub(crate) async fn release(&self, lease: &Lease) -> Result<(), DeliveryError> {
-        Ok(self.env.storage.release(lease).await?)
+        if let Err(e) = self.env.storage.release(lease).await {
+            self.env.unreleased.keep(lease.clone());
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Releases the lease of `shard` whose release failed earlier, if one is kept and has not
+    /// run out: before this node picks the shard up again, and in the runner's retry after a
+    /// failed turn.
+    pub(crate) async fn settle_unreleased(&self, shard: ShardIndex) -> Result<(), DeliveryError> {
+        match self.env.unreleased.take(shard, self.env.clock.now()) {
+            Some(lease) => self.release(&lease).await,
+            None => Ok(()),
+        }
     }
 
     /// After a release: whether rows written between the last empty read and the release

@@ -17,6 +17,7 @@ use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
 use crate::runner::due::{DueSink, DueTimers};
 use crate::runner::expiry::ExpiryRequests;
+use crate::runner::unreleased::UnreleasedLeases;
 use crate::stage::context::StationContext;
 use crate::storage::{ShardObserver, Storage};
 use crate::sync::{read, write};
@@ -56,6 +57,8 @@ pub struct DeliveryEnv {
     pub(crate) station: Arc<StationContext>,
     pub(crate) due_timers: DueTimers,
     pub(crate) expiry: ExpiryRequests,
+    /// Leases whose release failed, kept for a retried release.
+    pub(crate) unreleased: UnreleasedLeases,
     observers: RwLock<Vec<Arc<dyn ShardObserver>>>,
     stopping: AtomicBool,
 }
@@ -86,6 +89,7 @@ impl DeliveryEnv {
             station,
             due_timers: DueTimers::default(),
             expiry: ExpiryRequests::default(),
+            unreleased: UnreleasedLeases::default(),
             observers: RwLock::new(Vec::new()),
             stopping: AtomicBool::new(false),
         }

@@ -22,5 +22,6 @@ pub(crate) mod heartbeat;
 pub mod local;
 pub(crate) mod tasks;
 mod turn;
+pub(crate) mod unreleased;
 mod wake_queue;
 pub mod wakeups;

@@ -39,6 +39,7 @@ pub(super) async fn serve(
         .await;
     let end = match served {
         Ok((report, kept)) => {
+            queue.turn_succeeded(shard);
             if let Some(lease) = kept {
                 let generation = queue.park(lease);
                 spawn_release(delivery, queue, shard, generation, linger);
@@ -56,11 +57,46 @@ pub(super) async fn serve(
             }
         }
         Err(e) => {
-            tracing::warn!(%shard, error = %e, "delivery failed; the shard is retried at the next poll");
+            let failures = queue.turn_failed(shard);
+            let after = retry_delay(failures, turn);
+            tracing::warn!(%shard, error = %e, retry_in = ?after, "delivery failed; the shard is retried");
+            spawn_retry(delivery, queue, shard, after);
             TurnEnd::Done
         }
     };
     queue.finish(shard, end);
+}
+
+/// How long after the `failures`-th failed turn in a row a shard is tried again: 25 ms,
+/// doubling, at most a poll interval — soon after a database hiccup, without spinning on a
+/// database that stays down.
+fn retry_delay(failures: u32, poll_interval: Duration) -> Duration {
+    let base = Duration::from_millis(25);
+    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(poll_interval)
+}
+
+/// After a failed turn: once `after` has passed, releases the shard's lease if its release
+/// failed too (see `unreleased`), and wakes the shard, so that it is served again soon
+/// rather than a whole lease later or at the next poll.
+fn spawn_retry(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    shard: ShardIndex,
+    after: Duration,
+) {
+    let (delivery, task_queue) = (delivery.clone(), queue.clone());
+    let mut stop = queue.tasks.stop_signal();
+    queue.tasks.spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(after) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        if let Err(e) = delivery.settle_unreleased(shard).await {
+            tracing::debug!(%shard, error = %e, "release still failing; trying again with the next turn");
+        }
+        task_queue.wake(shard);
+    });
 }
 
 /// Releases `shard`'s kept lease of `generation` after `linger`, unless a turn took it
@@ -106,4 +142,17 @@ fn spawn_release(
                 queue.wake(shard);
             }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_from_25_ms_to_the_poll_interval() {
+        let poll = Duration::from_secs(1);
+        let delays: Vec<u128> = (1..=8).map(|n| retry_delay(n, poll).as_millis()).collect();
+        assert_eq!(delays, vec![25, 50, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(retry_delay(u32::MAX, poll), poll);
+    }
 }

@@ -33,6 +33,8 @@ pub(super) struct WakeQueue {
     pub(super) poll_now: Notify,
     /// Leases kept after a drained turn (see [`Parked`]), by shard.
     pub(super) parked: Mutex<Vec<Option<Parked>>>,
+    /// Turns in a row that failed, by shard (the retry's back-off).
+    pub(super) failures: Mutex<Vec<u32>>,
     /// The node's tasks besides its workers (take-overs, releases, the sweep).
     pub(super) tasks: NodeTasks,
 }
@@ -56,6 +58,7 @@ impl WakeQueue {
             ready: Notify::new(),
             poll_now: Notify::new(),
             parked: Mutex::new((0..shards).map(|_| None).collect()),
+            failures: Mutex::new(vec![0; shards as usize]),
             tasks: NodeTasks::new(stop),
         }
     }
@@ -85,6 +88,25 @@ impl WakeQueue {
         lock(&self.parked)
             .get(shard.0 as usize)
             .is_some_and(|slot| slot.as_ref().is_some_and(|p| p.generation == generation))
+    }
+
+    /// Counts a failed turn on `shard`; returns how many failed in a row.
+    pub(super) fn turn_failed(&self, shard: ShardIndex) -> u32 {
+        let mut failures = lock(&self.failures);
+        match failures.get_mut(shard.0 as usize) {
+            Some(n) => {
+                *n = n.saturating_add(1);
+                *n
+            }
+            None => 1,
+        }
+    }
+
+    /// A turn on `shard` went through: its retry back-off starts anew.
+    pub(super) fn turn_succeeded(&self, shard: ShardIndex) {
+        if let Some(n) = lock(&self.failures).get_mut(shard.0 as usize) {
+            *n = 0;
+        }
     }
 
     /// Takes every kept lease (shutdown).

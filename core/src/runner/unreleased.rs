@@ -1,0 +1,85 @@
+//! Leases whose release failed (the database was unreachable when a stage failed or a turn
+//! ended): kept here until a release succeeds or the lease runs out.
+//!
+//! ```text
+//!  release fails ──► keep(lease) ──► the retry after the failed turn, or the next turn on the
+//!                                    shard, settles it first: release again, or forget it
+//!                                    once its lease_until has passed (it is free anyway)
+//! ```
+//!
+//! Without this a shard whose release failed stayed leased to this node until the lease ran
+//! out (30 s by default) although nothing was working on it: its messages waited a whole
+//! lease after every database hiccup. Holding the lease here is not working on the shard: no
+//! heartbeat renews it, so it also ends by itself.
+
+use crate::model::ids::ShardIndex;
+use crate::storage::Lease;
+use crate::sync::lock;
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The leases of this node that still wait for their release, by shard.
+#[derive(Default)]
+pub(crate) struct UnreleasedLeases {
+    leases: Mutex<HashMap<ShardIndex, Lease>>,
+}
+
+impl UnreleasedLeases {
+    /// Keeps `lease` for a later release (a newer one of the same shard replaces it).
+    pub(crate) fn keep(&self, lease: Lease) {
+        let mut leases = lock(&self.leases);
+        match leases.get(&lease.shard) {
+            Some(kept) if kept.epoch > lease.epoch => {}
+            _ => {
+                leases.insert(lease.shard, lease);
+            }
+        }
+    }
+
+    /// Takes the lease of `shard` that still waits for its release, unless it ran out by
+    /// `now` (then it is forgotten: the shard is free for anyone).
+    pub(crate) fn take(&self, shard: ShardIndex, now: DateTime<Utc>) -> Option<Lease> {
+        lock(&self.leases)
+            .remove(&shard)
+            .filter(|lease| lease.lease_until > now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::{LeaseEpoch, NodeId, WorkerId};
+
+    fn lease(shard: u32, epoch: i64, until: i64) -> Lease {
+        let t = |s: i64| DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap();
+        Lease {
+            shard: ShardIndex(shard),
+            node_id: NodeId("n".into()),
+            worker_id: WorkerId(0),
+            epoch: LeaseEpoch(epoch),
+            picked_at: t(0),
+            lease_until: t(until),
+            taken_over: false,
+        }
+    }
+
+    #[test]
+    fn a_kept_lease_is_taken_once_the_newest_wins_and_a_run_out_one_is_forgotten() {
+        let kept = UnreleasedLeases::default();
+        let now = |s: i64| DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap();
+        kept.keep(lease(1, 5, 30));
+        kept.keep(lease(1, 4, 30));
+        assert_eq!(
+            kept.take(ShardIndex(1), now(1)).map(|l| l.epoch),
+            Some(LeaseEpoch(5))
+        );
+        assert_eq!(kept.take(ShardIndex(1), now(1)), None);
+        kept.keep(lease(2, 1, 30));
+        assert_eq!(
+            kept.take(ShardIndex(2), now(30)),
+            None,
+            "ran out: forgotten"
+        );
+    }
+}
