@@ -269,6 +269,59 @@ async fn delivered_rows_are_purged_by_a_later_stage_after_their_window() {
     assert_eq!(storage.counts(None).await.unwrap().delivered, 2);
 }
 
+/// A running node cleans up a shard that gets no new traffic: once the window has passed,
+/// the periodic sweep wakes the shard and a stage with an empty page purges its delivered
+/// rows, so a re-send of the same signal is delivered again instead of being refused as a
+/// duplicate of a row kept forever. On memory and SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_shard_is_purged_by_the_running_node_after_the_window() {
+    async fn check(storage: Arc<dyn Storage>) {
+        let clock = Arc::new(ManualClock::new(t0()));
+        let sb = build(storage.clone(), clock.clone(), |b| {
+            b.dedup_window(Duration::from_secs(60))
+                .ttl_sweep_interval(Duration::from_millis(50))
+        })
+        .await;
+        let node = sb.start();
+        let again = SendOptions::default().signal_id("sig-idle");
+        sb.send_with::<Tally>("t-1", &TallyCommand::Record(7), again.clone())
+            .await
+            .unwrap();
+        assert!(node.drain(Duration::from_secs(10)).await.unwrap());
+        assert_eq!(storage.counts(None).await.unwrap().delivered, 1);
+
+        clock.advance(chrono::Duration::seconds(61));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while storage.counts(None).await.unwrap().delivered > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the idle shard's delivered row was never purged"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let resent = sb
+            .send_with::<Tally>("t-1", &TallyCommand::Record(7), again)
+            .await
+            .unwrap();
+        assert_eq!(
+            resent.report.written, 1,
+            "the window has passed: not a duplicate"
+        );
+        assert!(node.drain(Duration::from_secs(10)).await.unwrap());
+        node.shutdown().await.unwrap();
+        let state = sb.aggregate_state::<Tally>("t-1").await.unwrap().unwrap();
+        assert_eq!(state.applied, [7, 7]);
+    }
+    check(Arc::new(MemoryStorage::new())).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    check(Arc::new(
+        shardbox::storage::SqliteStorage::open(dir.path().join("idle.db"))
+            .await
+            .expect("open"),
+    ))
+    .await;
+}
+
 /// The deduplication window is measured on the configured clock, by every node alike: a
 /// signal sent again after the window (the manual clock moved on, no real time passed) is
 /// delivered again by the node that delivered it first (its recent-delivery cache still holds

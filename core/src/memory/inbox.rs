@@ -224,6 +224,21 @@ impl InboxStore for MemoryStorage {
         Ok(c)
     }
 
+    async fn purge_due_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
+        let state = self.lock();
+        let mut shards: Vec<ShardIndex> = state
+            .delivered
+            .iter()
+            .filter(|(_, rows)| {
+                rows.first()
+                    .is_some_and(|(keep_until, _)| *keep_until <= now)
+            })
+            .map(|(shard, _)| *shard)
+            .collect();
+        shards.sort_unstable();
+        Ok(shards)
+    }
+
     async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
         let state = self.lock();
         let mut shards: Vec<ShardIndex> = state

@@ -280,6 +280,17 @@ impl Delivery {
         Ok(shards)
     }
 
+    /// Wakes the shards holding delivered rows past their deduplication window, so that a
+    /// shard without new traffic is cleaned up too (and a re-send after the window is
+    /// delivered again rather than refused as a duplicate of a row kept too long). The node
+    /// runner calls this every `ttl_sweep_interval`, with the TTL sweep. Returns the shards.
+    pub async fn request_purge(&self) -> Result<Vec<ShardIndex>, DeliveryError> {
+        let env = &self.env;
+        let shards = env.storage.purge_due_shards(env.clock.now()).await?;
+        env.notify(&shards);
+        Ok(shards)
+    }
+
     /// A TTL sweep on the calling task: asks as [`Delivery::request_expiry`] does, then
     /// serves each of those shards as `worker` (shards another worker holds are left to it).
     pub async fn sweep_expired(&self, worker: WorkerId) -> Result<DeliveryReport, DeliveryError> {
@@ -342,6 +353,7 @@ impl Delivery {
         next_due: &mut Option<DateTime<Utc>>,
     ) -> Result<DrainEnd, DeliveryError> {
         let env = &self.env;
+        let mut idle_purged = false;
         loop {
             if env.is_stopping() {
                 return Ok(DrainEnd::Stopped);
@@ -354,9 +366,13 @@ impl Delivery {
                 .await?;
             // The read saw every earlier stage's retries and holds.
             *next_due = page.next_due;
-            if page.messages.is_empty() {
+            // An empty page still gets one stage when a purge has work (an idle shard woken by
+            // the sweep, see `request_purge`): the cleanup station asks the commit to purge.
+            // One such stage per drain, so a pipeline without a cleanup station cannot spin.
+            if page.messages.is_empty() && (idle_purged || !page.purge_due) {
                 break;
             }
+            idle_purged |= page.messages.is_empty();
             // With a linger, a short page held every row due when it was read: the drain ends
             // after its stage without reading an empty page. Rows written meanwhile (by the
             // stage itself, or by senders) woke the shard, which the runner serves again
@@ -461,7 +477,8 @@ impl Delivery {
 }
 
 /// Runs the periodic TTL sweep of `delivery`: every `ttl_sweep_interval`, asks the workers
-/// (through the write observers) to expire the rows whose TTL has passed. The first sweep
+/// (through the write observers) to expire the rows whose TTL has passed, and wakes the shards
+/// holding delivered rows past their window (see [`Delivery::request_purge`]). The first sweep
 /// runs one interval after the start. Ends at the first wake-up after the delivery was asked
 /// to stop, or after a newer sweep was started for it (one sweeper per delivery). Its wait ends at
 /// `stop` (the node handle's shutdown).
@@ -483,6 +500,13 @@ pub async fn sweep_periodically(delivery: Arc<Delivery>, mut stop: watch::Receiv
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "TTL sweep failed; trying again next interval"),
+        }
+        match delivery.request_purge().await {
+            Ok(shards) if !shards.is_empty() => {
+                tracing::debug!(?shards, "sweep: delivered rows past their window found");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "purge sweep failed; trying again next interval"),
         }
     }
 }

@@ -110,6 +110,15 @@ pub async fn delivered_rows_kept_until_window_then_purged<S: Storage + Inspect>(
         let page = store.read_page(ShardIndex(0), at, 10).await.expect("read");
         assert_eq!(page.purge_due, due, "at {at}");
     }
+    // The shards where a purge has work, for idle shards that no stage would visit.
+    assert_eq!(
+        store.purge_due_shards(secs(5)).await.expect("purge due"),
+        vec![]
+    );
+    assert_eq!(
+        store.purge_due_shards(secs(10)).await.expect("purge due"),
+        vec![ShardIndex(0), ShardIndex(1)]
+    );
     let purge = |now, limit| {
         let mut commit = stage(&zero, now, vec![]);
         commit.purge_delivered = limit;

@@ -201,6 +201,23 @@ macro_rules! inbox_units {
             shards.into_iter().map(rows::shard).collect()
         }
 
+        /// `InboxStore::purge_due_shards`: one scan of the delivered rows' `inbox_purge` index
+        /// (the rows within their window, a bounded set: traffic times the window).
+        pub(crate) fn purge_due_shards(
+            conn: &mut Conn,
+            now: DateTime<Utc>,
+        ) -> Result<Vec<ShardIndex>, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            let shards: Vec<i32> = im::inbox_messages
+                .filter(im::keep_until.is_not_null())
+                .filter(im::keep_until.le(micros(now)))
+                .select(im::shard)
+                .distinct()
+                .order(im::shard.asc())
+                .load(conn)?;
+            shards.into_iter().map(rows::shard).collect()
+        }
+
         /// `InboxStore::read_expired`.
         pub(crate) fn read_expired(
             conn: &mut Conn,

@@ -83,6 +83,15 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::counts(conn, shard)).await
             }
 
+            async fn purge_due_shards(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<shardbox_core::ShardIndex>, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::purge_due_shards(conn, now))
+                    .await
+            }
+
             async fn expired_shards(
                 &self,
                 now: chrono::DateTime<chrono::Utc>,
