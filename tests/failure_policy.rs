@@ -452,6 +452,134 @@ async fn unblock_by_drop_lets_the_target_go_on(storage: Arc<dyn Storage>) {
     assert_eq!((m.blocked, m.unblocked, m.delivered), (1, 1, 1), "{m:?}");
 }
 
+/// `n` for a target, handled at once.
+fn ok(n: u64) -> JournalCommand {
+    JournalCommand::Flaky { n, fail_first: 0 }
+}
+
+/// The smallest case of messages waiting behind a block (one shard, 1 s poll interval): #0
+/// blocks at t0 with #1 behind it, #2 arrives at t0 + 0.5 s, the operator unblocks at
+/// t0 + 1.2 s. Every message behind the block is parked until the unblock and due at once
+/// after it, so the target applies them in `seq` order: [0, 1, 2], not [0, 2, 1] (the order
+/// of staggered "now + poll interval" holds).
+async fn messages_behind_a_block_go_on_in_order_after_the_unblock(storage: Arc<dyn Storage>) {
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock.clone(), |b| {
+        b.failure_policy(policy(1, ExhaustedOutcome::Block))
+            .poll_interval(Duration::from_secs(1))
+    })
+    .await;
+    let p = unique("poison");
+    send(&sb, &p, JournalCommand::Poison { n: 0 }).await;
+    send(&sb, &p, ok(1)).await;
+    let r = sb.deliver_all().await.unwrap();
+    assert_eq!((r.totals.blocked, r.totals.delivered), (1, 0), "{r:?}");
+
+    clock.advance(ms(500));
+    send(&sb, &p, ok(2)).await;
+    sb.deliver_all().await.unwrap();
+    clock.advance(ms(700));
+    sb.deliver_all().await.unwrap();
+    assert!(applied(&sb, &p).await.is_empty(), "still blocked");
+
+    heal(&p);
+    let report = sb.unblock(&key(&p), Unblock::Requeue).await.unwrap();
+    assert_eq!(report.unblocked, 1);
+    for step in [0, 400, 700] {
+        clock.advance(ms(step));
+        sb.deliver_all().await.unwrap();
+    }
+    assert_eq!(applied(&sb, &p).await, [0, 1, 2], "in seq order");
+    assert_eq!(storage.counts(None).await.unwrap().pending(), 0);
+}
+
+/// Twenty messages for a blocked target, arriving one every 100 ms while a second target
+/// goes on: after the requeue the blocked target applies them all in `seq` order, within the
+/// first deliveries after the unblock (no poll interval to wait out).
+async fn twenty_messages_behind_a_block_are_delivered_in_order(storage: Arc<dyn Storage>) {
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock.clone(), |b| {
+        b.failure_policy(policy(1, ExhaustedOutcome::Block))
+            .poll_interval(Duration::from_secs(1))
+            .page_size(4)
+    })
+    .await;
+    let (p, other) = (unique("poison"), unique("healthy"));
+    send(&sb, &p, JournalCommand::Poison { n: 0 }).await;
+    sb.deliver_all().await.unwrap();
+    for n in 1..20 {
+        clock.advance(ms(100));
+        send(&sb, &p, ok(n)).await;
+        send(&sb, &other, ok(n)).await;
+        sb.deliver_all().await.unwrap();
+    }
+    assert!(applied(&sb, &p).await.is_empty(), "still blocked");
+    assert_eq!(applied(&sb, &other).await, (1..20).collect::<Vec<_>>());
+
+    heal(&p);
+    let report = sb.unblock(&key(&p), Unblock::Requeue).await.unwrap();
+    assert_eq!(report.unblocked, 1);
+    let first = sb.deliver_all().await.unwrap();
+    for _ in 0..11 {
+        clock.advance(ms(100));
+        sb.deliver_all().await.unwrap();
+    }
+    assert_eq!(applied(&sb, &p).await, (0..20).collect::<Vec<_>>());
+    assert_eq!(first.totals.delivered, 20, "all due at once: {first:?}");
+    assert_eq!(storage.counts(None).await.unwrap().pending(), 0);
+}
+
+/// While a target stays blocked, the messages waiting behind it are written once (when a
+/// stage first sees them) and then left alone: poll interval after poll interval, no stage
+/// reads or rewrites them (no stage runs at all), and the shard reports no due time for
+/// them. They are still counted as pending, and go on after an unblock by drop.
+async fn messages_behind_a_block_are_not_rewritten_while_it_lasts(storage: Arc<dyn Storage>) {
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock.clone(), |b| {
+        b.failure_policy(policy(1, ExhaustedOutcome::Block))
+    })
+    .await;
+    let p = unique("poison");
+    send(&sb, &p, JournalCommand::Poison { n: 0 }).await;
+    for n in 1..=5 {
+        send(&sb, &p, ok(n)).await;
+    }
+    let r = sb.deliver_all().await.unwrap();
+    assert_eq!((r.totals.blocked, r.totals.held), (1, 5), "{r:?}");
+    assert_eq!(
+        storage.next_due(ShardIndex(0), clock.now()).await.unwrap(),
+        None,
+        "nothing behind a block is due by itself"
+    );
+    let (mut stages, mut held) = (0, 0);
+    for _ in 0..40 {
+        clock.advance(ms(500));
+        let r = sb.deliver_all().await.unwrap();
+        stages += r.stages;
+        held += r.totals.held;
+    }
+    assert_eq!(
+        (stages, held),
+        (0, 0),
+        "no row rewritten in 40 poll intervals"
+    );
+    let counts = storage.counts(None).await.unwrap();
+    assert_eq!((counts.blocked, counts.pending()), (1, 5), "{counts:?}");
+
+    // A message that arrives later is parked by the first stage that sees it, then left too.
+    send(&sb, &p, ok(6)).await;
+    let r = sb.deliver_all().await.unwrap();
+    assert_eq!((r.stages, r.totals.held), (1, 1), "{r:?}");
+    clock.advance(ms(5_000));
+    let r = sb.deliver_all().await.unwrap();
+    assert_eq!(r.stages, 0, "{r:?}");
+
+    let report = sb.unblock(&key(&p), Unblock::Drop).await.unwrap();
+    assert_eq!(report.unblocked, 1);
+    sb.deliver_all().await.unwrap();
+    assert_eq!(applied(&sb, &p).await, [1, 2, 3, 4, 5, 6]);
+}
+
 /// A payload that does not deserialize and a kind nobody registered go through the policy
 /// and end in the dead letters with a reason that says so; the shard goes on.
 async fn poison_payloads_and_unknown_kinds_are_dead_lettered(storage: Arc<dyn Storage>) {
@@ -855,6 +983,9 @@ on_every_backend!(
     exhausted_drop_is_counted_and_the_target_goes_on,
     a_blocked_target_waits_while_100_others_go_on,
     unblock_by_drop_lets_the_target_go_on,
+    messages_behind_a_block_go_on_in_order_after_the_unblock,
+    twenty_messages_behind_a_block_are_delivered_in_order,
+    messages_behind_a_block_are_not_rewritten_while_it_lasts,
     poison_payloads_and_unknown_kinds_are_dead_lettered,
     delayed_delivery_is_never_early,
     ttl_expires_due_messages_with_a_worker,

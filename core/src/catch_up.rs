@@ -170,6 +170,12 @@ pub enum LiveRowDecision {
 /// `seq` order. Parking instead of holding for a while keeps the cost of a backlog of live
 /// rows at two writes per row, however long the replay runs.
 ///
+/// Rows waiting behind a blocked message of their target are parked the same way (see
+/// [`crate::storage::RowChange::BehindBlock`]) and made due by the unblock. Either release
+/// makes a row due; a stage that reads it then parks it again if it still has to wait for
+/// the other (a target both blocked and under catch-up). Sharing the value keeps one rule
+/// for every reader: a parked row is never due by itself, never a shard's next due time.
+///
 /// 9999-12-31T23:59:59Z; a message scheduled for exactly that instant would be taken for a
 /// parked one.
 pub fn parked_until() -> DateTime<Utc> {

@@ -2,11 +2,18 @@
 //!
 //! ```text
 //!  open to_deliver rows ─► expired? ─► duplicate? (page, recent-delivery cache)
-//!        ─► target waiting behind a retry? (hold) ─► kind registered? (else failure)
+//!        ─► target blocked? (parked) ─► waiting behind a retry? (hold until it)
+//!        ─► kind registered? (else failure)
 //!        ─► group by target, seq order ─► load states once ─► handler(batch) once per target
 //!        ─► Delivered / RetryAt / DeadLetter / Drop / Block, later rows of a failed target
-//!           held (behind a block: a poll interval at a time, until an operator acts)
+//!           held until its retry, or parked behind its block until an operator acts
 //! ```
+//!
+//! A row behind a blocked message is parked ([`Intent::BehindBlock`]): written once, not
+//! read again while the block lasts, and made due by the unblock together with every other
+//! row of its target, so that they go on in `seq` order. Holding them "a poll interval from
+//! now" instead rewrote each one every poll interval, and staggered their due times by when
+//! each stage read them, which delivered them out of order after the unblock.
 //!
 //! Duplicates already kept as delivered rows never reach a page: the Inbox's unique key
 //! (tenant, target, signal) refuses them at write. This station catches the rest: duplicates
@@ -96,16 +103,15 @@ fn keep_until(conveyor: &Conveyor) -> Option<DateTime<Utc>> {
     (!config.dedup_window.is_zero()).then(|| conveyor.now() + config.dedup_span())
 }
 
-/// When the rows behind a failed row of the same target are due again.
-fn hold_behind(intent: &Intent, conveyor: &Conveyor) -> DateTime<Utc> {
-    let now = conveyor.now();
+/// What becomes of the rows behind a failed row of the same target.
+fn behind(intent: &Intent, now: DateTime<Utc>) -> Intent {
     match intent {
-        Intent::RetryAt { at, .. } => *at,
-        Intent::Hold { until } => *until,
-        // Blocked until an operator acts: look again a poll interval from now.
-        Intent::Block { .. } => now + conveyor.context().config().poll_span(),
+        Intent::RetryAt { at, .. } => Intent::Hold { until: *at },
+        Intent::Hold { until } => Intent::Hold { until: *until },
+        // Blocked until an operator acts: parked, released by the unblock.
+        Intent::Block { .. } => Intent::BehindBlock,
         // The failed row left the way (dead letter, drop, delivered): the rest go on at once.
-        _ => now,
+        _ => Intent::Hold { until: now },
     }
 }
 
@@ -154,6 +160,7 @@ impl Station for LiveDelivery {
         let env = conveyor.context().clone();
         let waiting: HashMap<EntityKey, DateTime<Utc>> =
             conveyor.waiting().iter().cloned().collect();
+        let blocked: HashSet<EntityKey> = conveyor.blocked().iter().cloned().collect();
 
         // Pass 1: decide what needs no handler, group the rest by target in seq order.
         let mut decided: Vec<(usize, Intent)> = Vec::new();
@@ -175,6 +182,12 @@ impl Station for LiveDelivery {
                 continue;
             }
             let target = target_of(m);
+            // Blocked first: a parked row with failed attempts reports its target as
+            // waiting too, with no time to wait for.
+            if blocked.contains(&target) {
+                decided.push((i, Intent::BehindBlock));
+                continue;
+            }
             if let Some(until) = waiting.get(&target) {
                 decided.push((i, Intent::Hold { until: *until }));
                 continue;
@@ -256,7 +269,7 @@ impl Station for LiveDelivery {
                 }
             };
 
-            let mut behind: Option<DateTime<Utc>> = None;
+            let mut waits: Option<Intent> = None;
             for (n, &i) in rows.iter().enumerate() {
                 let outcome = outcomes
                     .get(n)
@@ -273,12 +286,12 @@ impl Station for LiveDelivery {
                         let m = &conveyor.page()[i];
                         tracing::warn!(seq = m.seq, kind = %target.kind, target = %target.id, attempts = m.attempts + 1, %error, "handler failed");
                         let intent = decide(conveyor, m, &error);
-                        behind = Some(hold_behind(&intent, conveyor));
+                        waits = Some(behind(&intent, now));
                         intent
                     }
-                    MessageOutcome::NotAttempted => Intent::Hold {
-                        until: behind.unwrap_or(now),
-                    },
+                    MessageOutcome::NotAttempted => {
+                        waits.clone().unwrap_or(Intent::Hold { until: now })
+                    }
                 };
                 if let Intent::Delivered {
                     keep_until: Some(keep_until),

@@ -320,17 +320,16 @@ async fn live_blocks_an_exhausted_message_under_a_block_policy_and_holds_only_it
     let mut c = fx.conveyor(vec![failing, add(2, "a", 20), add(3, "b", 30)]);
     live().process(&mut c).await.unwrap();
 
-    let recheck = t0() + chrono::Duration::milliseconds(700);
     assert_eq!(
         intents(&c),
         vec![
             Some(Intent::Block {
                 reason: "counter a refuses Fail".into()
             }),
-            Some(hold(recheck)),
+            Some(Intent::BehindBlock),
             Some(delivered()),
         ],
-        "a's later message waits a poll interval at a time; b goes on"
+        "a's later message is parked behind the block until an unblock; b goes on"
     );
     let (commit, report) = c.into_commit(t0() + secs(30));
     assert_eq!(
@@ -343,12 +342,19 @@ async fn live_blocks_an_exhausted_message_under_a_block_policy_and_holds_only_it
             }
         }
     );
+    assert_eq!(
+        commit.updates[1],
+        RowUpdate {
+            seq: 2,
+            change: RowChange::BehindBlock
+        }
+    );
     assert!(commit.dead_letters.is_empty());
     assert_eq!((report.blocked, report.held, report.delivered), (1, 1, 1));
 }
 
 #[tokio::test]
-async fn live_holds_a_blocked_target_for_one_poll_interval_and_serves_the_rest() {
+async fn live_parks_a_blocked_targets_rows_and_serves_the_rest() {
     let config = config()
         .poll_interval(Duration::from_millis(400))
         .build()
@@ -361,10 +367,14 @@ async fn live_holds_a_blocked_target_for_one_poll_interval_and_serves_the_rest()
     });
     assert_eq!(c.blocked(), [counter_key("a")]);
     live().process(&mut c).await.unwrap();
-    let recheck = t0() + chrono::Duration::milliseconds(400);
     assert_eq!(
         intents(&c),
-        vec![Some(hold(recheck)), Some(delivered()), Some(hold(recheck))]
+        vec![
+            Some(Intent::BehindBlock),
+            Some(delivered()),
+            Some(Intent::BehindBlock)
+        ],
+        "parked, with no time of their own: not a poll interval at a time"
     );
     assert_eq!(fx.calls(), vec![("counter".into(), "b".into(), vec![2])]);
 }

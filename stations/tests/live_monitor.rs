@@ -119,5 +119,5 @@ async fn a_monitor_can_block_a_target_on_its_first_failure() {
         "{:?}",
         c.intent(0)
     );
-    assert!(matches!(c.intent(1), Some(Intent::Hold { .. })));
+    assert_eq!(c.intent(1), Some(&Intent::BehindBlock));
 }

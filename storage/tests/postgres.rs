@@ -1,5 +1,6 @@
 //! PostgreSQL-specific behaviour beyond the conformance suite: connection errors, concurrent
-//! migration, schema versions and isolation, page reads over a large inbox, event order.
+//! migration, schema versions and isolation, page reads over a large inbox, event order, an
+//! unblock beside a stage commit in flight.
 //!
 //! Needs `SHARDBOX_PG_URL` (except the unreachable-server case); each test uses its own schema.
 
@@ -341,4 +342,72 @@ async fn login_failures_are_told_apart() {
         assert!(err.to_string().contains("Percent-encode"), "{err}");
         assert!(!err.to_string().contains("pw%zz"), "{err}");
     }
+}
+
+/// An unblock does not interleave with a stage commit on the target's shard: a commit in
+/// flight (its fence taken, a row behind the block parked, not yet committed) makes the
+/// unblock wait, and the unblock then sees that row and makes it due. Without the wait
+/// (READ COMMITTED: the unblock's statements would not see the uncommitted park) the row
+/// would stay parked with nothing left to release it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unblock_waits_for_a_commit_in_flight_and_releases_what_it_parked() {
+    use shardbox_core::storage::{RowChange, RowUpdate, Unblock};
+    use shardbox_core::{DeadLetterStore, WorkRegistry};
+    use shardbox_storage::conformance::fixtures::{key, pick, signals, stage};
+    use std::sync::Arc;
+
+    let Some(url) = pg_url("an_unblock_waits_for_a_commit_in_flight") else {
+        return;
+    };
+    let schema = Schema::new(&url, "unblock_in_flight");
+    let storage = Arc::new(schema.connect(2).await);
+    storage
+        .write(messages(vec![command(1, "a", "a1"), command(1, "a", "a2")]))
+        .await
+        .expect("write");
+    let rows = storage.rows().await.expect("rows");
+    let (a1, a2) = (rows[0].seq, rows[1].seq);
+    let lease = pick(&*storage, 1, "node-a", t0()).await;
+    let block = RowUpdate {
+        seq: a1,
+        change: RowChange::Block {
+            attempts: 1,
+            error: "bad".into(),
+        },
+    };
+    storage
+        .commit_stage(stage(&lease, t0(), vec![block]))
+        .await
+        .expect("block");
+    storage.release(&lease).await.expect("release");
+
+    // What a stage's commit does first (the fence) and then for a2 behind the block.
+    let mut raw = schema.raw();
+    let parked = shardbox_core::catch_up::parked_until().timestamp_micros();
+    raw.batch_execute(&format!(
+        "BEGIN; UPDATE shard_sessions SET lease_until = lease_until WHERE shard = 1; \
+         UPDATE inbox_messages SET deliver_after = {parked} WHERE seq = {a2}"
+    ))
+    .expect("a commit in flight");
+    let unblocking = {
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            storage
+                .unblock_target(&key("a"), Unblock::Requeue, t0())
+                .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !unblocking.is_finished(),
+        "the unblock waits for the commit in flight on the target's shard"
+    );
+    raw.batch_execute("COMMIT").expect("commit");
+    let report = unblocking.await.expect("task").expect("unblock");
+    assert_eq!((report.unblocked, report.released), (1, 1), "{report:?}");
+    let page = storage
+        .read_page(ShardIndex(1), t0(), 10)
+        .await
+        .expect("page");
+    assert_eq!(signals(&page.messages), ["a1", "a2"]);
 }

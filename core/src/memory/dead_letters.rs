@@ -151,6 +151,9 @@ impl DeadLetterStore for MemoryStorage {
                 }
             }
         }
+        let released = state.release_parked(target);
+        report.released = released.len();
+        report.shards.extend(released);
         report.shards.sort_unstable();
         report.shards.dedup();
         Ok(report)

@@ -80,8 +80,11 @@ impl InboxStore for MemoryStorage {
                 }
             }
         }
+        // Parked after the other changes: a block committed with them counts.
+        let mut behind_block = Vec::new();
         for u in commit.updates {
             match u.change {
+                RowChange::BehindBlock => behind_block.push(u.seq),
                 RowChange::Remove => {
                     state.remove(u.seq);
                 }
@@ -132,6 +135,9 @@ impl InboxStore for MemoryStorage {
                     }
                 }
             }
+        }
+        for seq in behind_block {
+            state.park_behind_block(seq);
         }
         let now = commit.now;
         for s in commit.states {

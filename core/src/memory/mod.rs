@@ -169,6 +169,45 @@ impl State {
         }
     }
 
+    /// Parks row `seq` behind its target's blocked row (see `RowChange::BehindBlock`), or
+    /// leaves it due if the target has none any more.
+    fn park_behind_block(&mut self, seq: i64) {
+        let Some(row) = self.rows.get(&seq) else {
+            return;
+        };
+        let target = target_of(row);
+        let still_blocked = self
+            .blocked
+            .get(&row.shard)
+            .is_some_and(|b| b.iter().any(|s| target_of(&self.rows[s]) == target));
+        if still_blocked {
+            if let Some(row) = self.rows.get_mut(&seq) {
+                row.message.deliver_after = Some(crate::catch_up::parked_until());
+            }
+        }
+    }
+
+    /// Makes every parked row of `target` due at once (an unblock), whatever a reader's
+    /// clock says; returns their shards, one per row.
+    fn release_parked(&mut self, target: &EntityKey) -> Vec<ShardIndex> {
+        let parked: Vec<(ShardIndex, i64)> = self
+            .pending
+            .iter()
+            .flat_map(|(shard, seqs)| seqs.iter().map(move |seq| (*shard, *seq)))
+            .filter(|(_, seq)| {
+                let row = &self.rows[seq];
+                crate::catch_up::is_parked(row.message.deliver_after) && target_of(row) == *target
+            })
+            .collect();
+        for (shard, seq) in &parked {
+            if let Some(row) = self.rows.get_mut(seq) {
+                row.message.deliver_after = None;
+            }
+            self.due.entry(*shard).or_default().add(*seq, None);
+        }
+        parked.into_iter().map(|(shard, _)| shard).collect()
+    }
+
     /// Puts row `seq` of `shard`, due at `deliver_after`, into the pending indexes.
     fn pend(&mut self, shard: ShardIndex, seq: i64, deliver_after: Option<DateTime<Utc>>) {
         self.pending.entry(shard).or_default().insert(seq);

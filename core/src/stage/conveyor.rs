@@ -5,9 +5,10 @@
 //! one). A row that no station claims is held for one poll interval and reported, so that an
 //! incomplete pipeline slows a shard down but never spins on it or loses a row.
 //!
-//! Targets that must wait come with the page: behind a retry until its time, behind a
-//! blocked message for one poll interval at a time (so that they go on soon after an
-//! operator unblocks it); [`Conveyor::waiting`] gives both.
+//! Targets that must wait come with the page: behind a retry until its time
+//! ([`Conveyor::waiting`]), behind a blocked message until an operator unblocks it
+//! ([`Conveyor::blocked`]; their rows are parked with [`Intent::BehindBlock`], written once
+//! and made due together by the unblock, so that they go on in `seq` order).
 
 use crate::model::event::NewEvent;
 use crate::model::message::{InboxMessage, InboxWrite, MessageStatus};
@@ -59,6 +60,10 @@ pub enum Intent {
         /// Why.
         reason: String,
     },
+    /// Not handled: its target is stopped by a blocked message (an earlier one, or one this
+    /// stage blocks). Parked until an operator unblocks the target; see
+    /// [`RowChange::BehindBlock`].
+    BehindBlock,
     /// Its time to live ran out before delivery: removed and counted (and dead-lettered with
     /// reason `expired` when `dead_letter_expired` is set).
     Expired,
@@ -91,14 +96,12 @@ impl Conveyor {
     pub fn new(context: Arc<StationContext>, lease: Lease, now: DateTime<Utc>, page: Page) -> Self {
         let Page {
             messages: mut page,
-            mut waiting,
+            waiting,
             blocked,
             next_due: _,
             purge_due,
         } = page;
         page.sort_by_key(|m| m.seq);
-        let recheck = now + context.config().poll_span();
-        waiting.extend(blocked.iter().map(|target| (target.clone(), recheck)));
         let intents = vec![None; page.len()];
         Conveyor {
             context,
@@ -139,14 +142,14 @@ impl Conveyor {
         &self.page
     }
 
-    /// Targets whose earlier failed message waits for its retry, with the retry time, and
-    /// blocked targets, with the time one poll interval from now: their messages in this
-    /// page must be held until then (per-target order).
+    /// Targets whose earlier failed message waits for its retry, with the retry time: their
+    /// messages in this page must be held until then (per-target order).
     pub fn waiting(&self) -> &[(EntityKey, DateTime<Utc>)] {
         &self.waiting
     }
 
-    /// Targets of the shard stopped by a blocked message (also in [`Conveyor::waiting`]).
+    /// Targets of the shard stopped by a blocked message: their messages in this page wait
+    /// behind it ([`Intent::BehindBlock`]) until an operator unblocks it.
     pub fn blocked(&self) -> &[EntityKey] {
         &self.blocked
     }
@@ -254,6 +257,10 @@ impl Conveyor {
                 Some(Intent::Hold { until }) => {
                     report.held += 1;
                     RowChange::Hold { until }
+                }
+                Some(Intent::BehindBlock) => {
+                    report.held += 1;
+                    RowChange::BehindBlock
                 }
                 Some(Intent::RetryAt { at, error }) => {
                     report.retried += 1;
@@ -589,6 +596,38 @@ mod tests {
         assert_eq!(report.held, 1);
         assert_eq!(report.delivered + report.retried + report.dead_lettered, 0);
         assert!(commit.dead_letters.is_empty());
+    }
+
+    #[test]
+    fn a_row_behind_a_block_is_parked_with_no_time_of_its_own() {
+        let blocked = crate::storage::EntityKey {
+            kind: "counter".into(),
+            tenant: String::new(),
+            id: "t-1".into(),
+        };
+        let mut c = Conveyor::new(
+            env(Duration::from_millis(250)),
+            lease(),
+            t0(),
+            Page {
+                messages: vec![row(1, MessageStatus::ToDeliver, 0)],
+                blocked: vec![blocked.clone()],
+                ..Page::default()
+            },
+        );
+        assert_eq!(c.blocked(), [blocked]);
+        assert!(c.waiting().is_empty(), "a block is not a retry with a time");
+        c.record(0, Intent::BehindBlock);
+        let (commit, report) = c.into_commit(t0() + secs(30));
+        assert_eq!(
+            commit.updates,
+            vec![RowUpdate {
+                seq: 1,
+                change: RowChange::BehindBlock
+            }]
+        );
+        assert_eq!(report.held, 1);
+        assert_eq!(commit.earliest_delay(), None);
     }
 
     #[test]

@@ -42,6 +42,15 @@ pub enum RowChange {
         /// When it is due again.
         until: DateTime<Utc>,
     },
+    /// Waits behind a blocked message of its target: parked (`deliver_after` set to
+    /// [`crate::catch_up::parked_until`], attempts unchanged) until an operator unblocks the
+    /// target, which makes every parked row of the target due at once in the same
+    /// transaction (see `DeadLetterStore::unblock_target`). Written once: no page reads a
+    /// parked row, so it is not rewritten while the block lasts. Applied after the commit's
+    /// other changes and only if the target still has a blocked row then (this commit's own
+    /// [`RowChange::Block`] included); otherwise (an unblock committed after the page was
+    /// read) the row is left unchanged, still due.
+    BehindBlock,
 }
 
 /// A change to the row with `seq`.
@@ -106,10 +115,11 @@ impl StageCommit {
     /// The earliest time this commit makes a row of its shard due later (a retry, a hold, or
     /// a delayed message it fans out to its own shard): what a page read before it could not
     /// know of.
+    /// Parked rows wait for an event, not a time, so they give none.
     pub fn earliest_delay(&self) -> Option<DateTime<Utc>> {
         let changes = self.updates.iter().filter_map(|u| match &u.change {
             RowChange::RetryAt { at, .. } => Some(*at),
-            RowChange::Hold { until } => Some(*until),
+            RowChange::Hold { until } if !crate::catch_up::is_parked(Some(*until)) => Some(*until),
             _ => None,
         });
         let fanned_out = self
@@ -218,5 +228,16 @@ mod tests {
         // A delayed write to this shard counts; one to another shard, or undelayed, does not.
         let writes = vec![write(1, Some(at(5))), write(2, Some(at(2))), write(1, None)];
         assert_eq!(commit(vec![retry], writes).earliest_delay(), Some(at(5)));
+    }
+
+    #[test]
+    fn parked_rows_give_no_delay() {
+        let parked = RowChange::Hold {
+            until: crate::catch_up::parked_until(),
+        };
+        assert_eq!(
+            commit(vec![parked, RowChange::BehindBlock], vec![]).earliest_delay(),
+            None
+        );
     }
 }

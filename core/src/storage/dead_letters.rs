@@ -5,13 +5,19 @@
 //!                     ─ requeue ─► one new Inbox row each (same signal, attempts 0, due now)
 //!                     ─ purge
 //!  blocked inbox rows ─ list blocked targets
-//!                     ─ unblock: requeue (due now, attempts 0) │ drop │ dead-letter
+//!                     ─ unblock: requeue (due now, attempts 0) │ drop │ dead-letter,
+//!                       and every row parked behind it due at once
 //! ```
 //!
 //! Operator writes may run while workers serve the same shards, and they are safe without a
 //! lease: a requeue inserts a new row (never touches one a worker may hold in a page), and an
-//! unblock changes only rows in status `blocked`, which no page reads and no stage commits.
-//! Neither removes a row a worker could be delivering.
+//! unblock changes rows in status `blocked`, which no page reads and no stage commits, and
+//! makes the target's parked rows due, which no page reads either. A stage that read one of
+//! the target's rows before the unblock may still park it after: its commit parks a row only
+//! if the target is still blocked at that point (see `RowChange::BehindBlock`), and the
+//! unblock does not interleave with a commit on the target's shard (the durable backends
+//! lock the shard's session row first, as a commit does). Neither removes a row a worker
+//! could be delivering.
 
 use super::commit::DeadLetter;
 use super::entities::EntityKey;
@@ -223,7 +229,10 @@ pub enum Unblock {
 pub struct UnblockReport {
     /// Blocked messages changed (0 if the target was not blocked).
     pub unblocked: usize,
-    /// The shards of those messages.
+    /// The target's messages that were parked behind the block, now due at once (they go
+    /// on in `seq` order, after a requeued blocked message).
+    pub released: usize,
+    /// The shards of those messages, sorted, each once.
     pub shards: Vec<ShardIndex>,
 }
 
@@ -266,7 +275,11 @@ pub trait DeadLetterStore: Send + Sync + 'static {
     async fn blocked_targets(&self, limit: usize) -> Result<Vec<BlockedTarget>, StorageError>;
 
     /// Acts on `target`'s blocked message (only rows in status `blocked`, which no worker
-    /// touches). A requeued message is due at once, with no TTL. `now` stamps a dead letter.
+    /// touches). A requeued message is due at once, with no TTL. In the same transaction,
+    /// every parked row of the target (its messages that waited behind the block) is made
+    /// due at once (`deliver_after` cleared, whatever the readers' clocks), so that the next
+    /// page reads them in `seq` order; parked rows are released even if nothing was blocked
+    /// (nothing holds them any more). `now` stamps a dead letter.
     async fn unblock_target(
         &self,
         target: &EntityKey,

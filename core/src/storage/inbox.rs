@@ -19,8 +19,8 @@ pub struct Page {
     /// that per-target order holds across retries.
     pub waiting: Vec<(EntityKey, DateTime<Utc>)>,
     /// Targets of the shard with a `blocked` message: their later messages must wait until
-    /// an operator requeues or drops it (they are held a poll interval at a time, so that
-    /// they go on soon after an unblock).
+    /// an operator requeues or drops it (they are parked, see `RowChange::BehindBlock`, and
+    /// the unblock makes them due).
     pub blocked: Vec<EntityKey>,
     /// When the shard next has work without new writes, as of the read: the earliest
     /// `deliver_after` after `now` of a row not yet delivered (parked rows excluded), as
@@ -36,7 +36,8 @@ pub struct Page {
 /// Rows of the Inbox by status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InboxCounts {
-    /// Waiting for delivery (due or not).
+    /// Waiting for delivery (due or not; rows parked behind a blocked message or by a
+    /// catch-up included).
     pub to_deliver: u64,
     /// Delivered and kept for deduplication.
     pub delivered: u64,

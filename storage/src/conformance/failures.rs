@@ -268,6 +268,137 @@ pub async fn unblock_by_requeue_drop_or_dead_letter<S: Storage + Inspect>(store:
     assert_eq!(store.counts(Some(shard)).await.expect("counts").blocked, 0);
 }
 
+/// Row `seq` waits behind a blocked message of its target.
+fn behind_block(seq: i64) -> RowUpdate {
+    RowUpdate {
+        seq,
+        change: RowChange::BehindBlock,
+    }
+}
+
+/// Rows parked behind a blocked message (with a block of the same commit or an earlier one)
+/// are not read, not due and not waited for by a timer, yet counted as pending and found by
+/// a TTL sweep; a row "behind a block" whose target is not blocked at commit stays due; an
+/// unblock (requeue or drop) makes all of the target's parked rows due at once, whatever the
+/// reader's clock, so that the next page reads them in `seq` order.
+pub async fn rows_behind_a_block_are_parked_until_the_unblock<S: Storage + Inspect>(store: S) {
+    let shard = ShardIndex(1);
+    store
+        .write(messages(vec![
+            command(1, "a", "a1"),
+            command(1, "a", "a2"),
+            command(1, "c", "c1"),
+            command(1, "a", "a3"),
+            command(1, "b", "b1"),
+            command(1, "c", "c2"),
+            command(1, "d", "d1"),
+        ]))
+        .await
+        .expect("write");
+    let seq = |rows: &[InboxMessage], signal: &str| {
+        rows.iter()
+            .find(|r| r.message.signal_id.0 == signal)
+            .map(|r| r.seq)
+            .unwrap_or_else(|| panic!("row {signal}"))
+    };
+    let rows = store.rows().await.expect("rows");
+    commit_at(
+        &store,
+        1,
+        secs(1),
+        vec![
+            block(seq(&rows, "a1"), 1, "bad a"),
+            behind_block(seq(&rows, "a2")),
+            block(seq(&rows, "c1"), 1, "bad c"),
+            behind_block(seq(&rows, "c2")),
+            // Read while d was blocked, committed after its unblock: not parked.
+            behind_block(seq(&rows, "d1")),
+        ],
+    )
+    .await;
+    // a4 arrives later, with a TTL, and is parked by the stage that first reads it.
+    store
+        .write(messages(vec![with(command(1, "a", "a4"), |m| {
+            m.expires_at = Some(secs(500))
+        })]))
+        .await
+        .expect("write");
+    let rows = store.rows().await.expect("rows");
+    commit_at(
+        &store,
+        1,
+        secs(2),
+        vec![
+            behind_block(seq(&rows, "a3")),
+            behind_block(seq(&rows, "a4")),
+        ],
+    )
+    .await;
+
+    let page = store.read_page(shard, secs(100), 10).await.expect("read");
+    assert_eq!(
+        signals(&page.messages),
+        ["b1", "d1"],
+        "parked rows are not read"
+    );
+    assert_eq!(page.blocked, vec![key("a"), key("c")]);
+    assert!(page.waiting.is_empty(), "{:?}", page.waiting);
+    assert_eq!(page.next_due, None, "parked rows have no due time");
+    assert_eq!(
+        store.next_due(shard, secs(100)).await.expect("next due"),
+        None
+    );
+    let counts = store.counts(Some(shard)).await.expect("counts");
+    assert_eq!(
+        (counts.to_deliver, counts.blocked, counts.pending()),
+        (6, 2, 6),
+        "parked rows are still pending: they go on after an unblock"
+    );
+    assert_eq!(
+        store.expired_shards(secs(600)).await.expect("expired"),
+        vec![shard],
+        "a parked row's TTL still runs"
+    );
+    assert_eq!(
+        signals(
+            &store
+                .read_expired(shard, secs(600), 10)
+                .await
+                .expect("expired")
+        ),
+        ["a4"]
+    );
+
+    let r = store
+        .unblock_target(&key("a"), Unblock::Requeue, secs(100))
+        .await
+        .expect("unblock");
+    assert_eq!(
+        (r.unblocked, r.released, r.shards.clone()),
+        (1, 3, vec![shard])
+    );
+    // A reader whose clock is behind the operator's still finds them due.
+    let page = store.read_page(shard, secs(3), 10).await.expect("read");
+    assert_eq!(
+        signals(&page.messages),
+        ["a1", "a2", "a3", "b1", "d1", "a4"],
+        "the target's rows, due at once, in seq order"
+    );
+    assert_eq!(page.blocked, vec![key("c")]);
+
+    let r = store
+        .unblock_target(&key("c"), Unblock::Drop, secs(100))
+        .await
+        .expect("unblock");
+    assert_eq!((r.unblocked, r.released), (1, 1));
+    let page = store.read_page(shard, secs(3), 10).await.expect("read");
+    assert_eq!(
+        signals(&page.messages),
+        ["a1", "a2", "a3", "b1", "c2", "d1", "a4"]
+    );
+    assert!(page.blocked.is_empty());
+}
+
 /// Dead letters are listed oldest first and filtered by kind, target, tenant, time, ids and
 /// position, with a limit; counting ignores the limit; a purge removes what its filter
 /// selects and nothing else.

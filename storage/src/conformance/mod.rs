@@ -59,7 +59,8 @@ pub use failures::{
     blocked_row_stops_only_its_target, concurrent_requeue_of_one_dead_letter_requeues_it_once,
     dead_letters_are_listed_counted_and_purged_by_filter, expired_rows_are_found_due_or_not,
     first_failure_time_is_kept_across_retries, pick_up_tells_a_takeover_from_a_free_shard,
-    requeued_dead_letters_return_to_the_inbox, unblock_by_requeue_drop_or_dead_letter,
+    requeued_dead_letters_return_to_the_inbox, rows_behind_a_block_are_parked_until_the_unblock,
+    unblock_by_requeue_drop_or_dead_letter,
 };
 pub use inbox::{
     catch_up_rows_interleave_in_seq_order, concurrent_writers_all_succeed, counts_by_status,
@@ -110,6 +111,7 @@ macro_rules! conformance_suite {
             first_failure_time_is_kept_across_retries,
             blocked_row_stops_only_its_target,
             unblock_by_requeue_drop_or_dead_letter,
+            rows_behind_a_block_are_parked_until_the_unblock,
             dead_letters_are_listed_counted_and_purged_by_filter,
             requeued_dead_letters_return_to_the_inbox,
             concurrent_requeue_of_one_dead_letter_requeues_it_once,

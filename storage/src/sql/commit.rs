@@ -2,8 +2,9 @@
 //!
 //! ```text
 //!  1 fence      UPDATE shard_sessions SET lease_until WHERE shard, epoch, node   0 rows → LeaseLost
-//!  2 rows       delivered / held / retried / removed, each touching exactly one row of the
-//!               shard                                                             else → Corrupt
+//!  2 rows       delivered / held / retried / blocked / removed, each touching exactly one
+//!               row of the shard                                                  else → Corrupt;
+//!               then parked behind a block, if the target is still blocked
 //!  3 states     upsert (version + 1) or delete
 //!  4 dead letters
 //!  5 fan-out    inbox rows (deduplicated)
@@ -113,6 +114,7 @@ macro_rules! commit_units {
             let mut retried = Vec::new();
             let mut blocked = Vec::new();
             let mut removed = Vec::new();
+            let mut behind_block = Vec::new();
             for u in updates {
                 match u.change {
                     RowChange::Delivered { keep_until } => {
@@ -128,6 +130,7 @@ macro_rules! commit_units {
                         blocked.push((u.seq, rows::attempts_column(attempts), error))
                     }
                     RowChange::Remove => removed.push(u.seq),
+                    RowChange::BehindBlock => behind_block.push(u.seq),
                 }
             }
             for (keep_until, seqs) in delivered {
@@ -186,7 +189,40 @@ macro_rules! commit_units {
                         .filter(im::seq.eq_any(chunk)),
                 )
                 .execute(conn)?)
+            })?;
+            // Last, so that a block of this commit counts. Every row is touched (a row
+            // whose target is no longer blocked keeps its time), so the count still proves
+            // that each one is a row of the shard.
+            let parked = micros(shardbox_core::catch_up::parked_until());
+            for_each_chunk(conn, shard, behind_block, |conn, chunk| {
+                Ok(diesel::update(
+                    im::inbox_messages
+                        .filter(im::shard.eq(s))
+                        .filter(im::seq.eq_any(chunk)),
+                )
+                .set(im::deliver_after.eq(park_if_blocked(parked)))
+                .execute(conn)?)
             })
+        }
+
+        /// `deliver_after` of a row behind a block: `parked` if its target has a blocked row
+        /// (through `inbox_blocked`, whose predicate is stated literally), else unchanged.
+        /// The commit runs after the fence, which on PostgreSQL holds the shard's session
+        /// row: an unblock takes that row first, so it either committed before this
+        /// statement (then it sees no blocked row) or waits for this commit (then it sees
+        /// the parked row and releases it).
+        fn park_if_blocked(
+            parked: i64,
+        ) -> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<BigInt>> {
+            // SQL text: a correlated subquery diesel's DSL cannot state on an UPDATE's own
+            // table; `parked` is a constant i64, nothing user-supplied is spliced.
+            sql::<diesel::sql_types::Nullable<BigInt>>(&format!(
+                "CASE WHEN EXISTS (SELECT 1 FROM inbox_messages b \
+                 WHERE b.tenant = inbox_messages.tenant \
+                 AND b.target_kind = inbox_messages.target_kind \
+                 AND b.target_id = inbox_messages.target_id AND b.status = 'blocked') \
+                 THEN {parked} ELSE deliver_after END"
+            ))
         }
 
         /// `first_failed_at` kept if set, else `now` (µs): the time of the first failure.

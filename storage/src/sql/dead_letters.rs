@@ -7,7 +7,10 @@
 //!                         Inbox (deduplicated) — one write transaction: a concurrent requeue
 //!                         of the same id finds it gone (PostgreSQL waits on the row lock)
 //!  blocked targets        inbox_blocked (tenant, target_kind, target_id) WHERE blocked
-//!  unblock                UPDATE / DELETE … WHERE target AND status = 'blocked'
+//!  unblock                lock the target's shard session rows (a commit on the shard in
+//!                         flight finishes first), then UPDATE / DELETE … WHERE target AND
+//!                         status = 'blocked', then the target's parked rows due at once
+//!                         (through the unique index on the target and signal)
 //! ```
 //!
 //! None of these takes a shard lease: they never touch a row a worker may hold in a page (see
@@ -183,7 +186,8 @@ macro_rules! dead_letter_units {
                 .collect()
         }
 
-        /// `DeadLetterStore::unblock_target`: touches only rows in status `blocked`.
+        /// `DeadLetterStore::unblock_target`: acts on the target's rows in status `blocked`,
+        /// then makes its parked rows due.
         pub(crate) fn unblock_target(
             conn: &mut Conn,
             target: EntityKey,
@@ -200,6 +204,15 @@ macro_rules! dead_letter_units {
                     .filter(BLOCKED)
             };
             <Conn as Dialect>::write_transaction(conn, |conn| {
+                // On PostgreSQL a stage's commit holds its shard's session row from its
+                // fence to its end: taking it here makes a commit in flight finish first, so
+                // that the rows it parked behind the block are seen below, and makes a later
+                // commit wait, so that it finds the target unblocked and parks nothing
+                // (`RowChange::BehindBlock`). SQLite's writers are serialised anyway.
+                let mut locked: Vec<i32> = blocked().select(im::shard).load(conn)?;
+                locked.sort_unstable();
+                locked.dedup();
+                lock_sessions(conn, &locked)?;
                 let rows: Vec<InboxMessage> = blocked()
                     .select(InboxRow::as_select())
                     .load(conn)?
@@ -247,11 +260,48 @@ macro_rules! dead_letter_units {
                         diesel::delete(blocked().filter(im::seq.eq_any(&seqs))).execute(conn)?
                     }
                 };
+                let released = release_parked(conn, &target)?;
+                for shard in &released {
+                    shards.push(rows::shard(*shard)?);
+                }
+                shards.sort_unstable();
+                shards.dedup();
                 Ok(shardbox_core::storage::UnblockReport {
                     unblocked: touched,
+                    released: released.len(),
                     shards,
                 })
             })
+        }
+
+        /// Takes the session rows of `shards` (in shard order) until the transaction ends,
+        /// without changing them.
+        fn lock_sessions(conn: &mut Conn, shards: &[i32]) -> Result<(), Failure> {
+            use $crate::schema::shard_sessions::dsl as ss;
+            for chunk in shards.chunks(IN_CHUNK) {
+                diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
+                    .set(ss::epoch.eq(ss::epoch))
+                    .execute(conn)?;
+            }
+            Ok(())
+        }
+
+        /// Makes every parked row of `target` due at once (`deliver_after` cleared, so due
+        /// whatever a reader's clock says, in `seq` order); returns each one's shard.
+        fn release_parked(conn: &mut Conn, target: &EntityKey) -> Result<Vec<i32>, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            Ok(diesel::update(
+                im::inbox_messages
+                    .filter(im::tenant.eq(&target.tenant))
+                    .filter(im::target_kind.eq(&target.kind))
+                    .filter(im::target_id.eq(&target.id))
+                    .filter(im::deliver_after.eq(micros(shardbox_core::catch_up::parked_until())))
+                    .filter(im::status.ne(MessageStatus::Delivered.as_str()))
+                    .filter(im::status.ne(MessageStatus::Blocked.as_str())),
+            )
+            .set(im::deliver_after.eq(None::<i64>))
+            .returning(im::shard)
+            .get_results(conn)?)
         }
     };
 }
