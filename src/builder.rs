@@ -159,6 +159,15 @@ impl ShardboxBuilder {
             field: "storage",
             reason: "call .storage(SqliteStorage::open(path).await?), .storage(PostgresStorage::connect(url).await?) or .memory()",
         })?;
+        // Every node must split the Inbox alike: the first records its count, the others check.
+        let recorded = storage.claim_shard_count(config.shard_count).await?;
+        if recorded != config.shard_count {
+            return Err(ConfigError::ShardCountMismatch {
+                recorded,
+                configured: config.shard_count,
+            }
+            .into());
+        }
         let mut registry = EntityRegistry::new(self.strategy, config.shard_count);
         for handler in self.handlers {
             registry.register(handler)?;

@@ -322,6 +322,53 @@ async fn an_idle_shard_is_purged_by_the_running_node_after_the_window() {
     .await;
 }
 
+/// The shard count is recorded by the first node; a node configured with another one is
+/// refused at build with an error that gives both numbers and what to do, and one with the
+/// recorded count builds. On memory, SQLite and PostgreSQL.
+#[tokio::test]
+async fn a_node_with_another_shard_count_is_refused() {
+    async fn check(storage: Arc<dyn Storage>) {
+        let clock = Arc::new(ManualClock::new(t0()));
+        let first = build(storage.clone(), clock.clone(), |b| b.shards(16)).await;
+        first
+            .send::<Tally>("t-1", &TallyCommand::Record(1))
+            .await
+            .unwrap();
+        let refused = Shardbox::builder()
+            .shared_storage(storage.clone())
+            .shards(8)
+            .aggregate::<Tally>()
+            .build()
+            .await
+            .expect_err("another shard count");
+        match &refused {
+            DeliveryError::Config(shardbox::ConfigError::ShardCountMismatch {
+                recorded,
+                configured,
+            }) => assert_eq!((*recorded, *configured), (16, 8)),
+            other => panic!("expected ShardCountMismatch, got {other:?}"),
+        }
+        let text = refused.to_string();
+        assert!(
+            text.contains("16") && text.contains("8") && text.contains(".shards(16)"),
+            "{text}"
+        );
+        build(storage, clock, |b| b.shards(16)).await;
+    }
+    check(Arc::new(MemoryStorage::new())).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    check(Arc::new(
+        shardbox::storage::SqliteStorage::open(dir.path().join("count.db"))
+            .await
+            .expect("open"),
+    ))
+    .await;
+    if let Some(url) = common::pg_url("a_node_with_another_shard_count_is_refused") {
+        let schema = common::PgSchema::new(&url, "shard_count");
+        check(Arc::new(schema.connect(2).await)).await;
+    }
+}
+
 /// The deduplication window is measured on the configured clock, by every node alike: a
 /// signal sent again after the window (the manual clock moved on, no real time passed) is
 /// delivered again by the node that delivered it first (its recent-delivery cache still holds

@@ -133,4 +133,12 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Settings every node must agree on, recorded by the first node (e.g. `shard_count`).
+    shardbox_settings (name) {
+        name -> Text,
+        value -> Text,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(inbox_messages, events);

@@ -52,6 +52,8 @@ struct State {
     jobs: BTreeMap<i64, CatchUpJob>,
     dead_letters: BTreeMap<DeadLetterId, DeadLetter>,
     next_dead_letter: i64,
+    /// The recorded shard count (see `WorkRegistry::claim_shard_count`).
+    shard_count: Option<u32>,
 }
 
 fn target_of(m: &InboxMessage) -> EntityKey {

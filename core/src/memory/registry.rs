@@ -77,4 +77,8 @@ impl WorkRegistry for MemoryStorage {
     async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError> {
         Ok(self.lock().sessions.values().cloned().collect())
     }
+
+    async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {
+        Ok(*self.lock().shard_count.get_or_insert(shard_count))
+    }
 }

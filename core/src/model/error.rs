@@ -26,6 +26,14 @@ pub enum ConfigError {
         /// How to give it.
         reason: &'static str,
     },
+    /// The database's Inbox was set up with another shard count than this node's.
+    #[error("the database's Inbox has {recorded} shards, but this node is configured with {configured}: start every node with .shards({recorded}). A node with another count would send one target's messages to two shards; the count cannot be changed while messages are in the Inbox")]
+    ShardCountMismatch {
+        /// The count recorded in the database by the first node.
+        recorded: u32,
+        /// This node's configured count.
+        configured: u32,
+    },
     /// The same entity kind was registered twice.
     #[error("entity kind `{kind}` is registered twice; give each entity type its own KIND")]
     DuplicateKind {

@@ -66,4 +66,9 @@ pub trait WorkRegistry: Send + Sync + 'static {
 
     /// All rows of the lock table.
     async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError>;
+
+    /// Records `shard_count` as the Inbox's shard count if none is recorded yet, atomically,
+    /// and returns the recorded count — the one every node must be configured with (a node
+    /// with another count would split one target's messages over two shards).
+    async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError>;
 }

@@ -71,6 +71,7 @@ pub use inbox::{
 pub use registry::{
     concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
     pick_up_refused_while_held, release_then_pick_up_gives_higher_epoch,
+    the_first_shard_count_claimed_is_recorded,
 };
 
 /// Stamps one `#[tokio::test]` per conformance case into the calling module.
@@ -100,6 +101,7 @@ macro_rules! conformance_suite {
             release_then_pick_up_gives_higher_epoch,
             fenced_commit_refused_after_lease_taken,
             concurrent_pick_up_has_one_winner,
+            the_first_shard_count_claimed_is_recorded,
             event_store_pages_by_seq_with_filters,
             entity_state_versions_and_delete,
             catch_up_lifecycle,

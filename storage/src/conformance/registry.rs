@@ -187,3 +187,34 @@ pub async fn concurrent_pick_up_has_one_winner<S: Storage + Inspect>(store: S) {
     let sessions = store.sessions().await.expect("sessions");
     assert_eq!(sessions[0].node_id, Some(winners[0].node_id.clone()));
 }
+
+/// The first claim records the shard count; every later one gets the recorded count back,
+/// whatever it asks for, also when many claim at once.
+pub async fn the_first_shard_count_claimed_is_recorded<S: Storage + Inspect>(store: S) {
+    let store = Arc::new(store);
+    let barrier = Arc::new(tokio::sync::Barrier::new(4));
+    let mut tasks = Vec::new();
+    for asked in [8_u32, 16, 32, 64] {
+        let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store.claim_shard_count(asked).await.expect("claim")
+        }));
+    }
+    let mut recorded = Vec::new();
+    for task in tasks {
+        recorded.push(task.await.expect("task"));
+    }
+    recorded.dedup();
+    assert_eq!(
+        recorded.len(),
+        1,
+        "one count recorded for all: {recorded:?}"
+    );
+    assert!([8, 16, 32, 64].contains(&recorded[0]));
+    assert_eq!(
+        store.claim_shard_count(128).await.expect("claim"),
+        recorded[0],
+        "a later claim gets the recorded count"
+    );
+}

@@ -10,6 +10,31 @@
 /// Stamps the lock-table units; see [`crate::sql`].
 macro_rules! registry_units {
     () => {
+        /// `WorkRegistry::claim_shard_count`: insert if absent, then read what is recorded, in
+        /// one write transaction (two first nodes racing record one count).
+        pub(crate) fn claim_shard_count(conn: &mut Conn, shard_count: u32) -> Result<u32, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                diesel::insert_into(st::shardbox_settings)
+                    .values((
+                        st::name.eq("shard_count"),
+                        st::value.eq(shard_count.to_string()),
+                    ))
+                    .on_conflict(st::name)
+                    .do_nothing()
+                    .execute(conn)?;
+                let recorded: String = st::shardbox_settings
+                    .filter(st::name.eq("shard_count"))
+                    .select(st::value)
+                    .first(conn)?;
+                recorded.parse().map_err(|_| {
+                    Failure::from(shardbox_core::StorageError::Corrupt(format!(
+                        "shardbox_settings.shard_count is `{recorded}`, not a shard count"
+                    )))
+                })
+            })
+        }
+
         /// `WorkRegistry::pick_up`.
         pub(crate) fn pick_up(
             conn: &mut Conn,

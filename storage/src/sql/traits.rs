@@ -225,6 +225,15 @@ macro_rules! storage_impls {
             {
                 self.db.run($units::sessions).await
             }
+
+            async fn claim_shard_count(
+                &self,
+                shard_count: u32,
+            ) -> Result<u32, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::claim_shard_count(conn, shard_count))
+                    .await
+            }
         }
 
         #[async_trait::async_trait]
