@@ -411,3 +411,79 @@ async fn an_unblock_waits_for_a_commit_in_flight_and_releases_what_it_parked() {
         .expect("page");
     assert_eq!(signals(&page.messages), ["a1", "a2"]);
 }
+
+/// Two stage commits that complete catch-ups over overlapping shards, each on a shard of its
+/// own, run at once: each holds its own shard's session row (the fence) and re-fences the
+/// others'. Locked in opposite orders that is a deadlock, which PostgreSQL breaks by failing
+/// one commit with "deadlock detected"; every commit that re-fences other shards takes all
+/// its session rows in ascending order first, so one waits for the other — and is then fenced
+/// (`LeaseLost`) by the other's re-fence, as a stage that read before a completion must be. A third connection holds the
+/// two jobs' rows until both commits are past their fences, so the overlap happens every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_catch_up_completions_do_not_deadlock() {
+    use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp};
+    use shardbox_core::CatchUpStore;
+    use shardbox_storage::conformance::fixtures::{pick, secs, stage};
+    use std::sync::Arc;
+
+    let Some(url) = pg_url("overlapping_catch_up_completions_do_not_deadlock") else {
+        return;
+    };
+    let schema = Schema::new(&url, "refence_order");
+    let storage = Arc::new(schema.connect(4).await);
+    let start = |kind: &str| NewCatchUp {
+        projection_kind: kind.into(),
+        tenant: String::new(),
+        targets: CatchUpTargets::All,
+        since: None,
+        affected_shards: vec![ShardIndex(1), ShardIndex(2), ShardIndex(3)],
+        total_estimate: 0,
+        created_at: t0(),
+    };
+    for round in 0..3 {
+        let one = storage
+            .start_catch_up(start(&format!("p1-{round}")))
+            .await
+            .expect("start");
+        let two = storage
+            .start_catch_up(start(&format!("p2-{round}")))
+            .await
+            .expect("start");
+        let complete = |mut job: shardbox_core::storage::CatchUpJob| {
+            job.status = CatchUpStatus::Completed;
+            job.finished_at = Some(secs(1));
+            job.updated_at = secs(1);
+            job
+        };
+        let mut commit_one = stage(&pick(&*storage, 1, "node-a", t0()).await, t0(), vec![]);
+        commit_one.catch_ups = vec![complete(one.clone())];
+        let mut commit_two = stage(&pick(&*storage, 2, "node-b", t0()).await, t0(), vec![]);
+        commit_two.catch_ups = vec![complete(two.clone())];
+
+        let mut holder = schema.raw();
+        holder
+            .batch_execute(&format!(
+                "BEGIN; SELECT id FROM catch_ups WHERE id IN ({}, {}) FOR UPDATE",
+                one.id, two.id
+            ))
+            .expect("hold the job rows");
+        let run = |commit| {
+            let storage = storage.clone();
+            tokio::spawn(async move { storage.commit_stage(commit).await })
+        };
+        let (a, b) = (run(commit_one), run(commit_two));
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        holder.batch_execute("COMMIT").expect("let go");
+        let a = a.await.expect("task");
+        let b = b.await.expect("task");
+        // The first to take the rows commits and re-fences the other's shard, whose stage is
+        // then refused as designed (it read before the completion) — never a deadlock.
+        for r in [&a, &b] {
+            assert!(
+                matches!(r, Ok(_) | Err(StorageError::LeaseLost { .. })),
+                "round {round}: committed or fenced, not failed: {r:?}"
+            );
+        }
+        assert!(a.is_ok() || b.is_ok(), "round {round}: one commits: {a:?} / {b:?}");
+    }
+}

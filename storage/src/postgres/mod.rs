@@ -232,6 +232,16 @@ impl Dialect for PgConnection {
         work(self)
     }
 
+    fn lock_sessions_in_order(&mut self, shards: &[i32]) -> Result<(), Failure> {
+        // LockRows runs above the sort, so the rows are locked in shard order.
+        diesel::sql_query(
+            "SELECT shard FROM shard_sessions WHERE shard = ANY($1) ORDER BY shard FOR UPDATE",
+        )
+        .bind::<diesel::sql_types::Array<Integer>, _>(shards)
+        .execute(self)?;
+        Ok(())
+    }
+
     fn lock_catch_up_start(&mut self, kind: &str, tenant: &str) -> Result<(), Failure> {
         diesel::sql_query(
             "SELECT pg_advisory_xact_lock($1, \

@@ -50,7 +50,11 @@ macro_rules! catch_up_units {
                         }
                     }
                     use $crate::schema::shard_sessions::dsl as ss;
-                    let shards: Vec<i32> = job.affected_shards.iter().map(|s| s.as_i32()).collect();
+                    let mut shards: Vec<i32> =
+                        job.affected_shards.iter().map(|s| s.as_i32()).collect();
+                    shards.sort_unstable();
+                    shards.dedup();
+                    <Conn as Dialect>::lock_sessions_in_order(conn, &shards)?;
                     for chunk in shards.chunks(INSERT_CHUNK) {
                         diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
                             .set((ss::epoch.eq(ss::epoch + 1), ss::lease_until.eq(None::<i64>)))

@@ -39,7 +39,23 @@ macro_rules! commit_units {
             // The fan-out's rows are made before the transaction and dropped after it.
             let messages = $crate::rows::inbox_rows(writes.messages)?;
             let events = $crate::rows::event_rows(writes.events)?;
+            // A completion re-fences its job's other shards: take every session row it will
+            // touch, its own included, in ascending order before the fence (see
+            // `Dialect::lock_sessions_in_order`).
+            let mut locked: Vec<i32> = catch_ups
+                .iter()
+                .filter(|job| job.status == shardbox_core::storage::CatchUpStatus::Completed)
+                .flat_map(|job| job.spec.affected_shards.iter().map(|s| s.as_i32()))
+                .collect();
+            if !locked.is_empty() {
+                locked.push(lease.shard.as_i32());
+                locked.sort_unstable();
+                locked.dedup();
+            }
             <Conn as Dialect>::write_transaction(conn, |conn| {
+                if !locked.is_empty() {
+                    <Conn as Dialect>::lock_sessions_in_order(conn, &locked)?;
+                }
                 fence(conn, &lease, lease_until)?;
                 update_rows(conn, lease.shard, updates, now)?;
                 store_states(conn, states, now)?;

@@ -100,6 +100,14 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,
     ) -> Result<T, Failure>;
 
+    /// Inside a write transaction, before any other session row is touched: locks the session
+    /// rows of `shards` (sorted, distinct) in ascending order until the transaction ends.
+    /// Every transaction that locks more than one shard's row (a catch-up start, a stage
+    /// commit completing a catch-up) takes them this way, and every other takes one row, so
+    /// no two can wait on each other in a circle. PostgreSQL: `SELECT … ORDER BY shard FOR
+    /// UPDATE`; SQLite needs nothing, its write transactions exclude each other.
+    fn lock_sessions_in_order(&mut self, shards: &[i32]) -> Result<(), Failure>;
+
     /// Inside a write transaction: serialises catch-up starts of one projection kind and
     /// tenant until the transaction ends, so that "check for overlap, then insert" is atomic.
     fn lock_catch_up_start(&mut self, projection_kind: &str, tenant: &str) -> Result<(), Failure>;

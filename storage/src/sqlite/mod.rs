@@ -196,6 +196,11 @@ impl Dialect for SqliteConnection {
         self.write_transaction(work)
     }
 
+    fn lock_sessions_in_order(&mut self, _shards: &[i32]) -> Result<(), Failure> {
+        // The immediate transaction already excludes every other writer.
+        Ok(())
+    }
+
     fn lock_catch_up_start(&mut self, _kind: &str, _tenant: &str) -> Result<(), Failure> {
         // The immediate transaction already excludes every other writer.
         Ok(())
