@@ -58,7 +58,7 @@ pub use shardbox::{Node, Shardbox};
 
 pub use shardbox_core::storage::{
     BlockedTarget, CatchUpStatus, CatchUpTargets, DeadLetterFilter, DeadLetterId, EntityKey,
-    RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
+    Member, RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
 };
 
 pub use shardbox_core as core;

@@ -177,6 +177,13 @@ impl Shardbox {
         })
     }
 
+    /// The running nodes sharing this database: every node beats every `poll_interval` while
+    /// it runs, leaves at `shutdown()`, and drops out one `lease_duration` after its last beat
+    /// if it dies.
+    pub async fn members(&self) -> Result<Vec<shardbox_core::storage::Member>, DeliveryError> {
+        Ok(self.env.storage.members(self.env.clock.now()).await?)
+    }
+
     /// A snapshot of this node's delivery counters (also exported via the `metrics` crate).
     pub fn metrics(&self) -> shardbox_core::MetricsSnapshot {
         self.env.metrics.snapshot()

@@ -163,3 +163,72 @@ async fn postgres_nodes_join_and_leave() {
     )
     .await;
 }
+
+/// Membership: running nodes beat, and `members()` lists them; a node that stops beating
+/// (here a "ghost" that beat once) drops out one lease after its last beat, and a node that
+/// shuts down leaves at once. On memory, SQLite and PostgreSQL, with a manual clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_are_the_nodes_that_beat() {
+    async fn check(storage: Arc<dyn Storage>) {
+        let clock = Arc::new(shardbox::ManualClock::new(chrono::Utc::now()));
+        let build = |id: &str| {
+            Shardbox::builder()
+                .shared_storage(storage.clone())
+                .clock(clock.clone())
+                .shards(4)
+                .lease_duration(Duration::from_secs(5))
+                .poll_interval(Duration::from_millis(50))
+                .node_id(NodeId(id.into()))
+                .aggregate::<Tally>()
+                .build()
+        };
+        let (a, b) = (build("node-a").await.unwrap(), build("node-b").await.unwrap());
+        let names = |sb: &Shardbox| {
+            let sb = sb.clone();
+            async move {
+                sb.members()
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|m| m.node_id.0)
+                    .collect::<Vec<_>>()
+            }
+        };
+        let until = |want: Vec<&'static str>| {
+            let a = a.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let now = names(&a).await;
+                    if now == want {
+                        return;
+                    }
+                    assert!(Instant::now() < deadline, "members {now:?}, expected {want:?}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let (node_a, node_b) = (a.start(), b.start());
+        until(vec!["node-a", "node-b"]).await;
+        let now = shardbox::Clock::now(&*clock);
+        storage
+            .beat(&NodeId("node-ghost".into()), now, now + chrono::Duration::seconds(5))
+            .await
+            .unwrap();
+        until(vec!["node-a", "node-b", "node-ghost"]).await;
+        // The ghost beats no more: one lease later it is gone; the live nodes beat on.
+        clock.advance(chrono::Duration::seconds(6));
+        until(vec!["node-a", "node-b"]).await;
+        node_b.shutdown().await.unwrap();
+        until(vec!["node-a"]).await;
+        node_a.shutdown().await.unwrap();
+        assert!(names(&a).await.is_empty(), "a node that shut down left");
+    }
+    check(common::memory()).await;
+    let (sqlite, _dir) = common::sqlite().await;
+    check(sqlite).await;
+    if let Some(url) = common::pg_url("members_are_the_nodes_that_beat") {
+        let schema = common::PgSchema::new(&url, "members");
+        check(Arc::new(schema.connect(4).await)).await;
+    }
+}

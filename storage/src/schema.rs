@@ -141,4 +141,14 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Membership: the running nodes' heartbeats.
+    shardbox_nodes (node_id) {
+        node_id -> Text,
+        started_at -> BigInt,
+        beat_at -> BigInt,
+        alive_until -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(inbox_messages, events);

@@ -484,6 +484,9 @@ async fn overlapping_catch_up_completions_do_not_deadlock() {
                 "round {round}: committed or fenced, not failed: {r:?}"
             );
         }
-        assert!(a.is_ok() || b.is_ok(), "round {round}: one commits: {a:?} / {b:?}");
+        assert!(
+            a.is_ok() || b.is_ok(),
+            "round {round}: one commits: {a:?} / {b:?}"
+        );
     }
 }

@@ -7,10 +7,10 @@
 
 use crate::model::error::StorageError;
 use crate::model::event::StoredEvent;
-use crate::model::ids::{LeaseEpoch, ShardIndex, SignalId};
+use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId};
 use crate::model::message::{DedupKey, InboxMessage, InboxWrite};
 use crate::storage::{
-    CatchUpJob, DeadLetter, DeadLetterFilter, DeadLetterId, EntityKey, EntityState, Lease,
+    CatchUpJob, DeadLetter, DeadLetterFilter, DeadLetterId, EntityKey, EntityState, Lease, Member,
     ShardSession, Storage, WriteBatch, WriteReport,
 };
 use crate::sync::lock;
@@ -54,6 +54,8 @@ struct State {
     next_dead_letter: i64,
     /// The recorded shard count (see `WorkRegistry::claim_shard_count`).
     shard_count: Option<u32>,
+    /// The membership, by node id.
+    members: BTreeMap<NodeId, Member>,
 }
 
 fn target_of(m: &InboxMessage) -> EntityKey {

@@ -3,7 +3,7 @@
 use super::MemoryStorage;
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
-use crate::storage::{Lease, ShardSession, WorkRegistry};
+use crate::storage::{Lease, Member, ShardSession, WorkRegistry};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -80,5 +80,44 @@ impl WorkRegistry for MemoryStorage {
 
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {
         Ok(*self.lock().shard_count.get_or_insert(shard_count))
+    }
+
+    async fn beat(
+        &self,
+        node_id: &NodeId,
+        now: DateTime<Utc>,
+        alive_until: DateTime<Utc>,
+    ) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        state
+            .members
+            .retain(|_, m| m.alive_until > now - chrono::Duration::days(1));
+        let member = state.members.entry(node_id.clone()).or_insert(Member {
+            node_id: node_id.clone(),
+            started_at: now,
+            beat_at: now,
+            alive_until,
+        });
+        if member.alive_until <= now {
+            member.started_at = now;
+        }
+        member.beat_at = now;
+        member.alive_until = alive_until;
+        Ok(())
+    }
+
+    async fn leave(&self, node_id: &NodeId) -> Result<(), StorageError> {
+        self.lock().members.remove(node_id);
+        Ok(())
+    }
+
+    async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError> {
+        Ok(self
+            .lock()
+            .members
+            .values()
+            .filter(|m| m.alive_until > now)
+            .cloned()
+            .collect())
     }
 }

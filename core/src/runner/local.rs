@@ -84,6 +84,11 @@ impl LocalRunner {
                 .instrument(span),
         ));
         let listener = listen(&env, queue.clone());
+        // The node is a member while it beats (every poll interval, alive for a lease).
+        let span = tracing::info_span!("membership", node = %node);
+        queue
+            .tasks
+            .spawn(beat_membership(env.clone(), stop_rx.clone()).instrument(span));
         // Messages whose TTL passes before they are due are expired by a periodic sweep.
         let span = tracing::info_span!("ttl_sweep", node = %node);
         queue
@@ -277,6 +282,23 @@ async fn probe(env: &DeliveryEnv, queue: &WakeQueue, shard: ShardIndex) -> bool 
     }
 }
 
+/// Every poll interval until the stop: records that this node is alive for one lease duration
+/// (`WorkRegistry::beat`), so that `Shardbox::members` lists it; a node that stops beating
+/// leaves the membership one lease after its last beat.
+async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
+    let me = &env.config.node_id;
+    loop {
+        let now = env.clock.now();
+        if let Err(e) = env.storage.beat(me, now, env.lease_until(now)).await {
+            tracing::warn!(error = %e, "membership heartbeat failed; trying again next interval");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(env.config.poll_interval) => {}
+            _ = stopped(&mut stop) => return,
+        }
+    }
+}
+
 /// A running node: its workers, poller, lease watch and listener, and every task they
 /// spawned (take-overs, linger releases, the TTL sweep). [`RunnerHandle::shutdown`] stops and
 /// awaits them all; a handle dropped without it is logged, and its tasks are left to end
@@ -353,6 +375,9 @@ impl RunnerHandle {
             }
         }
         env.unobserve(&self.observer);
+        if let Err(e) = env.storage.leave(&env.config.node_id).await {
+            tracing::warn!(error = %e, "could not leave the membership; it ends one lease after the last beat");
+        }
         tracing::info!(node = %env.config.node_id, "node runner stopped");
         Ok(())
     }

@@ -36,7 +36,7 @@ pub use dead_letters::{
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page};
-pub use registry::{Lease, ShardSession, WorkRegistry};
+pub use registry::{Lease, Member, ShardSession, WorkRegistry};
 pub use write::{WriteBatch, WriteReport};
 
 /// Every storage capability together: what a delivery needs from a backend.

@@ -42,6 +42,19 @@ pub struct ShardSession {
     pub lease_until: Option<DateTime<Utc>>,
 }
 
+/// A running node, as the membership sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The node.
+    pub node_id: NodeId,
+    /// Its first beat since it (re)joined.
+    pub started_at: DateTime<Utc>,
+    /// Its last beat.
+    pub beat_at: DateTime<Utc>,
+    /// A member until then, unless it beats again.
+    pub alive_until: DateTime<Utc>,
+}
+
 /// The lock table.
 #[async_trait]
 pub trait WorkRegistry: Send + Sync + 'static {
@@ -71,4 +84,19 @@ pub trait WorkRegistry: Send + Sync + 'static {
     /// and returns the recorded count — the one every node must be configured with (a node
     /// with another count would split one target's messages over two shards).
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError>;
+
+    /// A heartbeat of `node_id` at `now`: it is a member until `alive_until`. The first beat
+    /// after it was gone (or left) sets `started_at`. Also forgets nodes gone for a day.
+    async fn beat(
+        &self,
+        node_id: &NodeId,
+        now: DateTime<Utc>,
+        alive_until: DateTime<Utc>,
+    ) -> Result<(), StorageError>;
+
+    /// `node_id` leaves the membership at once (a graceful shutdown).
+    async fn leave(&self, node_id: &NodeId) -> Result<(), StorageError>;
+
+    /// The members at `now` (whose `alive_until` is later), sorted by node id.
+    async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError>;
 }

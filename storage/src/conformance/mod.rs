@@ -70,8 +70,8 @@ pub use inbox::{
 };
 pub use registry::{
     concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
-    pick_up_refused_while_held, release_then_pick_up_gives_higher_epoch,
-    the_first_shard_count_claimed_is_recorded,
+    members_beat_expire_and_leave, pick_up_refused_while_held,
+    release_then_pick_up_gives_higher_epoch, the_first_shard_count_claimed_is_recorded,
 };
 
 /// Stamps one `#[tokio::test]` per conformance case into the calling module.
@@ -102,6 +102,7 @@ macro_rules! conformance_suite {
             fenced_commit_refused_after_lease_taken,
             concurrent_pick_up_has_one_winner,
             the_first_shard_count_claimed_is_recorded,
+            members_beat_expire_and_leave,
             event_store_pages_by_seq_with_filters,
             entity_state_versions_and_delete,
             catch_up_lifecycle,

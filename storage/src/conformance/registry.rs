@@ -218,3 +218,35 @@ pub async fn the_first_shard_count_claimed_is_recorded<S: Storage + Inspect>(sto
         "a later claim gets the recorded count"
     );
 }
+
+/// Membership: a beat makes a node a member until its `alive_until`; a later beat keeps its
+/// `started_at`, a beat after it was gone starts anew; `leave` removes it at once.
+pub async fn members_beat_expire_and_leave<S: Storage + Inspect>(store: S) {
+    let (a, b) = (node("node-a"), node("node-b"));
+    store.beat(&a, t0(), secs(10)).await.expect("beat");
+    store.beat(&b, t0(), secs(5)).await.expect("beat");
+    store.beat(&a, secs(2), secs(12)).await.expect("beat");
+    let names = |m: Vec<shardbox_core::storage::Member>| {
+        m.into_iter().map(|m| m.node_id.0).collect::<Vec<_>>()
+    };
+    let now = store.members(secs(3)).await.expect("members");
+    assert_eq!(names(now.clone()), ["node-a", "node-b"]);
+    assert_eq!(
+        (now[0].started_at, now[0].beat_at, now[0].alive_until),
+        (t0(), secs(2), secs(12))
+    );
+    assert_eq!(
+        names(store.members(secs(5)).await.expect("members")),
+        ["node-a"],
+        "b's beat ran out"
+    );
+    store.beat(&b, secs(7), secs(17)).await.expect("beat");
+    let now = store.members(secs(8)).await.expect("members");
+    assert_eq!(names(now.clone()), ["node-a", "node-b"]);
+    assert_eq!(now[1].started_at, secs(7), "b re-joined");
+    store.leave(&a).await.expect("leave");
+    assert_eq!(
+        names(store.members(secs(8)).await.expect("members")),
+        ["node-b"]
+    );
+}

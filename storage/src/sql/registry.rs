@@ -35,6 +35,78 @@ macro_rules! registry_units {
             })
         }
 
+        /// `WorkRegistry::beat`: one upsert (a node gone by `now` starts anew), after forgetting
+        /// nodes gone for a day.
+        pub(crate) fn beat(
+            conn: &mut Conn,
+            node_id: NodeId,
+            now: DateTime<Utc>,
+            alive_until: DateTime<Utc>,
+        ) -> Result<(), Failure> {
+            use $crate::schema::shardbox_nodes::dsl as nd;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                diesel::delete(
+                    nd::shardbox_nodes
+                        .filter(nd::alive_until.lt(micros(now - chrono::Duration::days(1)))),
+                )
+                .execute(conn)?;
+                diesel::delete(
+                    nd::shardbox_nodes
+                        .filter(nd::node_id.eq(&node_id.0))
+                        .filter(nd::alive_until.le(micros(now))),
+                )
+                .execute(conn)?;
+                diesel::insert_into(nd::shardbox_nodes)
+                    .values((
+                        nd::node_id.eq(&node_id.0),
+                        nd::started_at.eq(micros(now)),
+                        nd::beat_at.eq(micros(now)),
+                        nd::alive_until.eq(micros(alive_until)),
+                    ))
+                    .on_conflict(nd::node_id)
+                    .do_update()
+                    .set((
+                        nd::beat_at.eq(micros(now)),
+                        nd::alive_until.eq(micros(alive_until)),
+                    ))
+                    .execute(conn)?;
+                Ok(())
+            })
+        }
+
+        /// `WorkRegistry::leave`.
+        pub(crate) fn leave(conn: &mut Conn, node_id: NodeId) -> Result<(), Failure> {
+            use $crate::schema::shardbox_nodes::dsl as nd;
+            <Conn as Dialect>::write_statement(conn, |conn| {
+                diesel::delete(nd::shardbox_nodes.filter(nd::node_id.eq(&node_id.0)))
+                    .execute(conn)?;
+                Ok(())
+            })
+        }
+
+        /// `WorkRegistry::members`.
+        pub(crate) fn members(
+            conn: &mut Conn,
+            now: DateTime<Utc>,
+        ) -> Result<Vec<shardbox_core::storage::Member>, Failure> {
+            use $crate::schema::shardbox_nodes::dsl as nd;
+            let rows: Vec<(String, i64, i64, i64)> = nd::shardbox_nodes
+                .filter(nd::alive_until.gt(micros(now)))
+                .order(nd::node_id.asc())
+                .select((nd::node_id, nd::started_at, nd::beat_at, nd::alive_until))
+                .load(conn)?;
+            rows.into_iter()
+                .map(|(node_id, started_at, beat_at, alive_until)| {
+                    Ok(shardbox_core::storage::Member {
+                        node_id: NodeId(node_id),
+                        started_at: rows::time(started_at)?,
+                        beat_at: rows::time(beat_at)?,
+                        alive_until: rows::time(alive_until)?,
+                    })
+                })
+                .collect()
+        }
+
         /// `WorkRegistry::pick_up`.
         pub(crate) fn pick_up(
             conn: &mut Conn,

@@ -226,6 +226,33 @@ macro_rules! storage_impls {
                 self.db.run($units::sessions).await
             }
 
+            async fn beat(
+                &self,
+                node_id: &shardbox_core::NodeId,
+                now: chrono::DateTime<chrono::Utc>,
+                alive_until: chrono::DateTime<chrono::Utc>,
+            ) -> Result<(), shardbox_core::StorageError> {
+                let node_id = node_id.clone();
+                self.db
+                    .run(move |conn| $units::beat(conn, node_id, now, alive_until))
+                    .await
+            }
+
+            async fn leave(
+                &self,
+                node_id: &shardbox_core::NodeId,
+            ) -> Result<(), shardbox_core::StorageError> {
+                let node_id = node_id.clone();
+                self.db.run(move |conn| $units::leave(conn, node_id)).await
+            }
+
+            async fn members(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<shardbox_core::storage::Member>, shardbox_core::StorageError> {
+                self.db.run(move |conn| $units::members(conn, now)).await
+            }
+
             async fn claim_shard_count(
                 &self,
                 shard_count: u32,
