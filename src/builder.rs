@@ -43,14 +43,81 @@ impl Default for ShardboxBuilder {
     }
 }
 
-macro_rules! config_setter {
-    ($(#[$doc:meta])* $name:ident => $field:ident: $ty:ty) => {
-        $(#[$doc])*
-        pub fn $name(mut self, value: $ty) -> Self {
-            self.config = self.config.$field(value);
-            self
+/// The configuration setters, each `method => core field: type`, and `builder_method`: the
+/// builder names some settings differently from the core's fields (`shards`, not
+/// `shard_count`), and an error must name the method the user called.
+macro_rules! config_setters {
+    ($($(#[$doc:meta])* $name:ident => $field:ident: $ty:ty;)*) => {
+        impl ShardboxBuilder {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, value: $ty) -> Self {
+                    self.config = self.config.$field(value);
+                    self
+                }
+            )*
+        }
+
+        /// The builder method that sets the core's configuration field `field` (`field`
+        /// itself where the builder has no setter of its own for it, e.g. `kind_policy`).
+        fn builder_method(field: &'static str) -> &'static str {
+            $(
+                if field == stringify!($field) {
+                    return stringify!($name);
+                }
+            )*
+            field
         }
     };
+}
+
+config_setters! {
+    /// Number of shards (default 16).
+    shards => shard_count: u32;
+    /// Rows per stage (default 256).
+    page_size => page_size: usize;
+    /// Events per catch-up page (default 1,000).
+    catch_up_page_size => catch_up_page_size: usize;
+    /// How long duplicates are recognised after a delivery (default 60 s).
+    dedup_window => dedup_window: Duration;
+    /// Entries of the recent-delivery cache (default 10,000; 0 disables it).
+    cache_capacity => cache_capacity: u64;
+    /// Shard lease duration (default 30 s).
+    lease_duration => lease_duration: Duration;
+    /// Poll interval of idle workers (default 1 s).
+    poll_interval => poll_interval: Duration;
+    /// Concurrent workers of this node (default 4).
+    workers => workers: usize;
+    /// This node's id (default generated).
+    node_id => node_id: NodeId;
+    /// How long completed catch-up jobs are kept (default 24 h).
+    catch_up_retention => catch_up_retention: Duration;
+    /// Failure policy of kinds without their own.
+    failure_policy => failure_policy: FailurePolicy;
+    /// Also keep messages whose TTL ran out in the dead letters (default false).
+    dead_letter_expired => dead_letter_expired: bool;
+    /// How often a running node expires messages whose TTL passed before they were due
+    /// (default 30 s).
+    ttl_sweep_interval => ttl_sweep_interval: Duration;
+    /// How long a worker keeps a drained shard's lease for the next write (default
+    /// 0: released at once).
+    lease_linger => lease_linger: Duration;
+}
+
+/// `err` naming the builder method instead of the core's field.
+fn named_as_builder(err: ConfigError) -> ConfigError {
+    match err {
+        ConfigError::Invalid {
+            field,
+            value,
+            reason,
+        } => ConfigError::Invalid {
+            field: builder_method(field),
+            value,
+            reason,
+        },
+        other => other,
+    }
 }
 
 impl ShardboxBuilder {
@@ -70,37 +137,6 @@ impl ShardboxBuilder {
     pub fn memory(self) -> Self {
         self.storage(MemoryStorage::new())
     }
-
-    config_setter!(/// Number of shards (default 16).
-        shards => shard_count: u32);
-    config_setter!(/// Rows per stage (default 256).
-        page_size => page_size: usize);
-    config_setter!(/// Events per catch-up page (default 1,000).
-        catch_up_page_size => catch_up_page_size: usize);
-    config_setter!(/// How long duplicates are recognised after a delivery (default 60 s).
-        dedup_window => dedup_window: Duration);
-    config_setter!(/// Entries of the recent-delivery cache (default 10,000; 0 disables it).
-        cache_capacity => cache_capacity: u64);
-    config_setter!(/// Shard lease duration (default 30 s).
-        lease_duration => lease_duration: Duration);
-    config_setter!(/// Poll interval of idle workers (default 1 s).
-        poll_interval => poll_interval: Duration);
-    config_setter!(/// Concurrent workers of this node (default 4).
-        workers => workers: usize);
-    config_setter!(/// This node's id (default generated).
-        node_id => node_id: NodeId);
-    config_setter!(/// How long completed catch-up jobs are kept (default 24 h).
-        catch_up_retention => catch_up_retention: Duration);
-    config_setter!(/// Failure policy of kinds without their own.
-        failure_policy => failure_policy: FailurePolicy);
-    config_setter!(/// Also keep messages whose TTL ran out in the dead letters (default false).
-        dead_letter_expired => dead_letter_expired: bool);
-    config_setter!(/// How often a running node expires messages whose TTL passed before they were due
-        /// (default 30 s).
-        ttl_sweep_interval => ttl_sweep_interval: Duration);
-    config_setter!(/// How long a worker keeps a drained shard's lease for the next write (default
-        /// 0: released at once).
-        lease_linger => lease_linger: Duration);
 
     /// Gives entity kind `kind` its own failure policy.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
@@ -154,7 +190,7 @@ impl ShardboxBuilder {
 
     /// Validates the configuration and builds the Shardbox.
     pub async fn build(self) -> Result<Shardbox, DeliveryError> {
-        let config = self.config.build()?;
+        let config = self.config.build().map_err(named_as_builder)?;
         let storage = self.storage.ok_or(ConfigError::Missing {
             field: "storage",
             reason: "call .storage(SqliteStorage::open(path).await?), .storage(PostgresStorage::connect(url).await?) or .memory()",
@@ -198,5 +234,50 @@ impl ShardboxBuilder {
         ));
         let delivery = Arc::new(Delivery::new(env.clone(), pipeline.into_stations()));
         Ok(Shardbox::new(env.clone(), Inbox::new(env), delivery))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The field a rejected configuration names, and its message.
+    async fn rejected(builder: ShardboxBuilder) -> (&'static str, String) {
+        match builder.memory().build().await {
+            Err(DeliveryError::Config(err @ ConfigError::Invalid { field, .. })) => {
+                (field, err.to_string())
+            }
+            Err(other) => panic!("expected an invalid configuration, got {other}"),
+            Ok(_) => panic!("expected an invalid configuration, got a Shardbox"),
+        }
+    }
+
+    #[tokio::test]
+    async fn config_errors_name_the_builder_method_the_user_called() {
+        let b = Shardbox::builder;
+        let bad_policy = FailurePolicy {
+            max_attempts: 0,
+            ..FailurePolicy::default()
+        };
+        let cases = [
+            (b().shards(0), "shards"),
+            (b().page_size(0), "page_size"),
+            (
+                b().dedup_window(Duration::from_secs(8 * 24 * 3600)),
+                "dedup_window",
+            ),
+            (
+                b().lease_duration(Duration::from_millis(5)),
+                "lease_duration",
+            ),
+            (b().workers(0), "workers"),
+            (b().failure_policy(bad_policy), "failure_policy"),
+            (b().kind_policy("payment", bad_policy), "kind_policy"),
+        ];
+        for (builder, method) in cases {
+            let (field, message) = rejected(builder).await;
+            assert_eq!(field, method, "{message}");
+            assert!(message.contains(&format!("`{method}`")), "{message}");
+        }
     }
 }

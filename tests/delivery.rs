@@ -566,7 +566,7 @@ async fn bad_configuration_and_input_give_typed_errors() {
         .build()
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("shard_count"), "{err}");
+    assert!(err.to_string().contains("`shards`"), "{err}");
 
     let sb = Shardbox::builder().memory().build().await.unwrap();
     let err = sb

@@ -6,8 +6,8 @@
 //! - [`SqliteStorage`]: one SQLite file, bundled SQLite, the embedded default (local mode);
 //! - [`PostgresStorage`]: a PostgreSQL database shared by many nodes (clustered mode);
 //!
-//! and one [`conformance`] suite that every backend — core's in-memory one included — must
-//! pass.
+//! and, behind the `conformance` feature (off by default), one `conformance` suite that every
+//! backend — core's in-memory one included — must pass.
 //!
 //! ```text
 //!  SqliteStorage ─┐                      ┌─ sql::*      the queries, written once (macros
@@ -35,6 +35,8 @@
 #![forbid(unsafe_code)]
 
 mod checkout;
+// The crate's own unit tests use the suite's fixtures and PostgreSQL test schemas.
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod error;
 mod inspect;

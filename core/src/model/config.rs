@@ -193,8 +193,23 @@ impl DeliveryConfig {
             ));
         }
         self.failure_policy.validate("failure_policy")?;
-        for policy in self.kind_policies.values() {
-            policy.validate("kind_policies")?;
+        // Named as the builder method, with the kind (the first at fault in name order, so the
+        // same one every time): a bare "invalid policy" would not say which call to fix.
+        let mut kinds: Vec<_> = self.kind_policies.iter().collect();
+        kinds.sort_by_key(|(kind, _)| *kind);
+        for (kind, policy) in kinds {
+            policy.validate("kind_policy").map_err(|err| match err {
+                ConfigError::Invalid {
+                    field,
+                    value,
+                    reason,
+                } => ConfigError::Invalid {
+                    field,
+                    value: format!("kind `{kind}`: {value}"),
+                    reason,
+                },
+                other => other,
+            })?;
         }
         Ok(())
     }
@@ -343,6 +358,23 @@ mod tests {
             assert!(err.to_string().contains(field), "{err}");
             assert_eq!(field_of(err), field);
         }
+    }
+
+    #[test]
+    fn a_kind_policy_error_names_the_builder_method_and_the_kind() {
+        let bad = FailurePolicy {
+            max_attempts: 0,
+            ..FailurePolicy::default()
+        };
+        let err = DeliveryConfig::builder()
+            .kind_policy("audit", FailurePolicy::default())
+            .kind_policy("payment", bad)
+            .build()
+            .expect_err("max_attempts 0");
+        let message = err.to_string();
+        assert!(message.contains("`payment`"), "{message}");
+        assert!(!message.contains("audit"), "{message}");
+        assert_eq!(field_of(err), "kind_policy");
     }
 
     #[test]
