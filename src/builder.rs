@@ -255,10 +255,8 @@ mod tests {
     #[tokio::test]
     async fn config_errors_name_the_builder_method_the_user_called() {
         let b = Shardbox::builder;
-        let bad_policy = FailurePolicy {
-            max_attempts: 0,
-            ..FailurePolicy::default()
-        };
+        let mut bad_policy = FailurePolicy::default();
+        bad_policy.max_attempts = 0;
         let cases = [
             (b().shards(0), "shards"),
             (b().page_size(0), "page_size"),

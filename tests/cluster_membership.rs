@@ -182,7 +182,10 @@ async fn members_are_the_nodes_that_beat() {
                 .aggregate::<Tally>()
                 .build()
         };
-        let (a, b) = (build("node-a").await.unwrap(), build("node-b").await.unwrap());
+        let (a, b) = (
+            build("node-a").await.unwrap(),
+            build("node-b").await.unwrap(),
+        );
         let names = |sb: &Shardbox| {
             let sb = sb.clone();
             async move {
@@ -203,7 +206,10 @@ async fn members_are_the_nodes_that_beat() {
                     if now == want {
                         return;
                     }
-                    assert!(Instant::now() < deadline, "members {now:?}, expected {want:?}");
+                    assert!(
+                        Instant::now() < deadline,
+                        "members {now:?}, expected {want:?}"
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -212,7 +218,11 @@ async fn members_are_the_nodes_that_beat() {
         until(vec!["node-a", "node-b"]).await;
         let now = shardbox::Clock::now(&*clock);
         storage
-            .beat(&NodeId("node-ghost".into()), now, now + chrono::Duration::seconds(5))
+            .beat(
+                &NodeId("node-ghost".into()),
+                now,
+                now + chrono::Duration::seconds(5),
+            )
             .await
             .unwrap();
         until(vec!["node-a", "node-b", "node-ghost"]).await;
