@@ -16,4 +16,5 @@ pub mod event;
 pub mod failure;
 pub mod ids;
 pub mod message;
+pub mod parked;
 pub mod strategy;

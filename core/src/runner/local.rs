@@ -34,9 +34,9 @@
 use crate::model::error::DeliveryError;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::{ending_within, plan_round, ShardCycle};
-use crate::runner::delivery::sweep_periodically;
 use crate::runner::delivery::Delivery;
 use crate::runner::env::DeliveryEnv;
+use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
 use crate::runner::turn::serve;
 use crate::runner::wake_queue::WakeQueue;

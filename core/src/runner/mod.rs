@@ -8,6 +8,8 @@
 //!  heartbeat renews the lease while a stage runs
 //!  wake_queue, wakeups, cycle   who serves which shard next (pure decisions in cycle/wakeups)
 //!  due, expiry                  timers for delayed rows, TTL sweep requests
+//!  sweep     the periodic TTL sweep and the purge of idle shards
+//!  unreleased leases whose release failed, released again by a retry
 //!  env       DeliveryEnv: the runtime services (storage, timers, observers, stop flag)
 //! ```
 //!
@@ -20,6 +22,7 @@ pub mod env;
 pub mod expiry;
 pub(crate) mod heartbeat;
 pub mod local;
+pub(crate) mod sweep;
 pub(crate) mod tasks;
 mod turn;
 pub(crate) mod unreleased;

@@ -119,7 +119,9 @@ impl StageCommit {
     pub fn earliest_delay(&self) -> Option<DateTime<Utc>> {
         let changes = self.updates.iter().filter_map(|u| match &u.change {
             RowChange::RetryAt { at, .. } => Some(*at),
-            RowChange::Hold { until } if !crate::catch_up::is_parked(Some(*until)) => Some(*until),
+            RowChange::Hold { until } if !crate::model::parked::is_parked(Some(*until)) => {
+                Some(*until)
+            }
             _ => None,
         });
         let fanned_out = self
@@ -233,7 +235,7 @@ mod tests {
     #[test]
     fn parked_rows_give_no_delay() {
         let parked = RowChange::Hold {
-            until: crate::catch_up::parked_until(),
+            until: crate::model::parked::parked_until(),
         };
         assert_eq!(
             commit(vec![parked, RowChange::BehindBlock], vec![]).earliest_delay(),
