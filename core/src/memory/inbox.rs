@@ -1,6 +1,7 @@
 //! The in-memory [`InboxStore`]: writes with deduplication, due pages, fenced stage commits.
 
 use super::{target_of, MemoryStorage};
+use crate::catch_up::is_parked;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
 use crate::model::message::{InboxMessage, MessageStatus};
@@ -41,7 +42,8 @@ impl InboxStore for MemoryStorage {
         if let Some(retrying) = state.retrying.get(&shard) {
             for seq in retrying {
                 let row = &state.rows[seq];
-                if row.is_expired(now) {
+                // An expired retry is not waited for; a parked one waits for its catch-up.
+                if row.is_expired(now) || is_parked(row.message.deliver_after) {
                     continue;
                 }
                 if let Some(at) = row.message.deliver_after.filter(|at| *at > now) {

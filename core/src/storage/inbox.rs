@@ -16,7 +16,8 @@ pub struct Page {
     pub messages: Vec<InboxMessage>,
     /// Targets of the shard with an earlier failed message waiting for its retry (a row with
     /// `attempts > 0` not yet due): their later messages must wait until the given time, so
-    /// that per-target order holds across retries.
+    /// that per-target order holds across retries. A retry parked by a catch-up does not
+    /// count: it waits for the job, and the target's replayed rows must not wait behind it.
     pub waiting: Vec<(EntityKey, DateTime<Utc>)>,
     /// Targets of the shard with a `blocked` message: their later messages must wait until
     /// an operator requeues or drops it (they are parked, see `RowChange::BehindBlock`, and

@@ -465,3 +465,83 @@ pub async fn event_seqs_and_counts<S: Storage + Inspect>(store: S) {
     );
     assert_eq!(store.count_events(&[], None).await.expect("count"), 3);
 }
+
+/// A row that failed and was then parked by a catch-up (its retry was pending when the job
+/// started) waits for the job, not for a time: its target is not reported as waiting, so the
+/// target's replayed rows are not held behind it. Were it waiting until the parking time, the
+/// replay of that target could never be delivered and the job never complete.
+pub async fn a_parked_retrying_row_does_not_make_its_target_wait<S: Storage + Inspect>(store: S) {
+    use shardbox_core::catch_up::parked_until;
+    use shardbox_core::storage::{RowChange, RowUpdate, WriteBatch};
+    let live = with(command(1, "x", "ev-1"), |m| {
+        m.kind = shardbox_core::MessageKind::Event;
+        m.target_kind = "balances".into();
+    });
+    store
+        .write(WriteBatch {
+            events: vec![],
+            messages: vec![live],
+        })
+        .await
+        .expect("write");
+    let lease = store
+        .pick_up(ShardIndex(1), &node("a"), WorkerId(0), secs(1), secs(60))
+        .await
+        .expect("pick up")
+        .expect("free");
+    let page = store
+        .read_page(ShardIndex(1), secs(1), 10)
+        .await
+        .expect("page");
+    let seq = page.messages[0].seq;
+    let retry = RowUpdate {
+        seq,
+        change: RowChange::RetryAt {
+            at: secs(5),
+            attempts: 1,
+            error: "boom".into(),
+        },
+    };
+    store
+        .commit_stage(stage(&lease, secs(1), vec![retry]))
+        .await
+        .expect("retry");
+    let page = store
+        .read_page(ShardIndex(1), secs(2), 10)
+        .await
+        .expect("page");
+    assert_eq!(
+        page.waiting,
+        vec![(
+            shardbox_core::storage::EntityKey::new("balances", "", "x"),
+            secs(5)
+        )]
+    );
+
+    // The retry comes due while a catch-up of x runs: the stage parks it.
+    let page = store
+        .read_page(ShardIndex(1), secs(5), 10)
+        .await
+        .expect("page");
+    assert_eq!(signals(&page.messages), ["ev-1"]);
+    let park = RowUpdate {
+        seq,
+        change: RowChange::Hold {
+            until: parked_until(),
+        },
+    };
+    store
+        .commit_stage(stage(&lease, secs(5), vec![park]))
+        .await
+        .expect("park");
+    let page = store
+        .read_page(ShardIndex(1), secs(6), 10)
+        .await
+        .expect("page");
+    assert!(page.messages.is_empty(), "parked rows are not read");
+    assert!(
+        page.waiting.is_empty(),
+        "a parked row waits for its job, not a time: {:?}",
+        page.waiting
+    );
+}

@@ -41,8 +41,8 @@ mod inbox;
 mod registry;
 
 pub use catch_up::{
-    catch_up_lifecycle, catch_up_progress_commits_with_the_stage,
-    catch_up_start_resets_targets_and_refences_shards,
+    a_parked_retrying_row_does_not_make_its_target_wait, catch_up_lifecycle,
+    catch_up_progress_commits_with_the_stage, catch_up_start_resets_targets_and_refences_shards,
     concurrent_overlapping_catch_up_starts_one_wins, event_seqs_and_counts,
     parked_rows_settle_when_the_job_completes,
 };
@@ -110,6 +110,7 @@ macro_rules! conformance_suite {
             catch_up_start_resets_targets_and_refences_shards,
             catch_up_progress_commits_with_the_stage,
             parked_rows_settle_when_the_job_completes,
+            a_parked_retrying_row_does_not_make_its_target_wait,
             event_seqs_and_counts,
             first_failure_time_is_kept_across_retries,
             blocked_row_stops_only_its_target,

@@ -109,12 +109,16 @@ where
         self.limit(&mut out)?;
         // Targets waiting behind a retry still ahead. `COALESCE` on purpose: a plain
         // `deliver_after > now` would make the larger inbox_delayed index eligible too, and
-        // SQLite would pick it. A retrying row whose TTL passed is expired, not waited for.
+        // SQLite would pick it. A retrying row whose TTL passed is expired, not waited for;
+        // one parked by a catch-up waits for the job, not a time (its target's replayed rows
+        // must not be held behind it).
         out.push_sql(") AS due_later UNION ALL SELECT 2, ");
         out.push_sql(COLUMNS_NO_PAYLOAD);
         self.of_shard(&mut out, RETRYING)?;
         out.push_sql(" AND COALESCE(deliver_after, 0) > ");
         out.push_bind_param::<BigInt, _>(&self.now)?;
+        out.push_sql(" AND COALESCE(deliver_after, 0) < ");
+        out.push_bind_param::<BigInt, _>(&self.parked)?;
         out.push_sql(" AND (expires_at IS NULL OR expires_at > ");
         out.push_bind_param::<BigInt, _>(&self.now)?;
         // Blocked targets.

@@ -1,0 +1,557 @@
+//! A storage wrapper that injects faults into any backend, driven by the run's seed.
+//!
+//! ```text
+//!  node ─► FaultyStorage ─┬─ fail before: StorageError, the inner call never runs
+//!                         ├─ delay: a tokio sleep (paused clock) before the inner call
+//!                         ├─ inner call ─► fail after: it took effect, its ack is lost
+//!                         └─ log: every pick-up and every successful commit_stage
+//!  write listener (PostgreSQL only) ─► drops notifications before the node's observer
+//! ```
+//!
+//! Reads can only fail before (after would be the same thing); writes can fail on either
+//! side. The log of pick-ups and commits is what the "one committer per (shard, epoch)" and
+//! "fenced commit" invariants are checked against: it is recorded here, at the storage
+//! boundary, so it holds whatever the runner believes happened.
+
+use super::rng::SimRng;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use shardbox::core::storage::{
+    BlockedTarget, CatchUpJob, CatchUpStore, CommitReport, DeadLetterFilter, DeadLetterStore,
+    EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease,
+    ListenerHandle, NewCatchUp, Page, Requeue, RequeueReport, ShardObserver, ShardSession,
+    StageCommit, StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener,
+    WriteReport,
+};
+use shardbox::core::{InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, WorkerId};
+use shardbox::StorageError;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How often each fault strikes, per thousand calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FaultRates {
+    pub fail_before: u64,
+    pub fail_after: u64,
+    pub delay: u64,
+    /// Longest injected delay.
+    pub max_delay_ms: u64,
+    pub drop_notification: u64,
+}
+
+/// What was injected, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    pub failed_before: u64,
+    pub failed_after: u64,
+    pub delayed: u64,
+    pub notifications_dropped: u64,
+}
+
+impl FaultCounts {
+    pub fn add(&mut self, o: &FaultCounts) {
+        self.failed_before += o.failed_before;
+        self.failed_after += o.failed_after;
+        self.delayed += o.delayed;
+        self.notifications_dropped += o.notifications_dropped;
+    }
+}
+
+/// Who held a lease: node and worker.
+pub type Holder = (String, u32);
+
+/// A successful `commit_stage`, as the storage saw it.
+#[derive(Debug, Clone)]
+pub struct CommitRecord {
+    pub shard: u32,
+    pub epoch: i64,
+    pub holder: Holder,
+    /// The highest epoch of the shard handed out by a pick-up that had returned before the
+    /// commit was called: a commit under a lower epoch was not fenced.
+    pub superseded_by: Option<i64>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    /// (shard, epoch) -> who picked it up; a second pick-up of one epoch is a violation.
+    picked: BTreeMap<(u32, i64), Holder>,
+    duplicate_pick_ups: Vec<String>,
+    /// Highest epoch handed out per shard.
+    highest: HashMap<u32, i64>,
+    commits: Vec<CommitRecord>,
+}
+
+struct State {
+    rng: SimRng,
+    rates: FaultRates,
+    enabled: bool,
+    counts: FaultCounts,
+    log: Log,
+}
+
+/// What one call does, decided before it runs.
+#[derive(Debug, Clone, Copy)]
+struct Decision {
+    delay: Option<Duration>,
+    fail_before: bool,
+    fail_after: bool,
+}
+
+/// The fault-injecting wrapper around `inner`.
+#[derive(Clone)]
+pub struct FaultyStorage {
+    inner: Arc<dyn Storage>,
+    state: Arc<Mutex<State>>,
+}
+
+/// Whether the call writes (so that its acknowledgement can be lost after it took effect).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    Read,
+    Write,
+}
+
+impl FaultyStorage {
+    /// Wraps `inner`; faults are off until [`FaultyStorage::enable`].
+    pub fn new(inner: Arc<dyn Storage>, rng: SimRng, rates: FaultRates) -> Self {
+        FaultyStorage {
+            inner,
+            state: Arc::new(Mutex::new(State {
+                rng,
+                rates,
+                enabled: false,
+                counts: FaultCounts::default(),
+                log: Log::default(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn enable(&self, on: bool) {
+        self.lock().enabled = on;
+    }
+
+    pub fn counts(&self) -> FaultCounts {
+        self.lock().counts
+    }
+
+    pub fn commits(&self) -> Vec<CommitRecord> {
+        self.lock().log.commits.clone()
+    }
+
+    pub fn duplicate_pick_ups(&self) -> Vec<String> {
+        self.lock().log.duplicate_pick_ups.clone()
+    }
+
+    pub fn picked(&self) -> BTreeMap<(u32, i64), Holder> {
+        self.lock().log.picked.clone()
+    }
+
+    fn decide(&self, effect: Effect) -> Decision {
+        let mut s = self.lock();
+        if !s.enabled {
+            return Decision {
+                delay: None,
+                fail_before: false,
+                fail_after: false,
+            };
+        }
+        let rates = s.rates;
+        let delay = s
+            .rng
+            .chance(rates.delay)
+            .then(|| Duration::from_millis(1 + s.rng.below(rates.max_delay_ms.max(1))));
+        let fail_before = s.rng.chance(rates.fail_before);
+        let fail_after = effect == Effect::Write && !fail_before && s.rng.chance(rates.fail_after);
+        if delay.is_some() {
+            s.counts.delayed += 1;
+        }
+        if fail_before {
+            s.counts.failed_before += 1;
+        }
+        if fail_after {
+            s.counts.failed_after += 1;
+        }
+        Decision {
+            delay,
+            fail_before,
+            fail_after,
+        }
+    }
+
+    /// Runs the part of a call before the inner storage: the delay and the failure before.
+    async fn before(&self, op: &str, effect: Effect) -> Result<Decision, StorageError> {
+        let d = self.decide(effect);
+        if let Some(delay) = d.delay {
+            tokio::time::sleep(delay).await;
+        }
+        if d.fail_before {
+            return Err(injected(format!("{op} failed before it ran")));
+        }
+        Ok(d)
+    }
+
+    /// The inner call's result as the caller sees it: a lost acknowledgement turns a success
+    /// into an error.
+    fn ack<T>(op: &str, d: Decision, r: Result<T, StorageError>) -> Result<T, StorageError> {
+        match r {
+            Ok(_) if d.fail_after => Err(injected(format!(
+                "{op} took effect but its acknowledgement was lost"
+            ))),
+            r => r,
+        }
+    }
+
+    fn drop_notification(&self) -> bool {
+        let mut s = self.lock();
+        if !s.enabled {
+            return false;
+        }
+        let rate = s.rates.drop_notification;
+        let drop = s.rng.chance(rate);
+        if drop {
+            s.counts.notifications_dropped += 1;
+        }
+        drop
+    }
+}
+
+fn injected(reason: String) -> StorageError {
+    StorageError::Unavailable {
+        database: "simulation".into(),
+        reason: format!("injected fault: {reason}"),
+        source: None,
+    }
+}
+
+fn holder(lease: &Lease) -> Holder {
+    (lease.node_id.0.clone(), lease.worker_id.0)
+}
+
+/// A read: may be delayed or fail before it runs.
+macro_rules! read {
+    ($self:ident, $op:literal, $call:expr) => {{
+        $self.before($op, Effect::Read).await?;
+        $call.await
+    }};
+}
+
+/// A write: may be delayed, fail before it runs, or lose its acknowledgement after.
+macro_rules! write {
+    ($self:ident, $op:literal, $call:expr) => {{
+        let d = $self.before($op, Effect::Write).await?;
+        let r = $call.await;
+        FaultyStorage::ack($op, d, r)
+    }};
+}
+
+#[async_trait]
+impl InboxStore for FaultyStorage {
+    async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError> {
+        write!(self, "write", self.inner.write(batch))
+    }
+
+    async fn write_all(&self, batches: Vec<WriteBatch>) -> Result<Vec<WriteReport>, StorageError> {
+        write!(self, "write_all", self.inner.write_all(batches))
+    }
+
+    async fn read_page(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Page, StorageError> {
+        read!(self, "read_page", self.inner.read_page(shard, now, limit))
+    }
+
+    async fn commit_stage(&self, commit: StageCommit) -> Result<CommitReport, StorageError> {
+        let d = self.before("commit_stage", Effect::Write).await?;
+        let lease = commit.lease.clone();
+        let highest_before = self.lock().log.highest.get(&lease.shard.0).copied();
+        let r = self.inner.commit_stage(commit).await;
+        if r.is_ok() {
+            self.lock().log.commits.push(CommitRecord {
+                shard: lease.shard.0,
+                epoch: lease.epoch.0,
+                holder: holder(&lease),
+                superseded_by: highest_before.filter(|h| *h > lease.epoch.0),
+            });
+        }
+        FaultyStorage::ack("commit_stage", d, r)
+    }
+
+    async fn next_due(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StorageError> {
+        read!(self, "next_due", self.inner.next_due(shard, now))
+    }
+
+    async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError> {
+        read!(self, "counts", self.inner.counts(shard))
+    }
+
+    async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
+        read!(self, "expired_shards", self.inner.expired_shards(now))
+    }
+
+    async fn read_expired(
+        &self,
+        shard: ShardIndex,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<InboxMessage>, StorageError> {
+        read!(
+            self,
+            "read_expired",
+            self.inner.read_expired(shard, now, limit)
+        )
+    }
+}
+
+#[async_trait]
+impl WorkRegistry for FaultyStorage {
+    async fn pick_up(
+        &self,
+        shard: ShardIndex,
+        node_id: &NodeId,
+        worker_id: WorkerId,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Option<Lease>, StorageError> {
+        let d = self.before("pick_up", Effect::Write).await?;
+        let r = self
+            .inner
+            .pick_up(shard, node_id, worker_id, now, lease_until)
+            .await;
+        if let Ok(Some(lease)) = &r {
+            let mut s = self.lock();
+            let key = (lease.shard.0, lease.epoch.0);
+            if let Some(first) = s.log.picked.insert(key, holder(lease)) {
+                let again = format!(
+                    "shard {} epoch {} handed to {first:?} and again to {:?}",
+                    key.0,
+                    key.1,
+                    holder(lease)
+                );
+                s.log.duplicate_pick_ups.push(again);
+            }
+            let highest = s.log.highest.entry(key.0).or_insert(key.1);
+            *highest = (*highest).max(key.1);
+        }
+        FaultyStorage::ack("pick_up", d, r)
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Lease, StorageError> {
+        write!(self, "renew", self.inner.renew(lease, lease_until))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StorageError> {
+        write!(self, "release", self.inner.release(lease))
+    }
+
+    async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError> {
+        read!(self, "sessions", self.inner.sessions())
+    }
+}
+
+#[async_trait]
+impl EventStore for FaultyStorage {
+    async fn read_events(
+        &self,
+        after_seq: i64,
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        read!(
+            self,
+            "read_events",
+            self.inner.read_events(after_seq, event_types, since, limit)
+        )
+    }
+
+    async fn last_event_seq(&self) -> Result<i64, StorageError> {
+        read!(self, "last_event_seq", self.inner.last_event_seq())
+    }
+
+    async fn event_seqs(&self, ids: &[SignalId]) -> Result<Vec<(SignalId, i64)>, StorageError> {
+        read!(self, "event_seqs", self.inner.event_seqs(ids))
+    }
+
+    async fn count_events(
+        &self,
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+    ) -> Result<i64, StorageError> {
+        read!(
+            self,
+            "count_events",
+            self.inner.count_events(event_types, since)
+        )
+    }
+}
+
+#[async_trait]
+impl EntityStore for FaultyStorage {
+    async fn load_states(&self, keys: &[EntityKey]) -> Result<Vec<EntityState>, StorageError> {
+        read!(self, "load_states", self.inner.load_states(keys))
+    }
+}
+
+#[async_trait]
+impl CatchUpStore for FaultyStorage {
+    async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError> {
+        write!(self, "start_catch_up", self.inner.start_catch_up(job))
+    }
+
+    async fn has_pending_replay(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+        cursor: i64,
+    ) -> Result<bool, StorageError> {
+        read!(
+            self,
+            "has_pending_replay",
+            self.inner
+                .has_pending_replay(projection_kind, tenant, shards, cursor)
+        )
+    }
+
+    async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError> {
+        read!(self, "catch_up", self.inner.catch_up(id))
+    }
+
+    async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {
+        read!(self, "running_catch_ups", self.inner.running_catch_ups())
+    }
+
+    async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError> {
+        write!(self, "update_catch_up", self.inner.update_catch_up(job))
+    }
+
+    async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError> {
+        write!(self, "purge_catch_ups", self.inner.purge_catch_ups(before))
+    }
+}
+
+#[async_trait]
+impl DeadLetterStore for FaultyStorage {
+    async fn list_dead_letters(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<StoredDeadLetter>, StorageError> {
+        read!(
+            self,
+            "list_dead_letters",
+            self.inner.list_dead_letters(filter)
+        )
+    }
+
+    async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StorageError> {
+        read!(
+            self,
+            "count_dead_letters",
+            self.inner.count_dead_letters(filter)
+        )
+    }
+
+    async fn requeue_dead_letters(
+        &self,
+        requeue: Vec<Requeue>,
+        now: DateTime<Utc>,
+    ) -> Result<RequeueReport, StorageError> {
+        write!(
+            self,
+            "requeue_dead_letters",
+            self.inner.requeue_dead_letters(requeue, now)
+        )
+    }
+
+    async fn purge_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StorageError> {
+        write!(
+            self,
+            "purge_dead_letters",
+            self.inner.purge_dead_letters(filter)
+        )
+    }
+
+    async fn blocked_targets(&self, limit: usize) -> Result<Vec<BlockedTarget>, StorageError> {
+        read!(self, "blocked_targets", self.inner.blocked_targets(limit))
+    }
+
+    async fn unblock_target(
+        &self,
+        target: &EntityKey,
+        action: Unblock,
+        now: DateTime<Utc>,
+    ) -> Result<UnblockReport, StorageError> {
+        write!(
+            self,
+            "unblock_target",
+            self.inner.unblock_target(target, action, now)
+        )
+    }
+}
+
+impl Storage for FaultyStorage {
+    fn describe(&self) -> String {
+        format!("fault-injecting wrapper around {}", self.inner.describe())
+    }
+
+    /// Only when the inner backend hears other processes' writes (PostgreSQL): then its
+    /// notifications pass through [`DroppingObserver`]. Memory and SQLite have none, so the
+    /// "dropped notification" fault cannot strike there.
+    fn write_listener(&self) -> Option<&dyn WriteListener> {
+        self.inner
+            .write_listener()
+            .map(|_| self as &dyn WriteListener)
+    }
+}
+
+impl WriteListener for FaultyStorage {
+    fn listen(
+        &self,
+        node_id: &NodeId,
+        shard_count: u32,
+        observer: Arc<dyn ShardObserver>,
+    ) -> Result<ListenerHandle, StorageError> {
+        let inner = self.inner.write_listener().ok_or_else(|| {
+            StorageError::Corrupt("the inner backend has no write listener".into())
+        })?;
+        let dropping = Arc::new(DroppingObserver {
+            faults: self.clone(),
+            observer,
+        });
+        inner.listen(node_id, shard_count, dropping)
+    }
+}
+
+/// Passes notifications on to the node, except those the fault plan drops.
+struct DroppingObserver {
+    faults: FaultyStorage,
+    observer: Arc<dyn ShardObserver>,
+}
+
+impl ShardObserver for DroppingObserver {
+    fn on_write(&self, shards: &[ShardIndex]) {
+        if !self.faults.drop_notification() {
+            self.observer.on_write(shards);
+        }
+    }
+
+    fn on_missed_writes(&self) {
+        self.observer.on_missed_writes();
+    }
+}

@@ -1,0 +1,7 @@
+//! The deterministic fault-injection simulation's harness (see `tests/simulation.rs`).
+
+pub mod faulty;
+pub mod invariants;
+pub mod model;
+pub mod rng;
+pub mod workload;
