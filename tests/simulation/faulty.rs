@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use shardbox::core::storage::{
     BlockedTarget, CatchUpJob, CatchUpStore, CommitReport, DeadLetterFilter, DeadLetterStore,
     EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease,
-    ListenerHandle, NewCatchUp, Page, Requeue, RequeueReport, ShardObserver, ShardSession,
+    ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ShardObserver, ShardSession,
     StageCommit, StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener,
     WriteReport,
 };
@@ -300,6 +300,10 @@ impl InboxStore for FaultyStorage {
         read!(self, "expired_shards", self.inner.expired_shards(now))
     }
 
+    async fn purge_due_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
+        read!(self, "purge_due_shards", self.inner.purge_due_shards(now))
+    }
+
     async fn read_expired(
         &self,
         shard: ShardIndex,
@@ -361,6 +365,31 @@ impl WorkRegistry for FaultyStorage {
 
     async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError> {
         read!(self, "sessions", self.inner.sessions())
+    }
+
+    async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {
+        write!(
+            self,
+            "claim_shard_count",
+            self.inner.claim_shard_count(shard_count)
+        )
+    }
+
+    async fn beat(
+        &self,
+        node_id: &NodeId,
+        now: DateTime<Utc>,
+        alive_until: DateTime<Utc>,
+    ) -> Result<(), StorageError> {
+        write!(self, "beat", self.inner.beat(node_id, now, alive_until))
+    }
+
+    async fn leave(&self, node_id: &NodeId) -> Result<(), StorageError> {
+        write!(self, "leave", self.inner.leave(node_id))
+    }
+
+    async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError> {
+        read!(self, "members", self.inner.members(now))
     }
 }
 
