@@ -10,14 +10,23 @@
 //!
 //! A lone send is written at once, as before; under concurrent sends the database sees one
 //! commit (on PostgreSQL one WAL flush and one NOTIFY; on SQLite one turn of the single
-//! writer) for all those that queued meanwhile, instead of one each. A group is all or
-//! nothing: if its transaction fails, every send in it gets the error and nothing of it is
-//! written (what fails a write — the database down, read-only, a lost connection — is not
-//! particular to one batch), and sending again is safe (rows and events written twice are
+//! writer) for all those that queued meanwhile, instead of one each.
+//!
+//! **A refused write fails only its own sender.** A group's transaction is all or nothing, so
+//! one batch the database refuses (a constraint, a value it cannot store) would fail every
+//! send of the group. When a group of several batches fails with an error that may be
+//! particular to one write ([`StorageError::Query`], [`StorageError::Corrupt`]), it is
+//! bisected: each half is written again as a group of its own, down to single batches, so the
+//! good batches commit and each refused one gets its own error. One bad batch in a group of
+//! `n` costs about `2·log2(n)` extra writes, never `n`; the normal case pays only a copy of
+//! its batches (kept to write again). A failure of the database itself (unreachable,
+//! read-only, a lost connection, a task that did not complete) is not particular to one
+//! batch: the whole group gets the error at once, with no retry. Either way nothing of a
+//! failed send is written, and sending again is safe (rows and events written twice are
 //! ignored as duplicates).
 
 use crate::model::error::StorageError;
-use crate::storage::{Storage, WriteBatch, WriteReport};
+use crate::storage::{InboxStore, WriteBatch, WriteReport};
 use crate::sync::lock;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
@@ -49,9 +58,9 @@ impl WriteQueue {
     }
 
     /// Writes `batch` to `storage`, grouped with the batches of concurrent callers.
-    pub(crate) async fn write(
+    pub(crate) async fn write<S: InboxStore + ?Sized>(
         &self,
-        storage: &Arc<dyn Storage>,
+        storage: &Arc<S>,
         batch: WriteBatch,
     ) -> Result<WriteReport, StorageError> {
         let (done, mut report) = oneshot::channel();
@@ -139,27 +148,54 @@ fn abandoned() -> StorageError {
     }
 }
 
-/// Writes one group in one `write_all` and hands every caller its report, or the group's
-/// error.
-async fn write_group(storage: Arc<dyn Storage>, group: Vec<Queued>) {
-    let (batches, callers): (Vec<WriteBatch>, Vec<_>) =
-        group.into_iter().map(|q| (q.batch, q.done)).unzip();
-    let n = callers.len();
-    match storage.write_all(batches).await {
-        Ok(reports) if reports.len() == n => {
-            for (done, report) in callers.into_iter().zip(reports) {
-                let _ = done.send(Ok(report));
+/// Whether a failed group write may have failed for one of its batches only (a constraint, a
+/// value the database refuses), so that writing its halves apart can save the others. What
+/// the database or the connection says of itself fails every batch alike.
+fn may_be_particular(error: &StorageError) -> bool {
+    matches!(error, StorageError::Query { .. } | StorageError::Corrupt(_))
+}
+
+/// Writes one group in one `write_all` and hands every caller its report; a group that fails
+/// for what may be one batch is bisected (see the module doc), otherwise every caller gets
+/// the group's error.
+async fn write_group<S: InboxStore + ?Sized>(storage: Arc<S>, group: Vec<Queued>) {
+    // Groups still to write; the first half of a split one is written first, so batches keep
+    // their queue order (which one of two writes of a key wins).
+    let mut todo = vec![group];
+    while let Some(group) = todo.pop() {
+        let n = group.len();
+        let (batches, callers): (Vec<WriteBatch>, Vec<_>) =
+            group.into_iter().map(|q| (q.batch, q.done)).unzip();
+        // A lone batch's failure is its own: nothing to keep for a retry.
+        let kept = (n > 1).then(|| batches.clone());
+        match storage.write_all(batches).await {
+            Ok(reports) if reports.len() == n => {
+                for (done, report) in callers.into_iter().zip(reports) {
+                    let _ = done.send(Ok(report));
+                }
             }
-        }
-        outcome => {
-            let error = outcome.err().unwrap_or_else(|| {
-                StorageError::Corrupt(format!(
-                    "write_all returned reports for other than {n} batches"
-                ))
-            });
-            tracing::debug!(%error, batches = n, "group write failed; every send in it fails");
-            for done in callers {
-                let _ = done.send(Err(error.clone()));
+            Err(error) if may_be_particular(&error) && kept.is_some() => {
+                tracing::debug!(%error, batches = n, "group write refused; writing its halves apart");
+                let mut queued: Vec<Queued> = kept
+                    .into_iter()
+                    .flatten()
+                    .zip(callers)
+                    .map(|(batch, done)| Queued { batch, done })
+                    .collect();
+                let second = queued.split_off(n / 2);
+                todo.push(second);
+                todo.push(queued);
+            }
+            outcome => {
+                let error = outcome.err().unwrap_or_else(|| {
+                    StorageError::Corrupt(format!(
+                        "write_all returned reports for other than {n} batches"
+                    ))
+                });
+                tracing::debug!(%error, batches = n, "group write failed; every send in it fails");
+                for done in callers {
+                    let _ = done.send(Err(error.clone()));
+                }
             }
         }
     }
@@ -171,6 +207,7 @@ mod tests {
     use crate::memory::MemoryStorage;
     use crate::model::ids::ShardIndex;
     use crate::model::message::{test_command, InboxWrite};
+    use crate::storage::Storage;
 
     fn batch(i: usize) -> WriteBatch {
         WriteBatch {
@@ -277,6 +314,184 @@ mod tests {
             assert_eq!(report.written, 1);
         }
         assert_eq!(memory.rows().len(), 10);
+    }
+
+    /// The memory backend as a database that refuses, all or nothing, any write holding a
+    /// row for target `refused` (as a constraint would), and that may fail as a whole with
+    /// `outage` (the database gone); counts the `write_all` calls it gets.
+    struct Refusing {
+        inner: MemoryStorage,
+        outage: Option<StorageError>,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Refusing {
+        fn new(outage: Option<StorageError>) -> Arc<Self> {
+            Arc::new(Refusing {
+                inner: MemoryStorage::new(),
+                outage,
+                calls: Default::default(),
+            })
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl InboxStore for Refusing {
+        async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError> {
+            let mut reports = self.write_all(vec![batch]).await?;
+            reports
+                .pop()
+                .ok_or_else(|| StorageError::Corrupt("no report".into()))
+        }
+        async fn write_all(
+            &self,
+            batches: Vec<WriteBatch>,
+        ) -> Result<Vec<WriteReport>, StorageError> {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(outage) = &self.outage {
+                return Err(outage.clone());
+            }
+            let refused = batches
+                .iter()
+                .flat_map(|b| &b.messages)
+                .any(|w| w.message.target_id == "refused");
+            if refused {
+                return Err(StorageError::Query {
+                    database: "test".into(),
+                    reason: "new row violates check constraint \"refused\"".into(),
+                    source: None,
+                });
+            }
+            self.inner.write_all(batches).await
+        }
+        async fn read_page(
+            &self,
+            shard: ShardIndex,
+            now: chrono::DateTime<chrono::Utc>,
+            limit: usize,
+        ) -> Result<crate::storage::Page, StorageError> {
+            self.inner.read_page(shard, now, limit).await
+        }
+        async fn commit_stage(
+            &self,
+            commit: crate::storage::StageCommit,
+        ) -> Result<crate::storage::CommitReport, StorageError> {
+            self.inner.commit_stage(commit).await
+        }
+        async fn next_due(
+            &self,
+            shard: ShardIndex,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StorageError> {
+            self.inner.next_due(shard, now).await
+        }
+        async fn counts(
+            &self,
+            shard: Option<ShardIndex>,
+        ) -> Result<crate::storage::InboxCounts, StorageError> {
+            self.inner.counts(shard).await
+        }
+        async fn expired_shards(
+            &self,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Vec<ShardIndex>, StorageError> {
+            self.inner.expired_shards(now).await
+        }
+        async fn purge_due_shards(
+            &self,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Vec<ShardIndex>, StorageError> {
+            self.inner.purge_due_shards(now).await
+        }
+        async fn read_expired(
+            &self,
+            shard: ShardIndex,
+            now: chrono::DateTime<chrono::Utc>,
+            limit: usize,
+        ) -> Result<Vec<crate::model::message::InboxMessage>, StorageError> {
+            self.inner.read_expired(shard, now, limit).await
+        }
+    }
+
+    /// Batch `i`, or with `refused` its row goes to the target the database refuses.
+    fn maybe_refused(i: usize, refused: bool) -> WriteBatch {
+        let mut b = batch(i);
+        if refused {
+            b.messages[0].message.target_id = "refused".into();
+        }
+        b
+    }
+
+    /// Queues 20 sends behind a write in flight, the 8th refused by the database, and lets
+    /// them be written (as one group); returns each send's outcome.
+    async fn twenty_sends_one_refused(
+        queue: &Arc<WriteQueue>,
+        storage: &Arc<Refusing>,
+    ) -> Vec<Result<WriteReport, StorageError>> {
+        // A write in flight: the test holds the leader's place (letting go wakes the waiting).
+        let in_flight = Leading {
+            guard: Some(queue.leader.lock().await),
+            released: &queue.released,
+        };
+        let sends: Vec<_> = (0..20)
+            .map(|i| {
+                let (queue, storage) = (queue.clone(), storage.clone());
+                tokio::spawn(async move { queue.write(&storage, maybe_refused(i, i == 7)).await })
+            })
+            .collect();
+        while queue.queued().len() < 20 {
+            tokio::task::yield_now().await;
+        }
+        drop(in_flight);
+        let mut outcomes = Vec::new();
+        for send in sends {
+            outcomes.push(send.await.expect("task"));
+        }
+        outcomes
+    }
+
+    /// A write the database refuses fails its own send only: the 19 others of its group are
+    /// written, each with its own report.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_batch_fails_only_its_own_send() {
+        let storage = Refusing::new(None);
+        let queue = Arc::new(WriteQueue::default());
+        let outcomes = twenty_sends_one_refused(&queue, &storage).await;
+        for (i, outcome) in outcomes.iter().enumerate() {
+            match outcome {
+                Err(StorageError::Query { reason, .. }) if i == 7 => {
+                    assert!(reason.contains("refused"), "{reason}")
+                }
+                Ok(report) if i != 7 => assert_eq!((report.written, report.duplicates), (1, 0)),
+                other => panic!("send {i}: {other:?}"),
+            }
+        }
+        let rows = storage.inner.rows();
+        assert_eq!(rows.len(), 19);
+        assert!(rows.iter().all(|r| r.message.target_id != "refused"));
+        let calls = storage.calls.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            calls <= 1 + 2 * 5,
+            "bisected, not written one by one: {calls} writes"
+        );
+    }
+
+    /// A failure of the database itself (it is gone) fails the whole group at once: no send
+    /// is tried again alone, every one gets the error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_outage_fails_the_group_without_retries() {
+        let storage = Refusing::new(Some(StorageError::Unavailable {
+            database: "test".into(),
+            reason: "connection refused".into(),
+            source: None,
+        }));
+        let queue = Arc::new(WriteQueue::default());
+        let outcomes = twenty_sends_one_refused(&queue, &storage).await;
+        assert!(outcomes
+            .iter()
+            .all(|o| matches!(o, Err(StorageError::Unavailable { .. }))));
+        assert_eq!(storage.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     /// A group takes batches up to the row limit, and always at least one.
