@@ -172,6 +172,7 @@ async fn corrupt(sb: &Shardbox, ids: &[String]) {
             purge_delivered: 0,
             catch_ups: vec![],
             purge_catch_ups_before: None,
+            release_holds: vec![],
         };
         commit.states.sort_by(|a, b| a.key.cmp(&b.key));
         storage.commit_stage(commit).await.unwrap();

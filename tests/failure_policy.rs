@@ -941,6 +941,44 @@ async fn a_lease_takeover_is_counted(storage: Arc<dyn Storage>) {
     );
 }
 
+/// A message that waits in retry back-off with a TTL expires before its retry: the messages
+/// held behind it (until its retry time) go on at once, in `seq` order with those that arrived
+/// after the hold. Before, a later message could overtake them: it was due while they were
+/// still held for a retry that would never come (found by the simulation, seed 310).
+async fn messages_behind_a_retry_that_expires_go_on_in_order(storage: Arc<dyn Storage>) {
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = build(storage.clone(), clock.clone(), |b| {
+        b.failure_policy(policy(5, ExhaustedOutcome::DeadLetter))
+    })
+    .await;
+    let p = unique("expiring");
+    sb.send_with::<Journal>(
+        &p,
+        &JournalCommand::Flaky {
+            n: 1,
+            fail_first: 1,
+        },
+        SendOptions::default().ttl(Duration::from_millis(500)),
+    )
+    .await
+    .expect("send");
+    send(&sb, &p, ok(2)).await;
+    let r = sb.deliver_all().await.unwrap();
+    assert_eq!((r.totals.retried, r.totals.held), (1, 1), "{r:?}");
+
+    clock.advance(ms(600));
+    send(&sb, &p, ok(3)).await;
+    let swept = sb.sweep_expired().await.unwrap();
+    assert_eq!(
+        swept.totals.expired, 1,
+        "#1 expired in its back-off: {swept:?}"
+    );
+    sb.deliver_all().await.unwrap();
+    clock.advance(ms(1_000));
+    sb.deliver_all().await.unwrap();
+    assert_eq!(applied(&sb, &p).await, [2, 3], "in seq order");
+}
+
 macro_rules! on_every_backend {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -986,6 +1024,7 @@ on_every_backend!(
     messages_behind_a_block_go_on_in_order_after_the_unblock,
     twenty_messages_behind_a_block_are_delivered_in_order,
     messages_behind_a_block_are_not_rewritten_while_it_lasts,
+    messages_behind_a_retry_that_expires_go_on_in_order,
     poison_payloads_and_unknown_kinds_are_dead_lettered,
     delayed_delivery_is_never_early,
     ttl_expires_due_messages_with_a_worker,

@@ -42,8 +42,9 @@ impl InboxStore for MemoryStorage {
         if let Some(retrying) = state.retrying.get(&shard) {
             for seq in retrying {
                 let row = &state.rows[seq];
-                // An expired retry is not waited for; a parked one waits for its catch-up.
-                if row.is_expired(now) || is_parked(row.message.deliver_after) {
+                // An expired retry is waited for until it is expired (the rows held behind it
+                // must not be overtaken); a parked one waits for its catch-up.
+                if is_parked(row.message.deliver_after) {
                     continue;
                 }
                 if let Some(at) = row.message.deliver_after.filter(|at| *at > now) {
@@ -140,6 +141,9 @@ impl InboxStore for MemoryStorage {
         }
         for seq in behind_block {
             state.park_behind_block(seq);
+        }
+        for release in &commit.release_holds {
+            state.release_holds(shard, &release.target, release.until);
         }
         let now = commit.now;
         for s in commit.states {

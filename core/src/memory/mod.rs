@@ -8,7 +8,7 @@
 use crate::model::error::StorageError;
 use crate::model::event::StoredEvent;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId};
-use crate::model::message::{DedupKey, InboxMessage, InboxWrite};
+use crate::model::message::{DedupKey, InboxMessage, InboxWrite, MessageStatus};
 use crate::storage::{
     CatchUpJob, DeadLetter, DeadLetterFilter, DeadLetterId, EntityKey, EntityState, Lease, Member,
     ShardSession, Storage, WriteBatch, WriteReport,
@@ -188,6 +188,30 @@ impl State {
             if let Some(row) = self.rows.get_mut(&seq) {
                 row.message.deliver_after = Some(crate::catch_up::parked_until());
             }
+        }
+    }
+
+    /// Makes the rows of `target` in `shard` held until exactly `until` due at once (see
+    /// `HoldRelease`).
+    fn release_holds(&mut self, shard: ShardIndex, target: &EntityKey, until: DateTime<Utc>) {
+        let held: Vec<i64> = self
+            .pending
+            .get(&shard)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|seq| {
+                let row = &self.rows[seq];
+                row.status == MessageStatus::ToDeliver
+                    && row.message.deliver_after == Some(until)
+                    && target_of(row) == *target
+            })
+            .collect();
+        for seq in held {
+            if let Some(row) = self.rows.get_mut(&seq) {
+                row.message.deliver_after = None;
+            }
+            self.due.entry(shard).or_default().add(seq, None);
         }
     }
 

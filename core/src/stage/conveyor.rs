@@ -14,8 +14,8 @@ use crate::model::event::NewEvent;
 use crate::model::message::{InboxMessage, InboxWrite, MessageStatus};
 use crate::stage::context::StationContext;
 use crate::storage::{
-    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, Lease, Page, RowChange, RowUpdate,
-    StageCommit, WriteBatch,
+    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, HoldRelease, Lease, Page, RowChange,
+    RowUpdate, StageCommit, WriteBatch,
 };
 use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
@@ -241,6 +241,7 @@ impl Conveyor {
         let mut updates = Vec::with_capacity(self.page.len());
         report.dead_lettered += self.extra_dead_letters.len();
         let mut dead_letters = self.extra_dead_letters;
+        let mut release_holds = Vec::new();
         for (message, intent) in self.page.into_iter().zip(self.intents) {
             let change = match intent {
                 Some(Intent::Delivered { keep_until }) => {
@@ -308,6 +309,21 @@ impl Conveyor {
                 }
                 Some(Intent::Expired) => {
                     report.expired += 1;
+                    // A row in retry back-off expired before its retry: the rows held behind
+                    // it until that retry go on now, in their order (not at the retry time,
+                    // when later rows of the target would already have overtaken them).
+                    if let Some(at) = message.message.deliver_after {
+                        if message.attempts > 0 && at > self.now {
+                            release_holds.push(HoldRelease {
+                                target: EntityKey::new(
+                                    &message.message.target_kind,
+                                    &message.message.tenant,
+                                    &message.message.target_id,
+                                ),
+                                until: at,
+                            });
+                        }
+                    }
                     if dead_letter_expired {
                         report.dead_lettered += 1;
                         dead_letters.push(DeadLetter {
@@ -349,6 +365,7 @@ impl Conveyor {
             purge_delivered: self.purge_delivered,
             catch_ups: self.catch_ups,
             purge_catch_ups_before: self.purge_catch_ups_before,
+            release_holds,
         };
         (commit, report)
     }

@@ -1,7 +1,7 @@
 //! What one stage writes: the [`StageCommit`], applied in one fenced transaction.
 
 use super::catch_up::CatchUpJob;
-use super::entities::EntityStateWrite;
+use super::entities::{EntityKey, EntityStateWrite};
 use super::registry::Lease;
 use super::write::{WriteBatch, WriteReport};
 use crate::model::message::InboxMessage;
@@ -78,6 +78,17 @@ pub struct DeadLetter {
     pub last_attempt_at: DateTime<Utc>,
 }
 
+/// Rows of `target` in the committing shard held until exactly `until` — behind a retry due
+/// then, whose row left before it (its TTL ran out) — become due at once, so they keep their
+/// `seq` order with rows that arrived after the hold (see `StageCommit::release_holds`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldRelease {
+    /// Whose held rows.
+    pub target: EntityKey,
+    /// The hold's exact time: the retry time of the row that left.
+    pub until: DateTime<Utc>,
+}
+
 /// Everything a stage writes, applied atomically and only under the stage's lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageCommit {
@@ -109,6 +120,8 @@ pub struct StageCommit {
     /// Delete the completed catch-up jobs that finished before this time (their retention
     /// ran out), in the same transaction.
     pub purge_catch_ups_before: Option<DateTime<Utc>>,
+    /// Held rows to make due at once, after the row changes (see [`HoldRelease`]).
+    pub release_holds: Vec<HoldRelease>,
 }
 
 impl StageCommit {
@@ -207,6 +220,7 @@ mod tests {
             purge_delivered: 0,
             catch_ups: Vec::new(),
             purge_catch_ups_before: None,
+            release_holds: Vec::new(),
         }
     }
 

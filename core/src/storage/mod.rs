@@ -28,7 +28,7 @@ pub use listener::{ListenerHandle, ListenerStats, WriteListener};
 pub use observer::ShardObserver;
 
 pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
-pub use commit::{CommitReport, DeadLetter, RowChange, RowUpdate, StageCommit};
+pub use commit::{CommitReport, DeadLetter, HoldRelease, RowChange, RowUpdate, StageCommit};
 pub use dead_letters::{
     unblocked_reason, BlockedTarget, DeadLetterFilter, DeadLetterId, DeadLetterStore, Requeue,
     RequeueReport, StoredDeadLetter, Unblock, UnblockReport,

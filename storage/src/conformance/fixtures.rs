@@ -116,6 +116,7 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
         purge_delivered: 0,
         catch_ups: Vec::new(),
         purge_catch_ups_before: None,
+        release_holds: vec![],
     }
 }
 

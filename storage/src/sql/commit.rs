@@ -35,6 +35,7 @@ macro_rules! commit_units {
                 purge_delivered,
                 catch_ups,
                 purge_catch_ups_before,
+                release_holds,
             } = commit;
             // The fan-out's rows are made before the transaction and dropped after it.
             let messages = $crate::rows::inbox_rows(writes.messages)?;
@@ -58,6 +59,9 @@ macro_rules! commit_units {
                 }
                 fence(conn, &lease, lease_until)?;
                 update_rows(conn, lease.shard, updates, now)?;
+                for release in &release_holds {
+                    release_hold(conn, lease.shard, release)?;
+                }
                 store_states(conn, states, now)?;
                 insert_dead_letters(conn, dead_letters)?;
                 for job in catch_ups {
@@ -81,6 +85,28 @@ macro_rules! commit_units {
                     catch_ups_purged,
                 })
             })
+        }
+
+        /// Makes the rows of `release.target` in `shard` held until exactly `release.until` due
+        /// (`StageCommit::release_holds`): a range of `inbox_delayed` (shard, deliver_after).
+        fn release_hold(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            release: &shardbox_core::storage::HoldRelease,
+        ) -> Result<(), Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            diesel::update(
+                im::inbox_messages
+                    .filter(im::shard.eq(shard.as_i32()))
+                    .filter(im::deliver_after.eq(micros(release.until)))
+                    .filter(im::status.eq(shardbox_core::MessageStatus::ToDeliver.as_str()))
+                    .filter(im::tenant.eq(&release.target.tenant))
+                    .filter(im::target_kind.eq(&release.target.kind))
+                    .filter(im::target_id.eq(&release.target.id)),
+            )
+            .set(im::deliver_after.eq(None::<i64>))
+            .execute(conn)?;
+            Ok(())
         }
 
         /// Renews `lease` to `until` if its epoch and node still hold the shard, else

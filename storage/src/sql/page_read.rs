@@ -109,9 +109,11 @@ where
         self.limit(&mut out)?;
         // Targets waiting behind a retry still ahead. `COALESCE` on purpose: a plain
         // `deliver_after > now` would make the larger inbox_delayed index eligible too, and
-        // SQLite would pick it. A retrying row whose TTL passed is expired, not waited for;
-        // one parked by a catch-up waits for the job, not a time (its target's replayed rows
-        // must not be held behind it).
+        // SQLite would pick it. A retrying row whose TTL passed is still waited for until it
+        // is expired (by the TTL sweep, which releases the rows held behind it, or by the page
+        // that reads it at its retry time, with those rows): the target's later rows must not
+        // overtake the rows already held behind it. One parked by a catch-up waits for the
+        // job, not a time (its target's replayed rows must not be held behind it).
         out.push_sql(") AS due_later UNION ALL SELECT 2, ");
         out.push_sql(COLUMNS_NO_PAYLOAD);
         self.of_shard(&mut out, RETRYING)?;
@@ -119,10 +121,8 @@ where
         out.push_bind_param::<BigInt, _>(&self.now)?;
         out.push_sql(" AND COALESCE(deliver_after, 0) < ");
         out.push_bind_param::<BigInt, _>(&self.parked)?;
-        out.push_sql(" AND (expires_at IS NULL OR expires_at > ");
-        out.push_bind_param::<BigInt, _>(&self.now)?;
         // Blocked targets.
-        out.push_sql(") UNION ALL SELECT 3, ");
+        out.push_sql(" UNION ALL SELECT 3, ");
         out.push_sql(COLUMNS_NO_PAYLOAD);
         self.of_shard(&mut out, BLOCKED)?;
         // The row due next: the start of inbox_delayed's range after now.
