@@ -68,9 +68,9 @@ pub use shardbox_storage as storage;
 pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, Context, DeliveryConfig, DeliveryError,
     DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome, FailureAction, FailurePolicy,
-    HandlerError, ManualClock, Message, NodeId, Outgoing, Projection, Reactor, SendOptions,
-    SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, Station, StorageError,
-    SystemClock,
+    HandlerError, IdField, IdProblem, InvalidId, ManualClock, Message, NodeId, Outgoing,
+    Projection, Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
+    StableHashStrategy, Station, StorageError, SystemClock, MAX_ID_BYTES,
 };
 
 /// The names most applications need.

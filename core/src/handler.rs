@@ -9,7 +9,7 @@
 
 use crate::entity::{Aggregate, Context, HandlerError, Message, Projection, Reactor};
 use crate::event::{EventSource, NewEvent};
-use crate::ids::SignalId;
+use crate::ids::{validate_address, SignalId};
 use crate::message::{InboxMessage, NewMessage};
 use chrono::{DateTime, Utc};
 use std::marker::PhantomData;
@@ -335,18 +335,30 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
         let mut result = BatchResult::default();
         for m in batch {
             let reacted = decode::<R::Event>(m)
-                .and_then(|event| self.0.react(&event, &context(R::KIND, m, now)));
+                .and_then(|event| self.0.react(&event, &context(R::KIND, m, now)))
+                .and_then(|outgoing| {
+                    // Built and checked all before any is kept: a reaction with one invalid
+                    // command fails whole (its failure policy decides), sending none.
+                    outgoing
+                        .into_iter()
+                        .enumerate()
+                        .map(|(n, out)| {
+                            let id = SignalId::derived(&m.message.signal_id, "command", n);
+                            let c =
+                                out.into_message(id, &m.message.tenant, &m.message.metadata, now);
+                            validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
+                                .map(|()| c)
+                                .map_err(|e| {
+                                    HandlerError::new(format!(
+                                        "reacted with an invalid command: {e}"
+                                    ))
+                                })
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                });
             match reacted {
-                Ok(outgoing) => {
-                    for (n, out) in outgoing.into_iter().enumerate() {
-                        let id = SignalId::derived(&m.message.signal_id, "command", n);
-                        result.commands.push(out.into_message(
-                            id,
-                            &m.message.tenant,
-                            &m.message.metadata,
-                            now,
-                        ));
-                    }
+                Ok(commands) => {
+                    result.commands.extend(commands);
                     result.outcomes.push(MessageOutcome::Handled);
                 }
                 Err(e) => {

@@ -2,12 +2,16 @@
 //! subscriber. Each call is one atomic write (an event with all its fan-out rows), then the
 //! shard observers are told so that workers wake at once. Calls made while another write is
 //! in flight are committed together in one transaction (see `write_queue`).
+//!
+//! Every id a call takes (target, tenant, signal, event source, and the ids subscribers route
+//! an event to) is checked against the id limits of [`crate::ids`] before anything is
+//! written: a bad one is [`DeliveryError::InvalidInput`] naming the field.
 
 use crate::delivery::DeliveryEnv;
 use crate::entity::{Aggregate, Message};
 use crate::error::DeliveryError;
 use crate::event::{EventSource, NewEvent};
-use crate::ids::SignalId;
+use crate::ids::{validate, validate_address, IdField, SignalId};
 use crate::message::{InboxWrite, MessageKind, Metadata, NewMessage};
 use crate::storage::{WriteBatch, WriteReport};
 use chrono::{DateTime, Utc};
@@ -89,6 +93,15 @@ pub struct SendReceipt {
     pub report: WriteReport,
 }
 
+/// Checks the ids of a posted event: its id (the signal id of every copy), tenant and source.
+fn validate_event(event: &NewEvent) -> Result<(), DeliveryError> {
+    validate(IdField::SignalId, &event.id.0)?;
+    validate(IdField::Tenant, &event.tenant)?;
+    validate(IdField::SourceKind, &event.source.kind)?;
+    validate(IdField::SourceId, &event.source.id)?;
+    Ok(())
+}
+
 /// Sends commands and posts events into the sharded Inbox.
 #[derive(Clone)]
 pub struct Inbox {
@@ -152,6 +165,7 @@ impl Inbox {
                 Some(base) => SignalId(format!("{base}/{n}")),
                 None => SignalId::generate(),
             };
+            validate_address(&options.tenant, A::KIND, id, &signal_id)?;
             messages.push(self.env.registry.address(NewMessage {
                 signal_id,
                 kind: MessageKind::Command,
@@ -175,6 +189,12 @@ impl Inbox {
 
     /// Sends an already serialized command. The target kind must be registered.
     pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
+        validate_address(
+            &message.tenant,
+            &message.target_kind,
+            &message.target_id,
+            &message.signal_id,
+        )?;
         if self.env.registry.handler(&message.target_kind).is_none() {
             return Err(DeliveryError::UnknownKind {
                 kind: message.target_kind,
@@ -237,6 +257,7 @@ impl Inbox {
                 payload: serialize(event)?,
                 metadata: options.metadata.clone(),
             };
+            validate_event(&event)?;
             self.fan_out(&event, &options, now, &mut batch.messages)?;
             batch.events.push(event);
         }
@@ -250,6 +271,7 @@ impl Inbox {
         event: NewEvent,
         options: SendOptions,
     ) -> Result<SendReceipt, DeliveryError> {
+        validate_event(&event)?;
         let now = self.env.clock.now();
         let mut messages = Vec::new();
         self.fan_out(&event, &options, now, &mut messages)?;

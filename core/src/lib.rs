@@ -59,7 +59,9 @@ pub use error::{ConfigError, DeliveryError, StorageError};
 pub use event::{EventSource, NewEvent, StoredEvent};
 pub use failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy};
 pub use handler::{BatchResult, EntityHandler, MessageOutcome};
-pub use ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+pub use ids::{
+    IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId, MAX_ID_BYTES,
+};
 pub use inbox::{Inbox, SendOptions, SendReceipt};
 pub use listener::{ListenerHandle, ListenerStats, WriteListener};
 pub use message::{DedupKey, InboxMessage, MessageKind, MessageStatus, Metadata, NewMessage};
