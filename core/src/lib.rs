@@ -61,7 +61,10 @@ pub use model::config::{DeliveryConfig, DeliveryConfigBuilder};
 pub use model::error::{Cause, ConfigError, DeliveryError, StorageError};
 pub use model::event::{EventSource, NewEvent, StoredEvent};
 pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy};
-pub use model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+pub use model::ids::validate as validate_id;
+pub use model::ids::{
+    IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId, MAX_ID_BYTES,
+};
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };

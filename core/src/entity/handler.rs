@@ -9,7 +9,7 @@
 
 use crate::entity::traits::{Aggregate, Context, HandlerError, Message, Projection, Reactor};
 use crate::model::event::{EventSource, NewEvent};
-use crate::model::ids::SignalId;
+use crate::model::ids::{validate_address, SignalId};
 use crate::model::message::{InboxMessage, NewMessage};
 use chrono::{DateTime, Utc};
 use std::marker::PhantomData;
@@ -343,15 +343,22 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
         run_batch(batch, &mut result, |_, m, result| {
             let event = decode::<R::Event>(m)?;
             let outgoing = self.0.react(&event, &context(R::KIND, m, now))?;
-            for (n, out) in outgoing.into_iter().enumerate() {
-                let id = SignalId::derived(&m.message.signal_id, "command", n);
-                result.commands.push(out.into_message(
-                    id,
-                    &m.message.tenant,
-                    &m.message.metadata,
-                    now,
-                ));
-            }
+            // Built and checked all before any is kept: a reaction with one invalid command
+            // fails whole (its failure policy decides), sending none.
+            let commands = outgoing
+                .into_iter()
+                .enumerate()
+                .map(|(n, out)| {
+                    let id = SignalId::derived(&m.message.signal_id, "command", n);
+                    let c = out.into_message(id, &m.message.tenant, &m.message.metadata, now);
+                    validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
+                        .map(|()| c)
+                        .map_err(|e| {
+                            HandlerError::new(format!("reacted with an invalid command: {e}"))
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            result.commands.extend(commands);
             Ok(())
         });
         result

@@ -8,7 +8,7 @@
 use crate::entity::handler::EntityHandler;
 use crate::model::error::ConfigError;
 use crate::model::event::NewEvent;
-use crate::model::ids::ShardIndex;
+use crate::model::ids::{validate, IdField, ShardIndex};
 use crate::model::message::{InboxWrite, MessageKind, NewMessage};
 use crate::model::strategy::ShardStrategy;
 use chrono::{DateTime, Utc};
@@ -101,8 +101,9 @@ impl EntityRegistry {
 
     /// Appends to `out` the inbox rows `event` fans out to: one per subscribed kind and routed
     /// id, each with the event's id as signal id. `deliver_after`/`expires_at` apply to every
-    /// copy. A subscriber whose `route` fails gets no copy and is returned (kind, reason); the
-    /// other subscribers get theirs.
+    /// copy. A subscriber whose `route` fails, or routes to an id outside the id limits (see
+    /// [`crate::model::ids`]), gets no copy (of that id) and is returned (kind, reason); the other
+    /// subscribers get theirs.
     pub fn fan_out(
         &self,
         event: &NewEvent,
@@ -124,6 +125,10 @@ impl EntityRegistry {
                 }
             };
             for target_id in ids {
+                if let Err(e) = validate(IdField::TargetId, &target_id) {
+                    failures.push((handler.kind(), format!("routed to an invalid target: {e}")));
+                    continue;
+                }
                 out.push(self.address(NewMessage {
                     signal_id: event.id.clone(),
                     kind: MessageKind::Event,

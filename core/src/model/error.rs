@@ -1,6 +1,6 @@
 //! The errors of shardbox-core. Each message says what went wrong and what to do about it.
 
-use crate::model::ids::{LeaseEpoch, ShardIndex};
+use crate::model::ids::{InvalidId, LeaseEpoch, ShardIndex};
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -229,6 +229,10 @@ pub enum DeliveryError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// An id given to a send or a post is outside its limits (see [`crate::model::ids`]); nothing was
+    /// written.
+    #[error("invalid input, nothing was written: {0}")]
+    InvalidInput(#[from] InvalidId),
     /// A message was sent to an entity kind that nobody registered.
     #[error("entity kind `{kind}` is not registered; register it with the builder (`.aggregate::<T>()`, `.projection::<T>()` or `.reactor::<T>()`) before sending to it")]
     UnknownKind {

@@ -1,9 +1,152 @@
-//! Identifiers of the delivery domain: shards, lease epochs, nodes, workers, signals.
+//! Identifiers of the delivery domain: shards, lease epochs, nodes, workers, signals, and the
+//! limits every id a caller gives must keep.
 //!
 //! Each is a newtype so that a shard number is never confused with an epoch or a count.
+//!
+//! **Id limits** ([`validate`], one rule per [`IdField`]), checked where an id is taken (a
+//! send, a post, a command a reactor emits) so that a bad one is a typed error at that call
+//! and nothing is written:
+//!
+//! ```text
+//!  tenant, event source kind and id   may be empty
+//!  target kind, target id, signal id  not empty   (an empty target id means "no target":
+//!                                                   a dead letter of it could never be requeued)
+//!  every field                        at most MAX_ID_BYTES (512) bytes, no NUL byte
+//! ```
+//!
+//! The length bounds what every backend can index: PostgreSQL's btree refuses an index row of
+//! more than about 2,700 bytes, and the Inbox's unique key (tenant, target kind, target id,
+//! signal id) holds four ids, 4 × 512 = 2,048 bytes at most. PostgreSQL `text` cannot store a
+//! NUL byte; SQLite could, but an id valid on one backend is valid on all. Ids derived from a
+//! parent signal ([`SignalId::derived`]) keep within the limit however long the chain.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use thiserror::Error;
+
+/// The longest id a caller may give, in bytes (UTF-8), for each [`IdField`].
+pub const MAX_ID_BYTES: usize = 512;
+
+/// Which id of a message or an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IdField {
+    /// The tenant (empty for single-tenant applications).
+    Tenant,
+    /// The entity kind a message goes to.
+    TargetKind,
+    /// The entity id a message goes to.
+    TargetId,
+    /// The signal id (of a command, or an event's id).
+    SignalId,
+    /// The entity kind that produced an event.
+    SourceKind,
+    /// The id of the producer of an event.
+    SourceId,
+}
+
+impl IdField {
+    /// The field's name, as in `NewMessage`/`SendOptions`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IdField::Tenant => "tenant",
+            IdField::TargetKind => "target_kind",
+            IdField::TargetId => "target_id",
+            IdField::SignalId => "signal_id",
+            IdField::SourceKind => "source.kind",
+            IdField::SourceId => "source.id",
+        }
+    }
+
+    /// Whether the field may be empty.
+    fn may_be_empty(self) -> bool {
+        matches!(
+            self,
+            IdField::Tenant | IdField::SourceKind | IdField::SourceId
+        )
+    }
+}
+
+impl fmt::Display for IdField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What is wrong with an id.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum IdProblem {
+    /// The field must not be empty.
+    #[error("is empty; give a non-empty id")]
+    Empty,
+    /// Longer than [`MAX_ID_BYTES`].
+    #[error("is {len} bytes long, over the limit of {max} bytes; use a shorter id (or a digest of a long one)")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit, [`MAX_ID_BYTES`].
+        max: usize,
+    },
+    /// Holds a NUL byte, which PostgreSQL text cannot store.
+    #[error("holds a NUL byte at byte {at}; ids cannot contain NUL (PostgreSQL text refuses it)")]
+    Nul {
+        /// The byte offset of the first NUL.
+        at: usize,
+    },
+}
+
+/// An id outside its limits: which field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("`{field}` {problem}")]
+pub struct InvalidId {
+    /// The field.
+    pub field: IdField,
+    /// What is wrong.
+    #[source]
+    pub problem: IdProblem,
+}
+
+/// Checks `value` against the limits of `field` (see the module doc).
+///
+/// ```
+/// use shardbox_core::{validate_id as validate, IdField, IdProblem};
+/// assert!(validate(IdField::TargetId, "acc-1").is_ok());
+/// assert!(validate(IdField::Tenant, "").is_ok());
+/// assert_eq!(validate(IdField::TargetId, "").unwrap_err().problem, IdProblem::Empty);
+/// ```
+pub fn validate(field: IdField, value: &str) -> Result<(), InvalidId> {
+    let problem = if value.is_empty() && !field.may_be_empty() {
+        Some(IdProblem::Empty)
+    } else if value.len() > MAX_ID_BYTES {
+        Some(IdProblem::TooLong {
+            len: value.len(),
+            max: MAX_ID_BYTES,
+        })
+    } else {
+        value
+            .bytes()
+            .position(|b| b == 0)
+            .map(|at| IdProblem::Nul { at })
+    };
+    match problem {
+        Some(problem) => Err(InvalidId { field, problem }),
+        None => Ok(()),
+    }
+}
+
+/// Checks the ids that address a message: tenant, target kind and id, signal id.
+pub fn validate_address(
+    tenant: &str,
+    target_kind: &str,
+    target_id: &str,
+    signal_id: &SignalId,
+) -> Result<(), InvalidId> {
+    validate(IdField::Tenant, tenant)?;
+    validate(IdField::TargetKind, target_kind)?;
+    validate(IdField::TargetId, target_id)?;
+    validate(IdField::SignalId, &signal_id.0)
+}
 
 /// The index of one shard of the Inbox, in `0..shard_count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -79,8 +222,24 @@ impl SignalId {
 
     /// A signal id derived from a parent signal, stable across redeliveries of the parent, so
     /// that what a handler emits is deduplicated if the parent is handled twice.
+    ///
+    /// `"{parent}/{part}/{n}"`, or, when that would pass [`MAX_ID_BYTES`] (a long chain of
+    /// handlers, each deriving from the last), the parent is replaced by a stable 128-bit
+    /// digest of it, `"~{32 hex digits}/{part}/{n}"`, so that ids stay within the limit
+    /// however long the chain.
     pub fn derived(parent: &SignalId, part: &str, n: usize) -> Self {
-        SignalId(format!("{}/{}/{}", parent.0, part, n))
+        let id = format!("{}/{}/{}", parent.0, part, n);
+        if id.len() <= MAX_ID_BYTES {
+            return SignalId(id);
+        }
+        // Two FNV-1a hashes apart (the stable hash of shard routing, seeded differently):
+        // the same on every platform and version, as a derived id must be.
+        let p = parent.0.as_bytes();
+        let (a, b) = (
+            crate::model::strategy::fnv1a64(&[b"derived-a", p]),
+            crate::model::strategy::fnv1a64(&[b"derived-b", p]),
+        );
+        SignalId(format!("~{a:016x}{b:016x}/{part}/{n}"))
     }
 }
 
@@ -113,6 +272,74 @@ mod tests {
         assert_ne!(
             SignalId::derived(&parent, "event", 0),
             SignalId::derived(&parent, "event", 1)
+        );
+    }
+
+    #[test]
+    fn derived_signal_ids_stay_within_the_limit_however_long_the_chain() {
+        let mut id = SignalId::generate();
+        let mut seen = std::collections::HashSet::new();
+        for hop in 0..200 {
+            id = SignalId::derived(&id, if hop % 2 == 0 { "event" } else { "command" }, 0);
+            assert!(
+                validate(IdField::SignalId, &id.0).is_ok(),
+                "hop {hop}: {id}"
+            );
+            assert!(seen.insert(id.clone()), "hop {hop} repeats an id: {id}");
+        }
+        let long = SignalId("x".repeat(MAX_ID_BYTES));
+        assert_eq!(
+            SignalId::derived(&long, "event", 3),
+            SignalId::derived(&long, "event", 3),
+            "stable"
+        );
+        assert_ne!(
+            SignalId::derived(&long, "event", 3),
+            SignalId::derived(&SignalId("y".repeat(MAX_ID_BYTES)), "event", 3)
+        );
+    }
+
+    #[test]
+    fn ids_are_non_empty_bounded_and_without_nul() {
+        for field in [IdField::TargetKind, IdField::TargetId, IdField::SignalId] {
+            assert_eq!(
+                validate(field, ""),
+                Err(InvalidId {
+                    field,
+                    problem: IdProblem::Empty
+                })
+            );
+        }
+        for field in [IdField::Tenant, IdField::SourceKind, IdField::SourceId] {
+            assert!(validate(field, "").is_ok(), "{field} may be empty");
+        }
+        let max = "é".repeat(MAX_ID_BYTES / 2);
+        assert!(
+            validate(IdField::TargetId, &max).is_ok(),
+            "the limit is in bytes"
+        );
+        let over = format!("{max}a");
+        assert_eq!(
+            validate(IdField::TargetId, &over).map_err(|e| e.problem),
+            Err(IdProblem::TooLong {
+                len: MAX_ID_BYTES + 1,
+                max: MAX_ID_BYTES
+            })
+        );
+        assert_eq!(
+            validate(IdField::Tenant, "a\0b").map_err(|e| e.problem),
+            Err(IdProblem::Nul { at: 1 })
+        );
+        let err = validate(IdField::SignalId, &"s".repeat(10 << 20)).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("`signal_id`") && text.contains("512"),
+            "{text}"
+        );
+        assert!(validate_address("", "k", "t", &SignalId::from("s")).is_ok());
+        assert_eq!(
+            validate_address("", "k", "", &SignalId::from("s")).map_err(|e| e.field),
+            Err(IdField::TargetId)
         );
     }
 

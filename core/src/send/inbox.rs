@@ -2,11 +2,15 @@
 //! subscriber. Each call is one atomic write (an event with all its fan-out rows), then the
 //! shard observers are told so that workers wake at once. Calls made while another write is
 //! in flight are committed together in one transaction (see `write_queue`).
+//!
+//! Every id a call takes (target, tenant, signal, event source, and the ids subscribers route
+//! an event to) is checked against the id limits of [`crate::model::ids`] before anything is
+//! written: a bad one is [`DeliveryError::InvalidInput`] naming the field.
 
 use crate::entity::traits::{Aggregate, Message};
 use crate::model::error::DeliveryError;
 use crate::model::event::{EventSource, NewEvent};
-use crate::model::ids::SignalId;
+use crate::model::ids::{validate, validate_address, IdField, SignalId};
 use crate::model::message::{InboxWrite, MessageKind, Metadata, NewMessage};
 use crate::runner::env::DeliveryEnv;
 use crate::send::write_queue::WriteQueue;
@@ -107,6 +111,15 @@ pub struct SendReceipt {
     pub report: WriteReport,
 }
 
+/// Checks the ids of a posted event: its id (the signal id of every copy), tenant and source.
+fn validate_event(event: &NewEvent) -> Result<(), DeliveryError> {
+    validate(IdField::SignalId, &event.id.0)?;
+    validate(IdField::Tenant, &event.tenant)?;
+    validate(IdField::SourceKind, &event.source.kind)?;
+    validate(IdField::SourceId, &event.source.id)?;
+    Ok(())
+}
+
 /// Sends commands and posts events into the sharded Inbox.
 #[derive(Clone)]
 pub struct Inbox {
@@ -202,6 +215,12 @@ impl Inbox {
         let mut messages = Vec::with_capacity(commands.len());
         for (n, (id, command)) in commands.iter().enumerate() {
             let message = new_command::<A>(id, command, &options, options.signal(Some(n)), now)?;
+            validate_address(
+                &message.tenant,
+                &message.target_kind,
+                &message.target_id,
+                &message.signal_id,
+            )?;
             messages.push(self.env.registry.address(message));
         }
         self.write_batch(WriteBatch {
@@ -213,6 +232,12 @@ impl Inbox {
 
     /// Sends an already serialized command. The target kind must be registered.
     pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
+        validate_address(
+            &message.tenant,
+            &message.target_kind,
+            &message.target_id,
+            &message.signal_id,
+        )?;
         if self.env.registry.handler(&message.target_kind).is_none() {
             return Err(DeliveryError::UnknownKind {
                 kind: message.target_kind,
@@ -261,6 +286,7 @@ impl Inbox {
                 options.signal(Some(n)),
                 now,
             )?;
+            validate_event(&event)?;
             self.fan_out(&event, &options, now, &mut batch.messages)?;
             batch.events.push(event);
         }
@@ -274,6 +300,7 @@ impl Inbox {
         event: NewEvent,
         options: SendOptions,
     ) -> Result<SendReceipt, DeliveryError> {
+        validate_event(&event)?;
         let now = self.env.clock.now();
         let mut messages = Vec::new();
         self.fan_out(&event, &options, now, &mut messages)?;
