@@ -222,23 +222,37 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
         batch: &[&InboxMessage],
         now: DateTime<Utc>,
     ) -> BatchResult {
-        let mut entity: A = match load_state(A::KIND, state) {
-            Ok(s) => s,
-            Err(e) => return all_failed(batch.len(), e),
-        };
-        let mut result = BatchResult::default();
         // `handle` takes `&self`, so a failed command leaves the state untouched.
-        run_batch(batch, &mut result, |_, m, result| {
-            let (events, stored) = Self::handle_one(&entity, m, now)?;
+        run_stateful(A::KIND, state, batch, |entity: &mut A, _, m, result| {
+            let (events, stored) = Self::handle_one(entity, m, now)?;
             for e in &events {
                 entity.apply(e);
             }
             result.events.extend(stored);
             Ok(())
-        });
-        finish_state(A::KIND, &entity, &mut result);
-        result
+        })
     }
+}
+
+/// [`run_batch`] for a kind whose state the framework keeps: loads `state` (a target whose
+/// stored state does not deserialize fails whole), runs `step` on it per message, and saves
+/// it into the result if any message was handled.
+fn run_stateful<'b, S: serde::de::DeserializeOwned + serde::Serialize + Default>(
+    kind: &str,
+    state: Option<&[u8]>,
+    batch: &[&'b InboxMessage],
+    mut step: impl FnMut(&mut S, usize, &'b InboxMessage, &mut BatchResult) -> Result<(), HandlerError>,
+) -> BatchResult {
+    let mut entity: S = match load_state(kind, state) {
+        Ok(s) => s,
+        Err(e) => return all_failed(batch.len(), e),
+    };
+    let mut result = BatchResult::default();
+    run_batch(batch, &mut result, |i, m, result| {
+        step(&mut entity, i, m, result)
+    });
+    finish_state(kind, &entity, &mut result);
+    result
 }
 
 /// Saves the state into the result if any message was handled.
@@ -256,6 +270,28 @@ fn finish_state<S: serde::Serialize>(kind: &str, state: &S, result: &mut BatchRe
     }
 }
 
+/// The part of [`EntityHandler`] that every event subscriber (projection, reactor) has alike:
+/// its kind, whether it keeps state, no command type, its event type, and its `route`.
+macro_rules! subscriber_face {
+    ($t:ident, $stateful:expr) => {
+        fn kind(&self) -> &'static str {
+            $t::KIND
+        }
+        fn is_stateful(&self) -> bool {
+            $stateful
+        }
+        fn command_type(&self) -> Option<&'static str> {
+            None
+        }
+        fn event_type(&self) -> Option<&'static str> {
+            Some(<$t::Event as Message>::TYPE)
+        }
+        fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
+            Ok($t::route(&decode_event::<$t::Event>(event)?, &event.source))
+        }
+    };
+}
+
 /// Adapts a [`Projection`] type.
 pub struct ProjectionHandler<P>(PhantomData<fn() -> P>);
 
@@ -266,21 +302,7 @@ impl<P> Default for ProjectionHandler<P> {
 }
 
 impl<P: Projection> EntityHandler for ProjectionHandler<P> {
-    fn kind(&self) -> &'static str {
-        P::KIND
-    }
-    fn is_stateful(&self) -> bool {
-        true
-    }
-    fn command_type(&self) -> Option<&'static str> {
-        None
-    }
-    fn event_type(&self) -> Option<&'static str> {
-        Some(<P::Event as Message>::TYPE)
-    }
-    fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
-        Ok(P::route(&decode_event::<P::Event>(event)?, &event.source))
-    }
+    subscriber_face!(P, true);
 
     fn handle_batch(
         &self,
@@ -288,18 +310,13 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
         batch: &[&InboxMessage],
         now: DateTime<Utc>,
     ) -> BatchResult {
-        let mut view: P = match load_state(P::KIND, state) {
-            Ok(s) => s,
-            Err(e) => return all_failed(batch.len(), e),
-        };
-        let mut result = BatchResult::default();
-        run_batch(batch, &mut result, |i, m, _| {
+        run_stateful(P::KIND, state, batch, |view: &mut P, i, m, _| {
             let applied = decode::<P::Event>(m)
                 .and_then(|event| view.apply(&event, &context(P::KIND, m, now)));
             if applied.is_err() {
                 // `apply` may have half-changed the view: rebuild it from the loaded state
                 // and the messages before this one (apply is deterministic by contract).
-                view = load_state(P::KIND, state)?;
+                *view = load_state(P::KIND, state)?;
                 for earlier in &batch[..i] {
                     if let Ok(event) = decode::<P::Event>(earlier) {
                         let _ = view.apply(&event, &context(P::KIND, earlier, now));
@@ -307,9 +324,7 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
                 }
             }
             applied
-        });
-        finish_state(P::KIND, &view, &mut result);
-        result
+        })
     }
 }
 
@@ -317,21 +332,7 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
 pub struct ReactorHandler<R>(pub R);
 
 impl<R: Reactor> EntityHandler for ReactorHandler<R> {
-    fn kind(&self) -> &'static str {
-        R::KIND
-    }
-    fn is_stateful(&self) -> bool {
-        false
-    }
-    fn command_type(&self) -> Option<&'static str> {
-        None
-    }
-    fn event_type(&self) -> Option<&'static str> {
-        Some(<R::Event as Message>::TYPE)
-    }
-    fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
-        Ok(R::route(&decode_event::<R::Event>(event)?, &event.source))
-    }
+    subscriber_face!(R, false);
 
     fn handle_batch(
         &self,

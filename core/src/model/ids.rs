@@ -236,8 +236,8 @@ impl SignalId {
         // the same on every platform and version, as a derived id must be.
         let p = parent.0.as_bytes();
         let (a, b) = (
-            crate::model::strategy::fnv1a64(&[b"derived-a", p]),
-            crate::model::strategy::fnv1a64(&[b"derived-b", p]),
+            crate::model::hash::fnv1a64(&[b"derived-a", p]),
+            crate::model::hash::fnv1a64(&[b"derived-b", p]),
         );
         SignalId(format!("~{a:016x}{b:016x}/{part}/{n}"))
     }

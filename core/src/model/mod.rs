@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod failure;
+pub mod hash;
 pub mod ids;
 pub mod message;
 pub mod parked;

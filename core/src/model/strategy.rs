@@ -6,6 +6,7 @@
 //! must share shards (an order and its payment saga, say) are put in one *co-location group*:
 //! the group's name is hashed instead of the kind, so equal ids of those kinds land together.
 
+pub use crate::model::hash::fnv1a64;
 use crate::model::ids::ShardIndex;
 use std::collections::HashMap;
 
@@ -45,25 +46,6 @@ impl StableHashStrategy {
         }
         self
     }
-}
-
-/// 64-bit FNV-1a, the stable hash behind [`StableHashStrategy`].
-pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut hash = OFFSET;
-    for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
-            // A separator byte keeps ("ab", "c") and ("a", "bc") apart.
-            hash ^= 0xff;
-            hash = hash.wrapping_mul(PRIME);
-        }
-        for &b in *part {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(PRIME);
-        }
-    }
-    hash
 }
 
 impl ShardStrategy for StableHashStrategy {
