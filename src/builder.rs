@@ -8,8 +8,8 @@ use shardbox_core::DeliveryEnv;
 use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityRegistry,
-    FailurePolicy, Inbox, NodeId, Projection, Reactor, ShardStrategy, StableHashStrategy, Storage,
-    SystemClock,
+    FailurePolicy, Inbox, NodeId, Projection, Reactor, Services, ShardStrategy, StableHashStrategy,
+    Storage, SystemClock,
 };
 use shardbox_core::{AggregateHandler, EntityHandler, ProjectionHandler, ReactorHandler};
 use shardbox_stations::{CatchUpStation, Cleanup, LiveDelivery, RecentDeliveries};
@@ -26,6 +26,7 @@ pub struct ShardboxBuilder {
     monitor: Arc<dyn DeliveryMonitor>,
     clock: Arc<dyn Clock>,
     handlers: Vec<Arc<dyn EntityHandler>>,
+    services: Services,
     pipeline_edits: Vec<PipelineEdit>,
 }
 
@@ -38,6 +39,7 @@ impl Default for ShardboxBuilder {
             monitor: Arc::new(NoopMonitor),
             clock: Arc::new(SystemClock),
             handlers: Vec::new(),
+            services: Services::new(),
             pipeline_edits: Vec::new(),
         }
     }
@@ -102,6 +104,26 @@ impl ShardboxBuilder {
         /// 0: released at once).
         lease_linger => lease_linger: Duration);
 
+    config_setter!(/// Targets of a page one worker handles at once (default 16).
+        handler_concurrency => handler_concurrency: usize);
+    config_setter!(/// Handler calls in flight on this node, over all workers (default 1,024).
+        max_in_flight_handlers => max_in_flight_handlers: usize);
+    config_setter!(/// How long one handler call may take before it fails (default 60 s).
+        handler_timeout => handler_timeout: Duration);
+
+    /// Gives entity kind `kind` its own handler timeout.
+    pub fn kind_handler_timeout(mut self, kind: &str, timeout: Duration) -> Self {
+        self.config = self.config.kind_handler_timeout(kind, timeout);
+        self
+    }
+
+    /// Makes `service` (an HTTP client, a pool, a counter) reachable from every handler as
+    /// `cx.service::<T>()`; one value per type.
+    pub fn service<T: Send + Sync + 'static>(mut self, service: Arc<T>) -> Self {
+        self.services.insert(service);
+        self
+    }
+
     /// Gives entity kind `kind` its own failure policy.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
         self.config = self.config.kind_policy(kind, policy);
@@ -163,6 +185,7 @@ impl ShardboxBuilder {
         for handler in self.handlers {
             registry.register(handler)?;
         }
+        registry.set_services(self.services);
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
         pipeline
