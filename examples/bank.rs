@@ -50,7 +50,7 @@ impl Aggregate for Account {
     type Command = AccountCommand;
     type Event = AccountEvent;
 
-    fn handle(
+    async fn handle(
         &self,
         c: &AccountCommand,
         _: &Context<'_>,
@@ -92,7 +92,7 @@ impl Projection for Balance {
     const KIND: &'static str = "balance";
     type Event = AccountEvent;
 
-    fn apply(&mut self, e: &AccountEvent, _: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, e: &AccountEvent, _: &Context<'_>) -> Result<(), HandlerError> {
         self.step(e, LOGIC_V2.load(Ordering::SeqCst));
         Ok(())
     }

@@ -52,7 +52,11 @@ impl Aggregate for Counter {
     type Command = Increment;
     type Event = Incremented;
 
-    fn handle(&self, _: &Increment, _: &Context<'_>) -> Result<Vec<Incremented>, HandlerError> {
+    async fn handle(
+        &self,
+        _: &Increment,
+        _: &Context<'_>,
+    ) -> Result<Vec<Incremented>, HandlerError> {
         Ok(vec![Incremented])
     }
 

@@ -43,7 +43,7 @@ impl Aggregate for Account {
     type Command = AccountCommand;
     type Event = AccountEvent;
 
-    fn handle(
+    async fn handle(
         &self,
         command: &AccountCommand,
         _: &Context<'_>,
@@ -79,7 +79,7 @@ impl Projection for Statement {
     const KIND: &'static str = "statement";
     type Event = AccountEvent;
 
-    fn apply(&mut self, event: &AccountEvent, _: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, event: &AccountEvent, _: &Context<'_>) -> Result<(), HandlerError> {
         match *event {
             AccountEvent::Deposited(n) => self.balance += n,
             AccountEvent::Withdrew(n) => self.balance -= n,

@@ -8,8 +8,8 @@ use shardbox_core::DeliveryEnv;
 use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityRegistry,
-    FailurePolicy, Inbox, NodeId, Projection, Reactor, ShardStrategy, StableHashStrategy, Storage,
-    SystemClock,
+    FailurePolicy, Inbox, NodeId, Projection, Reactor, Services, ShardStrategy, StableHashStrategy,
+    Storage, SystemClock,
 };
 use shardbox_core::{AggregateHandler, EntityHandler, ProjectionHandler, ReactorHandler};
 use shardbox_stations::{CatchUpStation, Cleanup, LiveDelivery, RecentDeliveries};
@@ -26,6 +26,7 @@ pub struct ShardboxBuilder {
     monitor: Arc<dyn DeliveryMonitor>,
     clock: Arc<dyn Clock>,
     handlers: Vec<Arc<dyn EntityHandler>>,
+    services: Services,
     pipeline_edits: Vec<PipelineEdit>,
 }
 
@@ -38,6 +39,7 @@ impl Default for ShardboxBuilder {
             monitor: Arc::new(NoopMonitor),
             clock: Arc::new(SystemClock),
             handlers: Vec::new(),
+            services: Services::new(),
             pipeline_edits: Vec::new(),
         }
     }
@@ -102,6 +104,12 @@ config_setters! {
     /// How long a worker keeps a drained shard's lease for the next write (default
     /// 0: released at once).
     lease_linger => lease_linger: Duration;
+    /// Targets of a page one worker handles at once (default 16).
+    handler_concurrency => handler_concurrency: usize;
+    /// Handler calls in flight on this node, over all workers (default 1,024).
+    max_in_flight_handlers => max_in_flight_handlers: usize;
+    /// How long one handler call may take before it fails (default 60 s).
+    handler_timeout => handler_timeout: Duration;
 }
 
 /// `err` naming the builder method instead of the core's field.
@@ -136,6 +144,19 @@ impl ShardboxBuilder {
     /// Keeps everything in memory: nothing survives the process (tests, fire-and-forget).
     pub fn memory(self) -> Self {
         self.storage(MemoryStorage::new())
+    }
+
+    /// Gives entity kind `kind` its own handler timeout.
+    pub fn kind_handler_timeout(mut self, kind: &str, timeout: Duration) -> Self {
+        self.config = self.config.kind_handler_timeout(kind, timeout);
+        self
+    }
+
+    /// Makes `service` (an HTTP client, a pool, a counter) reachable from every handler as
+    /// `cx.service::<T>()`; one value per type.
+    pub fn service<T: Send + Sync + 'static>(mut self, service: Arc<T>) -> Self {
+        self.services.insert(service);
+        self
     }
 
     /// Gives entity kind `kind` its own failure policy.
@@ -208,6 +229,7 @@ impl ShardboxBuilder {
         for handler in self.handlers {
             registry.register(handler)?;
         }
+        registry.set_services(self.services);
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
         pipeline

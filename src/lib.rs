@@ -24,7 +24,7 @@
 //!     const KIND: &'static str = "counter";
 //!     type Command = CounterCommand;
 //!     type Event = CounterEvent;
-//!     fn handle(&self, c: &CounterCommand, _: &Context<'_>) -> Result<Vec<CounterEvent>, HandlerError> {
+//!     async fn handle(&self, c: &CounterCommand, _: &Context<'_>) -> Result<Vec<CounterEvent>, HandlerError> {
 //!         let CounterCommand::Add(n) = c;
 //!         Ok(vec![CounterEvent::Added(*n)])
 //!     }

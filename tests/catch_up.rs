@@ -40,7 +40,7 @@ impl Projection for Ledger {
     const KIND: &'static str = "ledger";
     type Event = Booked;
 
-    fn apply(&mut self, e: &Booked, _: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, e: &Booked, _: &Context<'_>) -> Result<(), HandlerError> {
         self.seen.push(e.n);
         self.balance += e.amount;
         Ok(())
@@ -58,7 +58,7 @@ impl Projection for Tally {
     const KIND: &'static str = "tally";
     type Event = Booked;
 
-    fn apply(&mut self, e: &Booked, _: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, e: &Booked, _: &Context<'_>) -> Result<(), HandlerError> {
         self.count += 1;
         self.squares += e.amount * e.amount;
         Ok(())
@@ -76,11 +76,11 @@ impl Projection for Strict {
     const KIND: &'static str = "strict";
     type Event = Booked;
 
-    fn apply(&mut self, e: &Booked, ctx: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, e: &Booked, ctx: &Context<'_>) -> Result<(), HandlerError> {
         if e.amount == POISON {
             return Err(HandlerError::new("poisoned booking"));
         }
-        self.0.apply(e, ctx)
+        self.0.apply(e, ctx).await
     }
 }
 

@@ -430,7 +430,7 @@ async fn events_fan_out_to_projections_and_reactors_turn_them_into_commands() {
     impl Reactor for Mirror {
         const KIND: &'static str = "mirror";
         type Event = TallyEvent;
-        fn react(
+        async fn react(
             &self,
             event: &TallyEvent,
             cx: &Context<'_>,

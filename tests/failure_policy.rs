@@ -65,7 +65,11 @@ impl Aggregate for Journal {
     type Command = JournalCommand;
     type Event = Applied;
 
-    fn handle(&self, c: &JournalCommand, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
+    async fn handle(
+        &self,
+        c: &JournalCommand,
+        cx: &Context<'_>,
+    ) -> Result<Vec<Applied>, HandlerError> {
         match c {
             JournalCommand::Flaky { n, fail_first } if cx.attempts < *fail_first => Err(
                 HandlerError::new(format!("flaky {n} fails attempt {}", cx.attempts + 1)),

@@ -48,7 +48,7 @@ impl Aggregate for Ledger {
     type Command = Step;
     type Event = Applied;
 
-    fn handle(&self, s: &Step, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
+    async fn handle(&self, s: &Step, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
         if cx.attempts < s.fail_times {
             return Err(HandlerError::new(format!("step {} fails", s.n)));
         }

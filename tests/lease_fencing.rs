@@ -54,7 +54,7 @@ impl Aggregate for Sleeper {
     type Command = Apply;
     type Event = Applied;
 
-    fn handle(&self, c: &Apply, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
+    async fn handle(&self, c: &Apply, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
         let armed = {
             let mut armed = ARMED.lock().unwrap();
             let at = armed.iter().position(|(id, _, _)| id == cx.target_id);

@@ -42,7 +42,7 @@ impl Aggregate for Latency {
     type Command = Ping;
     type Event = Handled;
 
-    fn handle(&self, _: &Ping, cx: &Context<'_>) -> Result<Vec<Handled>, HandlerError> {
+    async fn handle(&self, _: &Ping, cx: &Context<'_>) -> Result<Vec<Handled>, HandlerError> {
         let waited = (Utc::now() - cx.received_at).num_microseconds();
         Ok(vec![Handled(waited.unwrap_or(i64::MAX))])
     }

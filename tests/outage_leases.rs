@@ -41,7 +41,7 @@ impl Aggregate for Stamped {
     type Command = Stamp;
     type Event = StampedEvent;
 
-    fn handle(&self, c: &Stamp, cx: &Context<'_>) -> Result<Vec<StampedEvent>, HandlerError> {
+    async fn handle(&self, c: &Stamp, cx: &Context<'_>) -> Result<Vec<StampedEvent>, HandlerError> {
         let mut handled = HANDLED.lock().unwrap();
         handled
             .get_or_insert_with(HashMap::new)

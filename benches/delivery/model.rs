@@ -34,7 +34,7 @@ impl Aggregate for Counter {
     type Command = Bump;
     type Event = Bumped;
 
-    fn handle(&self, _: &Bump, cx: &Context<'_>) -> Result<Vec<Bumped>, HandlerError> {
+    async fn handle(&self, _: &Bump, cx: &Context<'_>) -> Result<Vec<Bumped>, HandlerError> {
         let mut h = lock(&LATENCY);
         if let Some(h) = h.as_mut() {
             let us = (Utc::now() - cx.received_at)
@@ -71,7 +71,7 @@ impl Projection for Ledger {
     const KIND: &'static str = "bench-ledger";
     type Event = Booked;
 
-    fn apply(&mut self, e: &Booked, _: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, e: &Booked, _: &Context<'_>) -> Result<(), HandlerError> {
         self.events += 1;
         self.balance += e.amount;
         Ok(())

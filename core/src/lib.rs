@@ -51,8 +51,9 @@ pub(crate) mod telemetry;
 pub use catch_up::{CatchUp, CatchUpProgress};
 #[doc(hidden)]
 pub use entity::handler::{AggregateHandler, ProjectionHandler, ReactorHandler};
-pub use entity::handler::{BatchResult, EntityHandler, MessageOutcome};
+pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
 pub use entity::registry::EntityRegistry;
+pub use entity::services::Services;
 pub use entity::traits::{
     Aggregate, Context, HandlerError, Message, Outgoing, Projection, Reactor,
 };

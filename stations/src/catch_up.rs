@@ -32,7 +32,7 @@ use shardbox_core::catch_up::{
 use shardbox_core::storage::{CatchUpJob, EntityKey, EntityStateWrite};
 use shardbox_core::sync::lock;
 use shardbox_core::{
-    Conveyor, DeliveryError, EntityHandler, InboxMessage, InboxWrite, Intent, LeaseEpoch,
+    BatchRun, Conveyor, DeliveryError, EntityHandler, InboxMessage, InboxWrite, Intent, LeaseEpoch,
     MessageKind, MessageOutcome, MessageStatus, NewMessage, ShardIndex, SignalId, Station,
     StationContext,
 };
@@ -98,7 +98,14 @@ async fn apply_directly(
     let mut writes = Vec::with_capacity(groups.len());
     for (key, messages) in &groups {
         let batch: Vec<&InboxMessage> = messages.iter().collect();
-        let result = handler.handle_batch(states.get(key).map(Vec::as_slice), &batch, now);
+        let run = BatchRun {
+            now,
+            services: env.registry().services(),
+            timeout: env.config().handler_timeout_of(handler.kind()),
+        };
+        let result = handler
+            .handle_batch(states.get(key).map(Vec::as_slice), &batch, run)
+            .await;
         let handled = result
             .outcomes
             .iter()

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod batches;
 mod catch_up;
 mod cleanup;
 mod dedup;

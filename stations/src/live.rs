@@ -4,7 +4,8 @@
 //!  open to_deliver rows ─► expired? ─► duplicate? (page, recent-delivery cache)
 //!        ─► target blocked? (parked) ─► waiting behind a retry? (hold until it)
 //!        ─► kind registered? (else failure)
-//!        ─► group by target, seq order ─► load states once ─► handler(batch) once per target
+//!        ─► group by target, seq order ─► load states once ─► handler(batch) once per target,
+//!           the targets concurrently (see `batches`)
 //!        ─► Delivered / RetryAt / DeadLetter / Drop / Block, later rows of a failed target
 //!           held until its retry, or parked behind its block until an operator acts
 //! ```
@@ -19,11 +20,11 @@
 //! (tenant, target, signal) refuses them at write. This station catches the rest: duplicates
 //! within one page and rows whose key the cache remembers from another row.
 
+use crate::batches::{run_batches, Batch, InFlight};
 use crate::dedup::RecentDeliveries;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use shardbox_core::storage::{DeadLetter, EntityKey, EntityStateWrite};
-use shardbox_core::EntityHandler;
 use shardbox_core::NewMessage;
 use shardbox_core::{
     Conveyor, DeliveryError, FailureAction, FailureDecision, FailureInfo, HandlerError,
@@ -31,18 +32,22 @@ use shardbox_core::{
     Station,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
 /// Delivers the page's live messages to their handlers.
 #[derive(Debug, Clone)]
 pub struct LiveDelivery {
     recent: RecentDeliveries,
+    /// The bound on handler calls in flight over every worker (`max_in_flight_handlers`).
+    in_flight: InFlight,
 }
 
 impl LiveDelivery {
     /// A station remembering recent deliveries in `recent`.
     pub fn new(recent: RecentDeliveries) -> Self {
-        LiveDelivery { recent }
+        LiveDelivery {
+            recent,
+            in_flight: InFlight::default(),
+        }
     }
 }
 
@@ -215,16 +220,36 @@ impl Station for LiveDelivery {
             }
         }
 
-        // Pass 2: one handler call per target.
+        // Pass 2: one handler call per target, the targets at once; their results are
+        // recorded in the targets' order.
+        let mut handled = Vec::new();
+        let mut unhandled = Vec::new();
         for (target, rows) in batches {
-            let handler: Option<Arc<dyn EntityHandler>> =
-                env.registry().handler(&target.kind).cloned();
-            let page = conveyor.page();
-            let outcomes: Vec<MessageOutcome> = match &handler {
+            match env.registry().handler(&target.kind) {
                 Some(handler) => {
-                    let batch: Vec<&InboxMessage> = rows.iter().map(|&i| &page[i]).collect();
-                    let result =
-                        handler.handle_batch(states.get(&target).map(Vec::as_slice), &batch, now);
+                    let page = conveyor.page();
+                    let batch = Batch {
+                        handler: handler.clone(),
+                        state: states.remove(&target),
+                        messages: rows.iter().map(|&i| page[i].clone()).collect(),
+                    };
+                    handled.push((target, rows, batch));
+                }
+                None => unhandled.push((target, rows)),
+            }
+        }
+        let (keys, batches): (Vec<_>, Vec<_>) = handled
+            .into_iter()
+            .map(|(target, rows, batch)| ((target, rows), batch))
+            .unzip();
+        let results = run_batches(&env, &self.in_flight, batches, now).await;
+        let targets = keys
+            .into_iter()
+            .zip(results.into_iter().map(Some))
+            .chain(unhandled.into_iter().map(|key| (key, None)));
+        for ((target, rows), result) in targets {
+            let outcomes: Vec<MessageOutcome> = match result {
+                Some(result) => {
                     if let Some(state) = result.state {
                         conveyor.set_state(EntityStateWrite {
                             key: target.clone(),

@@ -210,7 +210,7 @@ impl Projection for StrictView {
     const KIND: &'static str = "strict";
     type Event = StrictAdded;
 
-    fn apply(&mut self, _: &StrictAdded, _: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, _: &StrictAdded, _: &Context<'_>) -> Result<(), HandlerError> {
         Ok(())
     }
 }

@@ -5,11 +5,10 @@
 
 mod common;
 
-use chrono::{DateTime, Utc};
 use common::*;
 use shardbox_core::storage::{DeadLetter, Page, RowChange, RowUpdate};
 use shardbox_core::{
-    BatchResult, EntityHandler, ExhaustedOutcome, HandlerError, InboxMessage, Intent,
+    BatchResult, BatchRun, EntityHandler, ExhaustedOutcome, HandlerError, InboxMessage, Intent,
     MessageOutcome, NewEvent, NoopMonitor, Station,
 };
 use std::sync::Arc;
@@ -98,6 +97,7 @@ async fn live_retries_a_failure_at_the_backoff_and_holds_only_its_target_behind_
 /// seconds in its payload.
 struct Slow;
 
+#[async_trait::async_trait]
 impl EntityHandler for Slow {
     fn kind(&self) -> &'static str {
         "slow"
@@ -114,11 +114,11 @@ impl EntityHandler for Slow {
     fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
         Ok(Vec::new())
     }
-    fn handle_batch(
+    async fn handle_batch(
         &self,
         _: Option<&[u8]>,
         batch: &[&InboxMessage],
-        _: DateTime<Utc>,
+        _: BatchRun<'_>,
     ) -> BatchResult {
         let delay: u64 = serde_json::from_slice(&batch[0].message.payload).unwrap();
         let mut outcomes = vec![MessageOutcome::Failed(

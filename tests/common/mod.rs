@@ -43,7 +43,11 @@ impl Aggregate for Tally {
     type Command = TallyCommand;
     type Event = TallyEvent;
 
-    fn handle(&self, c: &TallyCommand, _: &Context<'_>) -> Result<Vec<TallyEvent>, HandlerError> {
+    async fn handle(
+        &self,
+        c: &TallyCommand,
+        _: &Context<'_>,
+    ) -> Result<Vec<TallyEvent>, HandlerError> {
         Ok(vec![match c {
             TallyCommand::Record(n) => TallyEvent::Recorded(*n),
             TallyCommand::Add(x) => TallyEvent::Added(*x),
@@ -69,7 +73,7 @@ impl Projection for TallyView {
     const KIND: &'static str = "tally-view";
     type Event = TallyEvent;
 
-    fn apply(&mut self, e: &TallyEvent, _: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, e: &TallyEvent, _: &Context<'_>) -> Result<(), HandlerError> {
         self.events += 1;
         if let TallyEvent::Added(x) = e {
             self.sum += x;

@@ -92,7 +92,7 @@ impl Aggregate for Ledger {
     type Command = Apply;
     type Event = Applied;
 
-    fn handle(&self, c: &Apply, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
+    async fn handle(&self, c: &Apply, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
         decide(c, cx)
     }
 
@@ -112,7 +112,7 @@ impl Aggregate for Gate {
     type Command = Apply;
     type Event = Applied;
 
-    fn handle(&self, c: &Apply, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
+    async fn handle(&self, c: &Apply, cx: &Context<'_>) -> Result<Vec<Applied>, HandlerError> {
         decide(c, cx)
     }
 
@@ -135,7 +135,7 @@ impl Projection for Audit {
         vec![e.audit.clone()]
     }
 
-    fn apply(&mut self, e: &Applied, cx: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, e: &Applied, cx: &Context<'_>) -> Result<(), HandlerError> {
         if cx.attempts < e.audit_fail_first {
             return Err(HandlerError::new(format!("audit of {} fails once", e.n)));
         }

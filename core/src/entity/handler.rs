@@ -3,16 +3,25 @@
 //!
 //! The typed traits of [`crate::entity::traits`] are adapted here. The adapters own the per-target
 //! rules: messages are handled in the given (`seq`) order; the first failure stops the batch
-//! (later messages of the target are `NotAttempted` and wait behind it); a failed message
-//! leaves no trace in the state; what a handler emits gets ids derived from its message, so a
+//! (later messages of the target are `NotAttempted` and wait behind it); a handler call that
+//! exceeds the kind's `handler_timeout` or panics is a failure of its message like any other;
+//! a failed message leaves no trace in the state; what a handler emits gets ids derived from its message, so a
 //! redelivery emits the same ids and they deduplicate.
 
+use crate::entity::services::Services;
 use crate::entity::traits::{Aggregate, Context, HandlerError, Message, Projection, Reactor};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::{validate_address, SignalId};
 use crate::model::message::{InboxMessage, NewMessage};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use std::any::Any;
+use std::future::Future;
 use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 /// What became of one message of a batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +47,20 @@ pub struct BatchResult {
     pub commands: Vec<NewMessage>,
 }
 
+/// How one batch is run: the stage's time, the application's services and the time one
+/// handler call may take.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchRun<'a> {
+    /// The time of the delivery stage.
+    pub now: DateTime<Utc>,
+    /// The application's services, reachable from the handlers' [`Context`].
+    pub services: &'a Services,
+    /// How long one handler call may take before it fails (`handler_timeout` of the kind).
+    pub timeout: Duration,
+}
+
 /// An entity kind as delivery sees it.
+#[async_trait]
 pub trait EntityHandler: Send + Sync + 'static {
     /// The kind's stable name.
     fn kind(&self) -> &'static str;
@@ -56,15 +78,16 @@ pub trait EntityHandler: Send + Sync + 'static {
     fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError>;
 
     /// Handles one target's messages, in order, on top of `state` (None: a fresh entity).
-    fn handle_batch(
+    /// A handler call that exceeds `run.timeout` or panics fails its message.
+    async fn handle_batch(
         &self,
         state: Option<&[u8]>,
         batch: &[&InboxMessage],
-        now: DateTime<Utc>,
+        run: BatchRun<'_>,
     ) -> BatchResult;
 }
 
-fn context<'a>(kind: &'a str, m: &'a InboxMessage, now: DateTime<Utc>) -> Context<'a> {
+fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>) -> Context<'a> {
     Context {
         kind,
         target_id: &m.message.target_id,
@@ -72,8 +95,54 @@ fn context<'a>(kind: &'a str, m: &'a InboxMessage, now: DateTime<Utc>) -> Contex
         signal_id: &m.message.signal_id,
         metadata: &m.message.metadata,
         received_at: m.message.received_at,
-        now,
+        now: run.now,
         attempts: m.attempts,
+        services: run.services,
+    }
+}
+
+/// Runs one call of application code: a call that takes longer than `timeout` or panics is
+/// a failure of its message, with a reason that says so; nothing else of the stage is
+/// affected.
+async fn guarded<T>(
+    kind: &str,
+    timeout: Duration,
+    call: impl Future<Output = Result<T, HandlerError>>,
+) -> Result<T, HandlerError> {
+    match tokio::time::timeout(timeout, CatchUnwind(Box::pin(call))).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(panic)) => Err(panicked(kind, panic.as_ref())),
+        Err(_) => Err(HandlerError::new(format!(
+            "handler of `{kind}` exceeded handler_timeout of {timeout:?}"
+        ))),
+    }
+}
+
+/// The failure of a handler that panicked, with the panic's message.
+fn panicked(kind: &str, panic: &(dyn Any + Send)) -> HandlerError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    HandlerError::new(format!("handler of `{kind}` panicked: {message}"))
+}
+
+/// A future that turns a panic while it is polled into an error (what `catch_unwind` is for
+/// a closure). Boxed so that it needs no pin projection (and no `unsafe`).
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        // Unwind safety: after a panic the future is dropped, never polled again, and the
+        // adapters rebuild any state it may have half-changed.
+        match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
     }
 }
 
@@ -120,21 +189,19 @@ fn fail_from(outcomes: &mut Vec<MessageOutcome>, len: usize, error: HandlerError
     }
 }
 
-/// The per-target rule every adapter shares: handles `batch` in order, one `step` per
-/// message (given its index); a message whose step succeeds is `Handled`, the first that fails
-/// stops the batch, and the messages after it are `NotAttempted` (they wait behind it).
-fn run_batch<'b>(
-    batch: &[&'b InboxMessage],
-    result: &mut BatchResult,
-    mut step: impl FnMut(usize, &'b InboxMessage, &mut BatchResult) -> Result<(), HandlerError>,
-) {
-    for (i, m) in batch.iter().enumerate() {
-        match step(i, m, result) {
-            Ok(()) => result.outcomes.push(MessageOutcome::Handled),
-            Err(e) => {
-                fail_from(&mut result.outcomes, batch.len(), e);
-                return;
-            }
+/// The per-target rule every adapter shares, applied after each message of a batch of `len`
+/// handled in order: a message whose step succeeded is `Handled`; the first that fails stops
+/// the batch, and the messages after it are `NotAttempted` (they wait behind it). Returns
+/// whether the batch goes on.
+fn settle(result: &mut BatchResult, len: usize, step: Result<(), HandlerError>) -> bool {
+    match step {
+        Ok(()) => {
+            result.outcomes.push(MessageOutcome::Handled);
+            true
+        }
+        Err(e) => {
+            fail_from(&mut result.outcomes, len, e);
+            false
         }
     }
 }
@@ -167,13 +234,14 @@ impl<A> Default for AggregateHandler<A> {
 }
 
 impl<A: Aggregate> AggregateHandler<A> {
-    fn handle_one(
+    async fn handle_one(
         state: &A,
         m: &InboxMessage,
-        now: DateTime<Utc>,
+        run: &BatchRun<'_>,
     ) -> Result<(Vec<A::Event>, Vec<NewEvent>), HandlerError> {
         let command: A::Command = decode(m)?;
-        let events = state.handle(&command, &context(A::KIND, m, now))?;
+        let cx = context(A::KIND, m, run);
+        let events = guarded(A::KIND, run.timeout, state.handle(&command, &cx)).await?;
         let mut stored = Vec::with_capacity(events.len());
         for (n, event) in events.iter().enumerate() {
             let payload = serde_json::to_vec(event).map_err(|e| {
@@ -190,7 +258,7 @@ impl<A: Aggregate> AggregateHandler<A> {
                     id: m.message.target_id.clone(),
                 },
                 tenant: m.message.tenant.clone(),
-                occurred_at: now,
+                occurred_at: run.now,
                 payload,
                 metadata: m.message.metadata.clone(),
             });
@@ -199,6 +267,7 @@ impl<A: Aggregate> AggregateHandler<A> {
     }
 }
 
+#[async_trait]
 impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
     fn kind(&self) -> &'static str {
         A::KIND
@@ -216,43 +285,58 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
         Ok(Vec::new())
     }
 
-    fn handle_batch(
+    async fn handle_batch(
         &self,
         state: Option<&[u8]>,
         batch: &[&InboxMessage],
-        now: DateTime<Utc>,
+        run: BatchRun<'_>,
     ) -> BatchResult {
-        // `handle` takes `&self`, so a failed command leaves the state untouched.
-        run_stateful(A::KIND, state, batch, |entity: &mut A, _, m, result| {
-            let (events, stored) = Self::handle_one(entity, m, now)?;
-            for e in &events {
-                entity.apply(e);
+        let mut entity: A = match load_state(A::KIND, state) {
+            Ok(s) => s,
+            Err(e) => return all_failed(batch.len(), e),
+        };
+        let mut result = BatchResult::default();
+        // The events applied so far, to rebuild the state after a panicking `apply`.
+        let mut applied: Vec<A::Event> = Vec::new();
+        for m in batch {
+            // `handle` takes `&self`, so a failed command leaves the state untouched.
+            let step = match Self::handle_one(&entity, m, &run).await {
+                Ok((events, stored)) => {
+                    let applying = catch_unwind(AssertUnwindSafe(|| {
+                        for e in &events {
+                            entity.apply(e);
+                        }
+                    }));
+                    match applying {
+                        Ok(()) => {
+                            applied.extend(events);
+                            result.events.extend(stored);
+                            Ok(())
+                        }
+                        Err(panic) => {
+                            // The state may be half-changed: rebuild it without this message.
+                            match load_state::<A>(A::KIND, state) {
+                                Ok(mut rebuilt) => {
+                                    for e in &applied {
+                                        rebuilt.apply(e);
+                                    }
+                                    entity = rebuilt;
+                                    Err(panicked(A::KIND, panic.as_ref()))
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            if !settle(&mut result, batch.len(), step) {
+                break;
             }
-            result.events.extend(stored);
-            Ok(())
-        })
+        }
+        finish_state(A::KIND, &entity, &mut result);
+        result
     }
-}
-
-/// [`run_batch`] for a kind whose state the framework keeps: loads `state` (a target whose
-/// stored state does not deserialize fails whole), runs `step` on it per message, and saves
-/// it into the result if any message was handled.
-fn run_stateful<'b, S: serde::de::DeserializeOwned + serde::Serialize + Default>(
-    kind: &str,
-    state: Option<&[u8]>,
-    batch: &[&'b InboxMessage],
-    mut step: impl FnMut(&mut S, usize, &'b InboxMessage, &mut BatchResult) -> Result<(), HandlerError>,
-) -> BatchResult {
-    let mut entity: S = match load_state(kind, state) {
-        Ok(s) => s,
-        Err(e) => return all_failed(batch.len(), e),
-    };
-    let mut result = BatchResult::default();
-    run_batch(batch, &mut result, |i, m, result| {
-        step(&mut entity, i, m, result)
-    });
-    finish_state(kind, &entity, &mut result);
-    result
 }
 
 /// Saves the state into the result if any message was handled.
@@ -301,67 +385,113 @@ impl<P> Default for ProjectionHandler<P> {
     }
 }
 
+#[async_trait]
 impl<P: Projection> EntityHandler for ProjectionHandler<P> {
     subscriber_face!(P, true);
 
-    fn handle_batch(
+    async fn handle_batch(
         &self,
         state: Option<&[u8]>,
         batch: &[&InboxMessage],
-        now: DateTime<Utc>,
+        run: BatchRun<'_>,
     ) -> BatchResult {
-        run_stateful(P::KIND, state, batch, |view: &mut P, i, m, _| {
-            let applied = decode::<P::Event>(m)
-                .and_then(|event| view.apply(&event, &context(P::KIND, m, now)));
-            if applied.is_err() {
+        let mut view: P = match load_state(P::KIND, state) {
+            Ok(s) => s,
+            Err(e) => return all_failed(batch.len(), e),
+        };
+        let mut result = BatchResult::default();
+        for (i, m) in batch.iter().enumerate() {
+            let mut step = match decode::<P::Event>(m) {
+                Ok(event) => {
+                    let cx = context(P::KIND, m, &run);
+                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await
+                }
+                Err(e) => Err(e),
+            };
+            if step.is_err() {
                 // `apply` may have half-changed the view: rebuild it from the loaded state
                 // and the messages before this one (apply is deterministic by contract).
-                *view = load_state(P::KIND, state)?;
-                for earlier in &batch[..i] {
-                    if let Ok(event) = decode::<P::Event>(earlier) {
-                        let _ = view.apply(&event, &context(P::KIND, earlier, now));
+                match load_state::<P>(P::KIND, state) {
+                    Ok(rebuilt) => {
+                        view = rebuilt;
+                        for earlier in &batch[..i] {
+                            if let Ok(event) = decode::<P::Event>(earlier) {
+                                let cx = context(P::KIND, earlier, &run);
+                                let _ =
+                                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await;
+                            }
+                        }
                     }
+                    Err(e) => step = Err(e),
                 }
             }
-            applied
-        })
+            if !settle(&mut result, batch.len(), step) {
+                break;
+            }
+        }
+        finish_state(P::KIND, &view, &mut result);
+        result
     }
 }
 
 /// Adapts a [`Reactor`] value.
 pub struct ReactorHandler<R>(pub R);
 
+#[async_trait]
 impl<R: Reactor> EntityHandler for ReactorHandler<R> {
     subscriber_face!(R, false);
 
-    fn handle_batch(
+    async fn handle_batch(
         &self,
         _state: Option<&[u8]>,
         batch: &[&InboxMessage],
-        now: DateTime<Utc>,
+        run: BatchRun<'_>,
     ) -> BatchResult {
         let mut result = BatchResult::default();
-        run_batch(batch, &mut result, |_, m, result| {
-            let event = decode::<R::Event>(m)?;
-            let outgoing = self.0.react(&event, &context(R::KIND, m, now))?;
-            // Built and checked all before any is kept: a reaction with one invalid command
-            // fails whole (its failure policy decides), sending none.
-            let commands = outgoing
-                .into_iter()
-                .enumerate()
-                .map(|(n, out)| {
-                    let id = SignalId::derived(&m.message.signal_id, "command", n);
-                    let c = out.into_message(id, &m.message.tenant, &m.message.metadata, now);
-                    validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
-                        .map(|()| c)
-                        .map_err(|e| {
-                            HandlerError::new(format!("reacted with an invalid command: {e}"))
+        for m in batch {
+            let step = match decode::<R::Event>(m) {
+                Ok(event) => {
+                    let cx = context(R::KIND, m, &run);
+                    guarded(R::KIND, run.timeout, self.0.react(&event, &cx))
+                        .await
+                        .and_then(|outgoing| {
+                            // Built and checked all before any is kept: a reaction with one
+                            // invalid command fails whole (its failure policy decides).
+                            let commands = outgoing
+                                .into_iter()
+                                .enumerate()
+                                .map(|(n, out)| {
+                                    let id = SignalId::derived(&m.message.signal_id, "command", n);
+                                    let c = out.into_message(
+                                        id,
+                                        &m.message.tenant,
+                                        &m.message.metadata,
+                                        run.now,
+                                    );
+                                    validate_address(
+                                        &c.tenant,
+                                        &c.target_kind,
+                                        &c.target_id,
+                                        &c.signal_id,
+                                    )
+                                    .map(|()| c)
+                                    .map_err(|e| {
+                                        HandlerError::new(format!(
+                                            "reacted with an invalid command: {e}"
+                                        ))
+                                    })
+                                })
+                                .collect::<Result<Vec<_>, _>>()?;
+                            result.commands.extend(commands);
+                            Ok(())
                         })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            result.commands.extend(commands);
-            Ok(())
-        });
+                }
+                Err(e) => Err(e),
+            };
+            if !settle(&mut result, batch.len(), step) {
+                break;
+            }
+        }
         result
     }
 }

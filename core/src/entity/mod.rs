@@ -4,6 +4,7 @@
 //!  traits   Aggregate, Projection, Reactor (typed, serde)      ◄── the application
 //!  handler  EntityHandler: the type-erased adapter per kind   ◄── the live and catch-up stations
 //!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
+//!  services Services: the application's own objects, by type  ◄── handlers, via Context
 //! ```
 //!
 //! This layer owns the per-target handling rules (a target's batch in `seq` order, the first
@@ -12,4 +13,5 @@
 
 pub mod handler;
 pub mod registry;
+pub mod services;
 pub mod traits;

@@ -6,6 +6,7 @@
 //! ids within it.
 
 use crate::entity::handler::EntityHandler;
+use crate::entity::services::Services;
 use crate::model::error::ConfigError;
 use crate::model::event::NewEvent;
 use crate::model::ids::{validate, IdField, ShardIndex};
@@ -21,6 +22,7 @@ pub struct EntityRegistry {
     subscribers: HashMap<&'static str, Vec<Arc<dyn EntityHandler>>>,
     strategy: Arc<dyn ShardStrategy>,
     shard_count: u32,
+    services: Services,
 }
 
 impl std::fmt::Debug for EntityRegistry {
@@ -42,7 +44,19 @@ impl EntityRegistry {
             subscribers: HashMap::new(),
             strategy,
             shard_count,
+            services: Services::new(),
         }
+    }
+
+    /// Gives the handlers of every kind the application's `services` (see
+    /// [`Context::service`](crate::entity::traits::Context::service)).
+    pub fn set_services(&mut self, services: Services) {
+        self.services = services;
+    }
+
+    /// The application's services, for the handlers.
+    pub fn services(&self) -> &Services {
+        &self.services
     }
 
     /// Registers an entity kind; a kind may be registered once.

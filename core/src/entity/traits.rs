@@ -2,8 +2,45 @@
 //! [`Projection`]s apply events to a read model, [`Reactor`]s turn events into commands.
 //!
 //! State is kept by the framework (serde), loaded once per batch and saved once with the rest
-//! of the stage, so handlers stay plain synchronous functions with no I/O.
+//! of the stage.
+//!
+//! Handlers are `async`: a handler that calls another system (an HTTP API, a mailer, a
+//! payment gateway) awaits it, and a pure one is written the same way with no `await` in its
+//! body. The trait methods are declared as `fn .. -> impl Future<Output = ..> + Send`, which an
+//! `async fn` in the `impl` satisfies; the future must be `Send` because the stations run
+//! handlers as tokio tasks, several at a time (`handler_concurrency`), each under
+//! `handler_timeout` and with panics caught. A handler that blocks its thread (CPU-heavy work,
+//! a synchronous client) should move that work into `tokio::task::spawn_blocking`, so that it
+//! does not hold one of the runtime's threads (the lease heartbeat runs on a thread of its own
+//! and is never starved, but the other handlers and stages are).
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//! use shardbox_core::{Aggregate, Context, HandlerError, Message};
+//! # #[derive(Serialize, Deserialize)] pub struct Deposit(i64);
+//! # impl Message for Deposit { const TYPE: &'static str = "deposit"; }
+//! # #[derive(Serialize, Deserialize)] pub struct Deposited(i64);
+//! # impl Message for Deposited { const TYPE: &'static str = "deposited"; }
+//! #[derive(Default, Serialize, Deserialize)]
+//! struct Account { balance: i64 }
+//!
+//! impl Aggregate for Account {
+//!     const KIND: &'static str = "account";
+//!     type Command = Deposit;
+//!     type Event = Deposited;
+//!
+//!     // A pure handler: `async fn`, no await.
+//!     async fn handle(&self, c: &Deposit, _: &Context<'_>) -> Result<Vec<Deposited>, HandlerError> {
+//!         Ok(vec![Deposited(c.0)])
+//!     }
+//!
+//!     fn apply(&mut self, e: &Deposited) {
+//!         self.balance += e.0;
+//!     }
+//! }
+//! ```
 
+use crate::entity::services::Services;
 use crate::model::event::EventSource;
 use crate::model::ids::SignalId;
 use crate::model::message::{Metadata, NewMessage};
@@ -11,6 +48,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 /// A command or event type: serde plus a stable type name, stored with every payload.
@@ -45,6 +83,44 @@ pub struct Context<'a> {
     pub now: DateTime<Utc>,
     /// Failed attempts before this one.
     pub attempts: u32,
+    /// The application's services, given to the builder.
+    pub(crate) services: &'a Services,
+}
+
+impl<'a> Context<'a> {
+    /// The application's service of type `T`, given to the builder with `.service(Arc<T>)`.
+    pub fn service<T: Send + Sync + 'static>(&self) -> Result<&'a T, HandlerError> {
+        self.services.get::<T>().ok_or_else(|| {
+            HandlerError::new(format!(
+                "no service of type `{}` was given to the builder; add `.service(Arc::new(..))`",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+
+    /// A key for the outside calls of this handling (an idempotency key for a payment API, a
+    /// message id for a mailer): the same on every redelivery of this message to this target,
+    /// different for every other message or target. Derived from the message's signal id and
+    /// the target (kind, tenant, id); 36 characters (`sbx-` and 32 hex digits).
+    pub fn idempotency_key(&self) -> String {
+        idempotency_key(self.kind, self.tenant, self.target_id, &self.signal_id.0)
+    }
+}
+
+/// FNV-1a over the parts, each ended by a zero byte so that no two part lists collide by
+/// concatenation. 128 bits: collisions are out of reach for any realistic message count, and
+/// the function is fixed here, so the key never changes between versions or processes.
+fn idempotency_key(kind: &str, tenant: &str, target: &str, signal: &str) -> String {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013B;
+    let mut hash = OFFSET;
+    for part in [kind, tenant, target, signal] {
+        for &byte in part.as_bytes().iter().chain(&[0u8]) {
+            hash ^= u128::from(byte);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    }
+    format!("sbx-{hash:032x}")
 }
 
 /// A handler could not handle a message. The message follows the kind's failure policy;
@@ -92,14 +168,16 @@ pub trait Aggregate: Default + Serialize + DeserializeOwned + Send + Sync + 'sta
     /// Events it emits.
     type Event: Message;
 
-    /// Decides what a command does: the events to emit, or an error.
+    /// Decides what a command does: the events to emit, or an error. Write it as an
+    /// `async fn` (see the module docs).
     fn handle(
         &self,
         command: &Self::Command,
         cx: &Context<'_>,
-    ) -> Result<Vec<Self::Event>, HandlerError>;
+    ) -> impl Future<Output = Result<Vec<Self::Event>, HandlerError>> + Send;
 
-    /// Applies one of its own events to the state.
+    /// Applies one of its own events to the state. Stays synchronous: a fold of past events
+    /// must be pure and deterministic.
     fn apply(&mut self, event: &Self::Event);
 }
 
@@ -117,8 +195,14 @@ pub trait Projection: Default + Serialize + DeserializeOwned + Send + Sync + 'st
         vec![source.id.clone()]
     }
 
-    /// Applies an event to the state.
-    fn apply(&mut self, event: &Self::Event, cx: &Context<'_>) -> Result<(), HandlerError>;
+    /// Applies an event to the state. Write it as an `async fn` (see the module docs). Must be
+    /// deterministic: after a failure the view is rebuilt by applying the batch's earlier
+    /// events again.
+    fn apply(
+        &mut self,
+        event: &Self::Event,
+        cx: &Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 }
 
 /// A stateless entity that turns events into commands for other entities.
@@ -135,8 +219,13 @@ pub trait Reactor: Send + Sync + 'static {
         vec![source.id.clone()]
     }
 
-    /// The commands to send in reaction to `event`.
-    fn react(&self, event: &Self::Event, cx: &Context<'_>) -> Result<Vec<Outgoing>, HandlerError>;
+    /// The commands to send in reaction to `event`. Write it as an `async fn` (see the module
+    /// docs); use [`Context::idempotency_key`] for the side effects it causes elsewhere.
+    fn react(
+        &self,
+        event: &Self::Event,
+        cx: &Context<'_>,
+    ) -> impl Future<Output = Result<Vec<Outgoing>, HandlerError>> + Send;
 }
 
 /// A command a reactor sends, addressed and serialized.
@@ -206,4 +295,33 @@ impl Outgoing {
             expires_at: None,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_keys_are_stable_and_tell_targets_and_signals_apart() {
+        let key = idempotency_key("payment", "t", "p-1", "sig-1");
+        assert_eq!(key, idempotency_key("payment", "t", "p-1", "sig-1"));
+        assert_eq!(key.len(), 36);
+        assert!(key.starts_with("sbx-"));
+        let others = [
+            idempotency_key("payment", "t", "p-1", "sig-2"),
+            idempotency_key("payment", "t", "p-2", "sig-1"),
+            idempotency_key("mailer", "t", "p-1", "sig-1"),
+            idempotency_key("payment", "u", "p-1", "sig-1"),
+            // No collision by moving a boundary between parts.
+            idempotency_key("payment", "tp", "-1", "sig-1"),
+        ];
+        for other in others {
+            assert_ne!(key, other);
+        }
+        // Fixed function: the key of a known input never changes between versions.
+        assert_eq!(key, KNOWN_KEY);
+    }
+
+    // FNV-1a 128 of "payment\0t\0p-1\0sig-1\0", computed independently.
+    const KNOWN_KEY: &str = "sbx-b7d63a65bfae020b86addff8fc32a810";
 }

@@ -52,6 +52,18 @@ pub struct DeliveryConfig {
     /// of the time, so a joining node takes shards over more slowly. 50 ms suits a single
     /// node serving a trickle of writes (see docs/performance.md).
     pub lease_linger: Duration,
+    /// How many targets of a page one worker handles at once (1..=10,000). Default 16. Each
+    /// target's batch still runs in `seq` order, one batch per target at a time.
+    pub handler_concurrency: usize,
+    /// How many handler calls run at once on this node, over all its workers
+    /// (1..=100,000). Default 1,024.
+    pub max_in_flight_handlers: usize,
+    /// How long one handler call may take before it fails its message, which then follows
+    /// the failure policy (1 ms..=24 h). Default 60 s. A hung handler cannot hold a shard
+    /// longer than this.
+    pub handler_timeout: Duration,
+    /// `handler_timeout` per entity kind.
+    pub kind_handler_timeouts: HashMap<String, Duration>,
 }
 
 impl Default for DeliveryConfig {
@@ -72,6 +84,10 @@ impl Default for DeliveryConfig {
             dead_letter_expired: false,
             ttl_sweep_interval: Duration::from_secs(30),
             lease_linger: Duration::ZERO,
+            handler_concurrency: 16,
+            max_in_flight_handlers: 1_024,
+            handler_timeout: Duration::from_secs(60),
+            kind_handler_timeouts: HashMap::new(),
         }
     }
 }
@@ -93,6 +109,14 @@ impl DeliveryConfig {
     /// The failure policy of `kind`.
     pub fn policy_of(&self, kind: &str) -> &FailurePolicy {
         self.kind_policies.get(kind).unwrap_or(&self.failure_policy)
+    }
+
+    /// The `handler_timeout` of `kind`.
+    pub fn handler_timeout_of(&self, kind: &str) -> Duration {
+        self.kind_handler_timeouts
+            .get(kind)
+            .copied()
+            .unwrap_or(self.handler_timeout)
     }
 
     /// `lease_duration` as a chrono duration (for lease times).
@@ -192,6 +216,27 @@ impl DeliveryConfig {
                 "must be at most half of lease_duration",
             ));
         }
+        if !(1..=10_000).contains(&self.handler_concurrency) {
+            return Err(invalid(
+                "handler_concurrency",
+                self.handler_concurrency,
+                "must be 1..=10000",
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_in_flight_handlers) {
+            return Err(invalid(
+                "max_in_flight_handlers",
+                self.max_in_flight_handlers,
+                "must be 1..=100000",
+            ));
+        }
+        let timeouts =
+            std::iter::once(&self.handler_timeout).chain(self.kind_handler_timeouts.values());
+        for timeout in timeouts {
+            if *timeout < Duration::from_millis(1) || *timeout > Duration::from_secs(24 * 3600) {
+                return Err(invalid("handler_timeout", timeout, "must be 1ms..=24h"));
+            }
+        }
         self.failure_policy.validate("failure_policy")?;
         // Named as the builder method, with the kind (the first at fault in name order, so the
         // same one every time): a bare "invalid policy" would not say which call to fix.
@@ -270,6 +315,20 @@ impl DeliveryConfigBuilder {
         ttl_sweep_interval: Duration);
     setter!(/// Sets [`DeliveryConfig::lease_linger`].
         lease_linger: Duration);
+    setter!(/// Sets [`DeliveryConfig::handler_concurrency`].
+        handler_concurrency: usize);
+    setter!(/// Sets [`DeliveryConfig::max_in_flight_handlers`].
+        max_in_flight_handlers: usize);
+    setter!(/// Sets [`DeliveryConfig::handler_timeout`].
+        handler_timeout: Duration);
+
+    /// Gives `kind` its own `handler_timeout`.
+    pub fn kind_handler_timeout(mut self, kind: &str, timeout: Duration) -> Self {
+        self.config
+            .kind_handler_timeouts
+            .insert(kind.to_owned(), timeout);
+        self
+    }
 
     /// Gives `kind` its own failure policy.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
@@ -304,6 +363,20 @@ mod tests {
         assert_eq!(c.ttl_sweep_interval, Duration::from_secs(30));
         assert!(!c.dead_letter_expired);
         assert_eq!(c.lease_linger, Duration::ZERO);
+        assert_eq!(c.handler_concurrency, 16);
+        assert_eq!(c.max_in_flight_handlers, 1_024);
+        assert_eq!(c.handler_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn kind_handler_timeouts_override_the_default() {
+        let c = DeliveryConfig::builder()
+            .handler_timeout(Duration::from_secs(5))
+            .kind_handler_timeout("mailer", Duration::from_millis(300))
+            .build()
+            .unwrap();
+        assert_eq!(c.handler_timeout_of("mailer"), Duration::from_millis(300));
+        assert_eq!(c.handler_timeout_of("other"), Duration::from_secs(5));
     }
 
     #[test]
@@ -345,6 +418,15 @@ mod tests {
                 "ttl_sweep_interval",
             ),
             (b().node_id(NodeId(String::new())), "node_id"),
+            (b().handler_concurrency(0), "handler_concurrency"),
+            (b().handler_concurrency(10_001), "handler_concurrency"),
+            (b().max_in_flight_handlers(0), "max_in_flight_handlers"),
+            (b().handler_timeout(Duration::ZERO), "handler_timeout"),
+            (b().handler_timeout(Duration::MAX), "handler_timeout"),
+            (
+                b().kind_handler_timeout("k", Duration::from_secs(25 * 3600)),
+                "handler_timeout",
+            ),
             (
                 b().failure_policy(FailurePolicy {
                     max_attempts: 0,

@@ -1,7 +1,9 @@
 //! The lease heartbeat: while a stage runs, renew the shard's lease every third of the lease
 //! duration, so that a slow but healthy stage keeps its shard.
 //!
-//! The heartbeat runs on its own task, so it keeps beating while stations await slow I/O. It
+//! The heartbeat runs on its own task, so it keeps beating while stations await slow I/O, and
+//! the live station runs every handler batch as a task of its own, so a handler that blocks
+//! its thread leaves the runtime's other threads to the heartbeat (tests/heartbeat.rs). It
 //! cannot beat through a stalled process (a long GC-like pause or a blocked thread): then the
 //! lease expires, another node takes the shard, and the stalled stage's commit is refused by
 //! the epoch fence. The heartbeat only saves time; the fence is what keeps one owner.

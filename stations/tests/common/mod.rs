@@ -10,11 +10,11 @@ use shardbox_core::memory::MemoryStorage;
 use shardbox_core::storage::{EntityKey, Page, StageCommit};
 use shardbox_core::DedupKey;
 use shardbox_core::{
-    Aggregate, Backoff, BatchResult, Context, Conveyor, DeliveryConfig, DeliveryConfigBuilder,
-    DeliveryEnv, DeliveryMonitor, EntityHandler, EntityRegistry, ExhaustedOutcome, FailurePolicy,
-    HandlerError, InboxMessage, Intent, Lease, ManualClock, Message, MessageKind, MessageStatus,
-    Metadata, NewEvent, NewMessage, NodeId, NoopMonitor, Projection, ShardIndex, SignalId,
-    StableHashStrategy, WorkRegistry, WorkerId,
+    Aggregate, Backoff, BatchResult, BatchRun, Context, Conveyor, DeliveryConfig,
+    DeliveryConfigBuilder, DeliveryEnv, DeliveryMonitor, EntityHandler, EntityRegistry,
+    ExhaustedOutcome, FailurePolicy, HandlerError, InboxMessage, Intent, Lease, ManualClock,
+    Message, MessageKind, MessageStatus, Metadata, NewEvent, NewMessage, NodeId, NoopMonitor,
+    Projection, ShardIndex, SignalId, StableHashStrategy, WorkRegistry, WorkerId,
 };
 use shardbox_core::{AggregateHandler, ProjectionHandler};
 use shardbox_stations::{LiveDelivery, RecentDeliveries};
@@ -56,7 +56,7 @@ impl Aggregate for Counter {
     type Command = CounterCommand;
     type Event = Added;
 
-    fn handle(
+    async fn handle(
         &self,
         command: &CounterCommand,
         cx: &Context<'_>,
@@ -97,7 +97,7 @@ impl Projection for Totals {
     const KIND: &'static str = "totals";
     type Event = Added;
 
-    fn apply(&mut self, event: &Added, _cx: &Context<'_>) -> Result<(), HandlerError> {
+    async fn apply(&mut self, event: &Added, _cx: &Context<'_>) -> Result<(), HandlerError> {
         self.total += u64::from(event.0);
         self.events += 1;
         Ok(())
@@ -113,6 +113,7 @@ struct Recording {
     calls: Calls,
 }
 
+#[async_trait::async_trait]
 impl EntityHandler for Recording {
     fn kind(&self) -> &'static str {
         self.inner.kind()
@@ -129,11 +130,11 @@ impl EntityHandler for Recording {
     fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
         self.inner.route(event)
     }
-    fn handle_batch(
+    async fn handle_batch(
         &self,
         state: Option<&[u8]>,
         batch: &[&InboxMessage],
-        now: DateTime<Utc>,
+        run: BatchRun<'_>,
     ) -> BatchResult {
         let target = batch
             .first()
@@ -144,7 +145,7 @@ impl EntityHandler for Recording {
             target,
             batch.iter().map(|m| m.seq).collect(),
         ));
-        self.inner.handle_batch(state, batch, now)
+        self.inner.handle_batch(state, batch, run).await
     }
 }
 

@@ -1,0 +1,141 @@
+//! Running the targets' batches of a page at once.
+//!
+//! ```text
+//!  batches (target, its rows in seq order) ─► one tokio task per target, at most
+//!  handler_concurrency at a time on this worker and max_in_flight_handlers on the node
+//!        ─► results back in the order of the batches, whatever order they finished in
+//! ```
+//!
+//! A target has one batch in a page, so its messages still run one after another in `seq`
+//! order; only different targets overlap. Each batch is a task of its own so that a handler
+//! that blocks its thread blocks that thread only (the stage, the lease heartbeat and the
+//! other handlers go on on the runtime's other threads), and so that a panic the adapter did
+//! not catch fails that target's messages instead of the worker. The results are applied to
+//! the Conveyor by the caller, in the batches' order: the commit does not depend on timing.
+
+use shardbox_core::{
+    BatchResult, BatchRun, EntityHandler, HandlerError, InboxMessage, MessageOutcome,
+    StationContext,
+};
+use std::sync::{Arc, OnceLock};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// One target's batch to run: its handler, its state and its messages (in `seq` order).
+pub(crate) struct Batch {
+    pub(crate) handler: Arc<dyn EntityHandler>,
+    pub(crate) state: Option<Vec<u8>>,
+    pub(crate) messages: Vec<InboxMessage>,
+}
+
+/// The node-wide bound on handler calls in flight, shared by every worker of the delivery
+/// (made on first use from the configuration, which is the same for all of them).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct InFlight {
+    permits: Arc<OnceLock<Arc<Semaphore>>>,
+}
+
+impl InFlight {
+    fn semaphore(&self, max: usize) -> Arc<Semaphore> {
+        self.permits
+            .get_or_init(|| Arc::new(Semaphore::new(max)))
+            .clone()
+    }
+}
+
+/// Runs `batches` concurrently (see the module docs) and returns their results in order.
+pub(crate) async fn run_batches(
+    env: &Arc<StationContext>,
+    in_flight: &InFlight,
+    batches: Vec<Batch>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<BatchResult> {
+    let per_worker = env.config().handler_concurrency.max(1);
+    let node_wide = in_flight.semaphore(env.config().max_in_flight_handlers.max(1));
+    let mut results: Vec<Option<BatchResult>> = (0..batches.len()).map(|_| None).collect();
+    let lengths: Vec<(usize, &'static str)> = batches
+        .iter()
+        .map(|b| (b.messages.len(), b.handler.kind()))
+        .collect();
+    let mut running: JoinSet<(usize, BatchResult)> = JoinSet::new();
+    let mut ids = std::collections::HashMap::new();
+    for (n, batch) in batches.into_iter().enumerate() {
+        if running.len() >= per_worker {
+            settle_one(&mut running, &mut ids, &lengths, &mut results).await;
+        }
+        // Never closed, so acquiring fails only if it were: then run without a permit.
+        let permit = node_wide.clone().acquire_owned().await.ok();
+        let env = env.clone();
+        let handle = running.spawn(async move {
+            let _permit = permit;
+            let run = BatchRun {
+                now,
+                services: env.registry().services(),
+                timeout: env.config().handler_timeout_of(batch.handler.kind()),
+            };
+            let messages: Vec<&InboxMessage> = batch.messages.iter().collect();
+            let result = batch
+                .handler
+                .handle_batch(batch.state.as_deref(), &messages, run)
+                .await;
+            (n, result)
+        });
+        ids.insert(handle.id(), n);
+    }
+    while !running.is_empty() {
+        settle_one(&mut running, &mut ids, &lengths, &mut results).await;
+    }
+    results
+        .into_iter()
+        .zip(&lengths)
+        .map(|(result, &(len, kind))| {
+            result.unwrap_or_else(|| failed(len, format!("handler task of `{kind}` was lost")))
+        })
+        .collect()
+}
+
+/// Waits for one task and stores its result (or the failure of its batch if it died).
+async fn settle_one(
+    running: &mut JoinSet<(usize, BatchResult)>,
+    ids: &mut std::collections::HashMap<tokio::task::Id, usize>,
+    lengths: &[(usize, &'static str)],
+    results: &mut [Option<BatchResult>],
+) {
+    let Some(joined) = running.join_next_with_id().await else {
+        return;
+    };
+    match joined {
+        Ok((id, (n, result))) => {
+            ids.remove(&id);
+            results[n] = Some(result);
+        }
+        Err(e) => {
+            let Some(n) = ids.remove(&e.id()) else {
+                return;
+            };
+            let (len, kind) = lengths[n];
+            let reason = if e.is_panic() {
+                let panic = e.into_panic();
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("(no message)");
+                format!("handler of `{kind}` panicked: {message}")
+            } else {
+                format!("handler task of `{kind}` was cancelled")
+            };
+            results[n] = Some(failed(len, reason));
+        }
+    }
+}
+
+/// The result of a batch of `len` whose first message failed for `reason`.
+fn failed(len: usize, reason: String) -> BatchResult {
+    let mut outcomes = vec![MessageOutcome::Failed(HandlerError::new(reason))];
+    outcomes.resize(len, MessageOutcome::NotAttempted);
+    BatchResult {
+        outcomes,
+        ..BatchResult::default()
+    }
+}
