@@ -227,7 +227,11 @@ async fn a_reactor_command_to_an_invalid_target_fails_its_reaction() {
     impl Reactor for Careless {
         const KIND: &'static str = "careless";
         type Event = TallyEvent;
-        async fn react(&self, e: &TallyEvent, cx: &Context<'_>) -> Result<Vec<Outgoing>, HandlerError> {
+        async fn react(
+            &self,
+            e: &TallyEvent,
+            cx: &Context<'_>,
+        ) -> Result<Vec<Outgoing>, HandlerError> {
             let TallyEvent::Added(x) = e else {
                 return Ok(vec![]);
             };

@@ -19,7 +19,13 @@ fn db_in(dir: &tempfile::TempDir) -> std::path::PathBuf {
 }
 
 fn raw(path: &Path) -> SqliteConnection {
-    SqliteConnection::establish(path.to_str().expect("utf-8 path")).expect("open raw")
+    let mut conn =
+        SqliteConnection::establish(path.to_str().expect("utf-8 path")).expect("open raw");
+    // As any outside tool should: wait for a lock (a dropped storage's background checkpoint
+    // can still hold it for a moment on a loaded machine) instead of failing at once.
+    conn.batch_execute("PRAGMA busy_timeout = 5000")
+        .expect("busy timeout");
+    conn
 }
 
 #[tokio::test]
