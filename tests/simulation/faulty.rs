@@ -304,6 +304,13 @@ impl InboxStore for FaultyStorage {
         read!(self, "purge_due_shards", self.inner.purge_due_shards(now))
     }
 
+    async fn depths(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<shardbox::core::storage::ShardDepth>, StorageError> {
+        read!(self, "depths", self.inner.depths(now))
+    }
+
     async fn read_expired(
         &self,
         shard: ShardIndex,

@@ -6,7 +6,7 @@ use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
 use crate::model::message::{InboxMessage, MessageStatus};
 use crate::storage::{
-    CatchUpStatus, CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange,
+    CatchUpStatus, CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange, ShardDepth,
     StageCommit, WriteBatch, WriteReport,
 };
 use async_trait::async_trait;
@@ -234,6 +234,24 @@ impl InboxStore for MemoryStorage {
             }
         }
         Ok(c)
+    }
+
+    async fn depths(&self, now: DateTime<Utc>) -> Result<Vec<ShardDepth>, StorageError> {
+        let state = self.lock();
+        let mut shards = std::collections::BTreeMap::new();
+        for row in state.rows.values() {
+            shards
+                .entry(row.shard)
+                .or_insert_with(|| ShardDepth::empty(row.shard))
+                .count(
+                    row.status,
+                    row.attempts,
+                    row.message.received_at,
+                    row.message.deliver_after,
+                    now,
+                );
+        }
+        Ok(shards.into_values().collect())
     }
 
     async fn purge_due_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {

@@ -404,6 +404,12 @@ mod tests {
         ) -> Result<Vec<ShardIndex>, StorageError> {
             self.inner.purge_due_shards(now).await
         }
+        async fn depths(
+            &self,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Vec<crate::storage::ShardDepth>, StorageError> {
+            self.inner.depths(now).await
+        }
         async fn read_expired(
             &self,
             shard: ShardIndex,

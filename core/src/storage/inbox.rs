@@ -5,7 +5,7 @@ use super::entities::EntityKey;
 use super::write::{WriteBatch, WriteReport};
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
-use crate::model::message::InboxMessage;
+use crate::model::message::{InboxMessage, MessageStatus};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -56,6 +56,108 @@ impl InboxCounts {
     }
 }
 
+/// One shard's rows by what they wait for, as of a time: the depth an operator watches.
+///
+/// ```text
+///  to_deliver ─┬─ deliver_after unset or passed          due        (lag: the oldest of them)
+///              ├─ parked (catch-up, or behind a block)   parked
+///              ├─ later, attempts > 0                    retrying
+///              └─ later, never attempted                 delayed
+///  to_catch_up                                           replay
+///  blocked                                               blocked
+///  delivered (kept for deduplication)                    delivered
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardDepth {
+    /// The shard.
+    pub shard: ShardIndex,
+    /// Waiting for delivery and due now.
+    pub due: u64,
+    /// Waiting for a delay (a scheduled send) that has not passed.
+    pub delayed: u64,
+    /// Failed before and waiting for their retry.
+    pub retrying: u64,
+    /// Parked until a catch-up completes or an operator unblocks their target (see
+    /// [`crate::catch_up::parked_until`]; one value marks both).
+    pub parked: u64,
+    /// Replayed history waiting for a catch-up (`to_catch_up`).
+    pub replay: u64,
+    /// Blocked messages waiting for an operator.
+    pub blocked: u64,
+    /// Delivered and kept for deduplication.
+    pub delivered: u64,
+    /// When the oldest due row became due (its `deliver_after`, or its `received_at`
+    /// without one): the shard's lag is the time since.
+    pub oldest_due_at: Option<DateTime<Utc>>,
+}
+
+impl ShardDepth {
+    /// An empty shard.
+    pub fn empty(shard: ShardIndex) -> Self {
+        ShardDepth {
+            shard,
+            due: 0,
+            delayed: 0,
+            retrying: 0,
+            parked: 0,
+            replay: 0,
+            blocked: 0,
+            delivered: 0,
+            oldest_due_at: None,
+        }
+    }
+
+    /// How long the oldest due row has waited at `now` (zero when none is due).
+    pub fn lag(&self, now: DateTime<Utc>) -> chrono::TimeDelta {
+        self.oldest_due_at.map_or(chrono::TimeDelta::zero(), |at| {
+            (now - at).max(chrono::TimeDelta::zero())
+        })
+    }
+
+    /// Counts one row (of status `status`, `attempts` failed attempts, due at
+    /// `deliver_after`, received at `received_at`) as of `now`: the one classification every
+    /// backend that counts row by row uses.
+    pub fn count(
+        &mut self,
+        status: MessageStatus,
+        attempts: u32,
+        received_at: DateTime<Utc>,
+        deliver_after: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
+        match status {
+            MessageStatus::Delivered => self.delivered += 1,
+            MessageStatus::ToCatchUp => self.replay += 1,
+            MessageStatus::Blocked => self.blocked += 1,
+            MessageStatus::ToDeliver => match deliver_after {
+                Some(at) if crate::catch_up::is_parked(Some(at)) => self.parked += 1,
+                Some(at) if at > now && attempts > 0 => self.retrying += 1,
+                Some(at) if at > now => self.delayed += 1,
+                _ => {
+                    self.due += 1;
+                    let at = deliver_after.unwrap_or(received_at);
+                    self.oldest_due_at = Some(self.oldest_due_at.map_or(at, |o| o.min(at)));
+                }
+            },
+        }
+    }
+
+    /// Adds another shard's numbers to these (totals over shards).
+    pub fn absorb(&mut self, other: &ShardDepth) {
+        self.due += other.due;
+        self.delayed += other.delayed;
+        self.retrying += other.retrying;
+        self.parked += other.parked;
+        self.replay += other.replay;
+        self.blocked += other.blocked;
+        self.delivered += other.delivered;
+        self.oldest_due_at = match (self.oldest_due_at, other.oldest_due_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// The Inbox table.
 #[async_trait]
 pub trait InboxStore: Send + Sync + 'static {
@@ -102,6 +204,12 @@ pub trait InboxStore: Send + Sync + 'static {
 
     /// Row counts by status, for one shard or all.
     async fn counts(&self, shard: Option<ShardIndex>) -> Result<InboxCounts, StorageError>;
+
+    /// Every shard holding a row, by what its rows wait for at `now` (see [`ShardDepth`]),
+    /// sorted by shard; for operators and the depth gauges. Reads every row's status and
+    /// times (an index-only scan where the backend has one), so call it every few seconds,
+    /// not per stage.
+    async fn depths(&self, now: DateTime<Utc>) -> Result<Vec<ShardDepth>, StorageError>;
 
     /// The shards holding a row that is not delivered nor blocked and whose TTL has passed
     /// at `now` (`expires_at <= now`), due or not: where a TTL sweep has work. Sorted, each

@@ -35,7 +35,7 @@ pub use dead_letters::{
 };
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
-pub use inbox::{InboxCounts, InboxStore, Page};
+pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
 pub use registry::{Lease, Member, ShardSession, WorkRegistry};
 pub use write::{WriteBatch, WriteReport};
 

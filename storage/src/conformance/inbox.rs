@@ -275,6 +275,106 @@ pub async fn counts_by_status<S: Storage + Inspect>(store: S) {
     assert_eq!(after.pending(), 2);
 }
 
+/// Depths sort every row by what it waits for (due, delayed, retrying, parked, replay,
+/// blocked, delivered), per shard, with the time the oldest due row became due.
+pub async fn depths_by_wait<S: Storage + Inspect>(store: S) {
+    let batch = vec![
+        with(command(0, "a", "due-1"), |m| m.received_at = secs(-30)),
+        with(command(0, "a", "came-due"), |m| {
+            m.deliver_after = Some(secs(-50))
+        }),
+        with(command(0, "b", "delayed"), |m| {
+            m.deliver_after = Some(secs(60))
+        }),
+        command(0, "c", "to-retry"),
+        command(0, "d", "to-block"),
+        command(0, "d", "behind-block"),
+        command(0, "e", "to-deliver"),
+        with(command(0, "p", "replay"), |m| m.kind = MessageKind::CatchUp),
+        command(2, "z", "other-shard"),
+    ];
+    store.write(messages(batch)).await.expect("write");
+    assert_eq!(
+        store.depths(t0()).await.expect("depths").len(),
+        2,
+        "one entry per shard holding rows"
+    );
+    let lease = pick(&store, 0, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 100)
+        .await
+        .expect("read");
+    let seq = |signal: &str| {
+        page.messages
+            .iter()
+            .find(|m| m.message.signal_id.0 == signal)
+            .map(|m| m.seq)
+            .unwrap_or_else(|| panic!("{signal} in the page"))
+    };
+    let change = |signal: &str, change: RowChange| RowUpdate {
+        seq: seq(signal),
+        change,
+    };
+    store
+        .commit_stage(stage(
+            &lease,
+            t0(),
+            vec![
+                change(
+                    "to-retry",
+                    RowChange::RetryAt {
+                        at: secs(10),
+                        attempts: 1,
+                        error: "boom".into(),
+                    },
+                ),
+                change(
+                    "to-block",
+                    RowChange::Block {
+                        attempts: 3,
+                        error: "stuck".into(),
+                    },
+                ),
+                change("behind-block", RowChange::BehindBlock),
+                delivered(seq("to-deliver"), secs(60)),
+            ],
+        ))
+        .await
+        .expect("commit");
+
+    let depths = store.depths(t0()).await.expect("depths");
+    let shards: Vec<ShardIndex> = depths.iter().map(|d| d.shard).collect();
+    assert_eq!(shards, vec![ShardIndex(0), ShardIndex(2)]);
+    let d = depths[0];
+    assert_eq!(
+        (
+            d.due,
+            d.delayed,
+            d.retrying,
+            d.parked,
+            d.replay,
+            d.blocked,
+            d.delivered
+        ),
+        (2, 1, 1, 1, 1, 1, 1),
+        "due, delayed, retrying, parked, replay, blocked, delivered: {d:?}"
+    );
+    assert_eq!(
+        d.oldest_due_at,
+        Some(secs(-50)),
+        "the delay that passed first"
+    );
+    assert_eq!(d.lag(t0()), Duration::seconds(50));
+    assert_eq!((depths[1].due, depths[1].oldest_due_at), (1, Some(t0())));
+
+    // Later, the delay and the retry have passed: both are due.
+    let later = store.depths(secs(61)).await.expect("depths");
+    assert_eq!(
+        (later[0].due, later[0].delayed, later[0].retrying),
+        (4, 0, 0)
+    );
+}
+
 /// Replayed history (`to_catch_up`) and live rows come back merged in `seq` order.
 pub async fn catch_up_rows_interleave_in_seq_order<S: Storage + Inspect>(store: S) {
     let replay = |w| with(w, |m| m.kind = MessageKind::CatchUp);

@@ -64,7 +64,7 @@ pub use failures::{
 };
 pub use inbox::{
     catch_up_rows_interleave_in_seq_order, concurrent_writers_all_succeed, counts_by_status,
-    deliver_after_is_respected, due_pages_take_the_first_rows_by_seq,
+    deliver_after_is_respected, depths_by_wait, due_pages_take_the_first_rows_by_seq,
     paging_with_equal_timestamps_crosses_pages, write_all_reports_each_batch,
     write_then_read_in_seq_order,
 };
@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             duplicate_of_delivered_row_is_ignored_until_purged,
             tenant_isolation,
             counts_by_status,
+            depths_by_wait,
             catch_up_rows_interleave_in_seq_order,
             concurrent_writers_all_succeed,
             write_all_reports_each_batch,

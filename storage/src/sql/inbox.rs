@@ -284,6 +284,111 @@ macro_rules! inbox_units {
             Ok(counts)
         }
 
+        /// `InboxStore::depths`: one grouped count per kind of wait (each a range of the
+        /// partial index of its rows where one exists), merged by shard. The statements read
+        /// one snapshot each: a row that moves between two of them may be counted twice or
+        /// missed, which an operator's view tolerates.
+        pub(crate) fn depths(
+            conn: &mut Conn,
+            now: DateTime<Utc>,
+        ) -> Result<Vec<shardbox_core::storage::ShardDepth>, Failure> {
+            use shardbox_core::storage::ShardDepth;
+            use $crate::schema::inbox_messages::dsl as im;
+            let now_us = micros(now);
+            let parked = micros(shardbox_core::catch_up::parked_until());
+            let to_deliver = MessageStatus::ToDeliver.as_str();
+            let mut shards: BTreeMap<i32, ShardDepth> = BTreeMap::new();
+            fn entry(
+                shards: &mut BTreeMap<i32, ShardDepth>,
+                shard: i32,
+            ) -> Result<&mut ShardDepth, Failure> {
+                let index = rows::shard(shard)?;
+                Ok(shards
+                    .entry(shard)
+                    .or_insert_with(|| ShardDepth::empty(index)))
+            }
+            let n = |n: i64| u64::try_from(n).unwrap_or(0);
+            let oldest = |d: &mut ShardDepth, at: Option<i64>| -> Result<(), Failure> {
+                if let Some(at) = rows::opt_time(at)? {
+                    d.oldest_due_at = Some(d.oldest_due_at.map_or(at, |o| o.min(at)));
+                }
+                Ok(())
+            };
+
+            let by_status: Vec<(i32, String, i64)> = im::inbox_messages
+                .filter(im::status.ne(to_deliver))
+                .group_by((im::shard, im::status))
+                .select((im::shard, im::status, diesel::dsl::count_star()))
+                .load(conn)?;
+            for (shard, status, count) in by_status {
+                let d = entry(&mut shards, shard)?;
+                match rows::parsed("message status", &status, MessageStatus::parse)? {
+                    MessageStatus::Delivered => d.delivered += n(count),
+                    MessageStatus::ToCatchUp => d.replay += n(count),
+                    MessageStatus::Blocked => d.blocked += n(count),
+                    MessageStatus::ToDeliver => {}
+                }
+            }
+            let immediate: Vec<(i32, i64, Option<i64>)> = im::inbox_messages
+                .filter(IMMEDIATE)
+                .filter(im::status.eq(to_deliver))
+                .group_by(im::shard)
+                .select((
+                    im::shard,
+                    diesel::dsl::count_star(),
+                    diesel::dsl::min(im::received_at),
+                ))
+                .load(conn)?;
+            for (shard, count, at) in immediate {
+                let d = entry(&mut shards, shard)?;
+                d.due += n(count);
+                oldest(d, at)?;
+            }
+            let came_due: Vec<(i32, i64, Option<i64>)> = im::inbox_messages
+                .filter(DELAYED)
+                .filter(im::status.eq(to_deliver))
+                .filter(im::deliver_after.le(now_us))
+                .group_by(im::shard)
+                .select((
+                    im::shard,
+                    diesel::dsl::count_star(),
+                    diesel::dsl::min(im::deliver_after),
+                ))
+                .load(conn)?;
+            for (shard, count, at) in came_due {
+                let d = entry(&mut shards, shard)?;
+                d.due += n(count);
+                oldest(d, at)?;
+            }
+            let later: Vec<(i32, i32, i64)> = im::inbox_messages
+                .filter(DELAYED)
+                .filter(im::status.eq(to_deliver))
+                .filter(im::deliver_after.gt(now_us))
+                .filter(im::deliver_after.lt(parked))
+                .group_by((im::shard, im::attempts))
+                .select((im::shard, im::attempts, diesel::dsl::count_star()))
+                .load(conn)?;
+            for (shard, attempts, count) in later {
+                let d = entry(&mut shards, shard)?;
+                if attempts > 0 {
+                    d.retrying += n(count);
+                } else {
+                    d.delayed += n(count);
+                }
+            }
+            let parked_rows: Vec<(i32, i64)> = im::inbox_messages
+                .filter(DELAYED)
+                .filter(im::status.eq(to_deliver))
+                .filter(im::deliver_after.eq(parked))
+                .group_by(im::shard)
+                .select((im::shard, diesel::dsl::count_star()))
+                .load(conn)?;
+            for (shard, count) in parked_rows {
+                entry(&mut shards, shard)?.parked += n(count);
+            }
+            Ok(shards.into_values().collect())
+        }
+
         /// Every inbox row in `seq` order (inspection).
         pub(crate) fn rows(conn: &mut Conn) -> Result<Vec<InboxMessage>, Failure> {
             inbox_messages::table

@@ -83,6 +83,13 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::counts(conn, shard)).await
             }
 
+            async fn depths(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<shardbox_core::storage::ShardDepth>, shardbox_core::StorageError> {
+                self.db.run(move |conn| $units::depths(conn, now)).await
+            }
+
             async fn purge_due_shards(
                 &self,
                 now: chrono::DateTime<chrono::Utc>,

@@ -1,0 +1,178 @@
+//! The command line as clap sees it: the global options and one subcommand per operator
+//! task. Parsing only; what each command does lives in its own module.
+//!
+//! A `serve` subcommand (the admin HTTP surface) is planned beside these; it takes the same
+//! `--db` and needs nothing from this file but a new variant of [`Command`].
+
+use crate::when::Since;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Operate a Shardbox database: see the shards and their depth, handle dead letters and
+/// blocked targets, watch catch-ups, migrate the schema.
+///
+/// Exit codes: 0 ok; 1 a check failed or nothing matched what was asked for; 2 usage error;
+/// 3 the database is unreachable or refused the operation.
+#[derive(Debug, Parser)]
+#[command(name = "shardbox", version)]
+pub struct Cli {
+    /// The database: a PostgreSQL URL (postgres://… or postgresql://…) or the path of a
+    /// SQLite file.
+    #[arg(long, env = "SHARDBOX_DB", global = true, hide_env_values = true)]
+    pub db: Option<String>,
+
+    /// PostgreSQL schema holding the tables (the search path's first schema by default).
+    #[arg(long, env = "SHARDBOX_PG_SCHEMA", global = true)]
+    pub schema: Option<String>,
+
+    /// Print JSON instead of tables (read commands).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Nodes, shards with their lease and depth, lag, dead letters, blocked targets and
+    /// running catch-ups, in one screen.
+    Status,
+    /// Messages that exhausted their retries.
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(DeadLetterCommand),
+    /// Targets stopped by a blocked message.
+    #[command(subcommand)]
+    Blocked(BlockedCommand),
+    /// Catch-up jobs. Starting one needs the projection's code, so it is done by the
+    /// application (`Shardbox::catch_up`), not here; the library has no cancel yet.
+    #[command(subcommand, name = "catch-up")]
+    CatchUp(CatchUpCommand),
+    /// Brings the schema to this binary's version, or checks it with --check.
+    Migrate {
+        /// Only say whether the schema is current (exit 1 if not); change nothing.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+/// `shardbox dead-letters …`
+#[derive(Debug, Subcommand)]
+pub enum DeadLetterCommand {
+    /// The dead letters matching the filter, oldest first.
+    List {
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// One dead letter whole: origin, reason, payload, metadata.
+    Show {
+        /// Its id (from `list`).
+        id: i64,
+    },
+    /// Puts dead letters back into the Inbox (a new row each, same signal, fresh attempts,
+    /// due at once). Running nodes find them at their next poll.
+    Requeue {
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// At most this many (all matching by default).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Requeue into the shard the stable hash gives for this shard count, instead of the
+        /// shard the message died in (after a change of shard count). An application with
+        /// a custom ShardStrategy requeues through `Shardbox::requeue_dead_letters`.
+        #[arg(long)]
+        shards: Option<u32>,
+    },
+    /// Deletes dead letters for good.
+    Purge {
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// At most this many (all matching by default).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+/// The filters of `dead-letters` (those of the library's `DeadLetterFilter`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct DeadLetterFilterArgs {
+    /// Only these ids.
+    #[arg(long = "id", value_name = "ID")]
+    pub ids: Vec<i64>,
+    /// Only of this target kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only of this target id (with --kind).
+    #[arg(long, requires = "kind")]
+    pub target: Option<String>,
+    /// Only of this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only dead-lettered at or after this time (RFC 3339, or an age such as 30m, 2h, 7d).
+    #[arg(long)]
+    pub since: Option<Since>,
+    /// Only dead-lettered before this time (same forms as --since).
+    #[arg(long)]
+    pub until: Option<Since>,
+    /// Only ids greater than this one (paging).
+    #[arg(long)]
+    pub after: Option<i64>,
+    /// Required to requeue or purge every dead letter when no filter is given.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `shardbox blocked …`
+#[derive(Debug, Subcommand)]
+pub enum BlockedCommand {
+    /// The blocked targets, oldest block first.
+    List {
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Lets a blocked target go on: its blocked message is requeued (default), dropped or
+    /// dead-lettered, and the messages parked behind it become due.
+    Unblock {
+        /// The target's entity kind.
+        kind: String,
+        /// The target's id.
+        id: String,
+        /// The target's tenant.
+        #[arg(long, default_value = "")]
+        tenant: String,
+        /// What to do with the blocked message.
+        #[arg(long, value_enum, default_value_t = UnblockAction::Requeue)]
+        action: UnblockAction,
+    },
+}
+
+/// What `blocked unblock` does with the blocked message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UnblockAction {
+    /// Due again now with a fresh attempt count, before the target's later messages.
+    Requeue,
+    /// Delete it.
+    Drop,
+    /// Move it to the dead letters.
+    DeadLetter,
+}
+
+/// `shardbox catch-up …`
+#[derive(Debug, Subcommand)]
+pub enum CatchUpCommand {
+    /// The running catch-up jobs.
+    List,
+    /// One job's progress: replayed of total, rate, ETA.
+    Progress {
+        /// The job id (from `list`).
+        id: i64,
+        /// Follow it with a progress bar until it completes.
+        #[arg(long)]
+        follow: bool,
+    },
+}

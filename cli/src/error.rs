@@ -1,0 +1,44 @@
+//! What can go wrong in a command, and the exit code each means.
+
+use shardbox_core::StorageError;
+use std::process::ExitCode;
+use thiserror::Error;
+
+/// A command's failure. Storage errors print the library's own text.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// No database was given.
+    #[error("no database given: pass --db <postgres://… URL or SQLite path>, or set SHARDBOX_DB")]
+    NoDatabase,
+    /// The arguments are valid for clap but not together.
+    #[error("{0}")]
+    Usage(String),
+    /// A check failed, or nothing matched what the command was asked to act on.
+    #[error("{0}")]
+    NotFound(String),
+    /// The database could not be reached, or refused the operation.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// Output could not be written or encoded.
+    #[error("could not write the output: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+impl CliError {
+    /// The process's exit code: 1 check failed or nothing matched, 2 usage, 3 database.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            CliError::NotFound(_) => 1,
+            CliError::NoDatabase | CliError::Usage(_) => 2,
+            CliError::Storage(_) => 3,
+            CliError::Output(_) => 1,
+        })
+    }
+}
+
+impl From<serde_json::Error> for CliError {
+    fn from(e: serde_json::Error) -> Self {
+        CliError::Output(e.into())
+    }
+}

@@ -1,0 +1,79 @@
+//! # shardbox — the operator's command line
+//!
+//! ```text
+//!  shardbox [--db URL|PATH] [--json] status
+//!                                    dead-letters list|show|requeue|purge
+//!                                    blocked list|unblock
+//!                                    catch-up list|progress [--follow]
+//!                                    migrate [--check]
+//! ```
+//!
+//! Each command opens the database (see [`db`]), calls the storage traits of
+//! `shardbox-core` that the library itself uses, prints a table or JSON, and exits with a
+//! code that means something (see [`error::CliError::exit_code`]). It runs no delivery:
+//! requeued and unblocked messages are delivered by the application's nodes.
+#![forbid(unsafe_code)]
+
+mod blocked;
+mod catch_up;
+mod cli;
+mod db;
+mod dead_letters;
+mod error;
+mod migrate;
+mod output;
+mod status;
+mod table;
+mod when;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use error::CliError;
+use shardbox_storage::MigrationMode;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let db = cli.db.as_deref().ok_or(CliError::NoDatabase)?;
+    let schema = cli.schema.as_deref();
+    let json = cli.json;
+    let verified = || db::open(db, schema, MigrationMode::Verify);
+    let now = chrono::Utc::now();
+    match cli.command {
+        Command::Migrate { check } => migrate::run(db, schema, check, json).await,
+        Command::Status => {
+            let status = status::read(&*verified().await?, now).await?;
+            if json {
+                output::print_json(&status)
+            } else {
+                print!("{}", status.render());
+                Ok(())
+            }
+        }
+        Command::DeadLetters(command) => {
+            dead_letters::run(&*verified().await?, command, json, now).await
+        }
+        Command::Blocked(command) => blocked::run(&*verified().await?, command, json, now).await,
+        Command::CatchUp(command) => catch_up::run(&*verified().await?, command, json).await,
+    }
+}

@@ -1,0 +1,316 @@
+//! The `shardbox` binary end to end, run as a process over a database seeded through the
+//! library (a dead letter, a blocked target with a message parked behind it, a delayed and
+//! a due message): on SQLite, and on PostgreSQL when SHARDBOX_PG_URL is set (skipped loudly
+//! without).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::storage::conformance::{pg_url, TestSchema};
+use shardbox::{Backoff, DeadLetterFilter, ExhaustedOutcome, FailurePolicy, PostgresStorage};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Cmd {
+    Ok,
+    Poison,
+}
+impl Message for Cmd {
+    const TYPE: &'static str = "cli-test.cmd";
+}
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Done;
+impl Message for Done {
+    const TYPE: &'static str = "cli-test.done";
+}
+
+fn handle(c: &Cmd) -> Result<Vec<Done>, HandlerError> {
+    match c {
+        Cmd::Ok => Ok(vec![Done]),
+        Cmd::Poison => Err(HandlerError::new("poison pill")),
+    }
+}
+
+/// Dead-letters its poison commands.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Ledger;
+impl Aggregate for Ledger {
+    const KIND: &'static str = "ledger";
+    type Command = Cmd;
+    type Event = Done;
+    async fn handle(&self, c: &Cmd, _: &Context<'_>) -> Result<Vec<Done>, HandlerError> {
+        handle(c)
+    }
+    fn apply(&mut self, _: &Done) {}
+}
+
+/// Blocks on its poison commands.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Vault;
+impl Aggregate for Vault {
+    const KIND: &'static str = "vault";
+    type Command = Cmd;
+    type Event = Done;
+    async fn handle(&self, c: &Cmd, _: &Context<'_>) -> Result<Vec<Done>, HandlerError> {
+        handle(c)
+    }
+    fn apply(&mut self, _: &Done) {}
+}
+
+fn once(outcome: ExhaustedOutcome) -> FailurePolicy {
+    FailurePolicy::new(1, Backoff::Fixed(Duration::from_secs(1)), outcome)
+}
+
+/// Seeds `storage`: ledger/l-1 dead-lettered, vault/v-1 blocked with one message parked
+/// behind it, ledger/l-2 delayed by an hour, ledger/l-3 due.
+async fn seed(storage: Arc<dyn Storage>) -> Shardbox {
+    let sb = Shardbox::builder()
+        .shared_storage(storage)
+        .shards(4)
+        .node_id(shardbox::NodeId("cli-test-node".into()))
+        .kind_policy(Ledger::KIND, once(ExhaustedOutcome::DeadLetter))
+        .kind_policy(Vault::KIND, once(ExhaustedOutcome::Block))
+        .aggregate::<Ledger>()
+        .aggregate::<Vault>()
+        .build()
+        .await
+        .expect("build");
+    sb.send::<Ledger>("l-1", &Cmd::Poison).await.expect("send");
+    sb.send::<Vault>("v-1", &Cmd::Poison).await.expect("send");
+    sb.deliver_all().await.expect("deliver");
+    sb.send::<Vault>("v-1", &Cmd::Ok).await.expect("send");
+    sb.deliver_all().await.expect("deliver");
+    sb.send_with::<Ledger>(
+        "l-2",
+        &Cmd::Ok,
+        SendOptions::default().delay(Duration::from_secs(3600)),
+    )
+    .await
+    .expect("send");
+    sb.send::<Ledger>("l-3", &Cmd::Ok).await.expect("send");
+    sb
+}
+
+/// Runs the binary with `args` against `db` (and `schema`).
+fn run(db: &str, schema: Option<&str>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shardbox"));
+    command
+        .env_remove("SHARDBOX_DB")
+        .env_remove("SHARDBOX_PG_SCHEMA");
+    command.arg("--db").arg(db);
+    if let Some(schema) = schema {
+        command.arg("--schema").arg(schema);
+    }
+    command
+        .args(args)
+        .output()
+        .expect("run the shardbox binary")
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs and parses stdout as JSON; panics unless it exits 0.
+fn json(db: &str, schema: Option<&str>, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = run(db, schema, &all);
+    assert_eq!(
+        code(&out),
+        0,
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&out)))
+}
+
+/// Every command on a seeded database (`db`, tables in `schema` on PostgreSQL).
+async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
+    // status: depth by wait, lag, counts, and where the nodes come from.
+    let status = json(db, schema, &["status"]);
+    let totals = &status["totals"];
+    assert_eq!(totals["due"], 1, "ledger/l-3: {status}");
+    assert_eq!(totals["delayed"], 1, "ledger/l-2: {status}");
+    assert_eq!(totals["parked"], 1, "behind vault/v-1's block: {status}");
+    assert_eq!(totals["blocked"], 1);
+    assert!(totals["lag_ms"].as_i64().expect("lag") >= 0);
+    assert_eq!(status["dead_letters"], 1);
+    assert_eq!(status["blocked_targets"], 1);
+    assert!(status["nodes_source"]
+        .as_str()
+        .expect("source")
+        .contains("no membership table"));
+    assert_eq!(status["nodes"][0]["node"], "cli-test-node");
+    let text = run(db, schema, &["status"]);
+    assert_eq!(code(&text), 0);
+    let text = stdout(&text);
+    assert!(text.contains("no membership table yet"), "{text}");
+    assert!(
+        text.contains("dead letters: 1   blocked targets: 1"),
+        "{text}"
+    );
+
+    // dead letters: list with filters, show, requeue, purge.
+    let list = json(db, schema, &["dead-letters", "list"]);
+    let letters = list["dead_letters"].as_array().expect("list");
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0]["target_id"], "l-1");
+    assert_eq!(letters[0]["reason"], "poison pill");
+    let id = letters[0]["id"].as_i64().expect("id").to_string();
+    let none = json(db, schema, &["dead-letters", "list", "--kind", "vault"]);
+    assert_eq!(none["dead_letters"].as_array().map(Vec::len), Some(0));
+    let recent = json(db, schema, &["dead-letters", "list", "--since", "1h"]);
+    assert_eq!(recent["matching"], 1);
+    let old = json(db, schema, &["dead-letters", "list", "--until", "1h"]);
+    assert_eq!(old["matching"], 0);
+    let shown = json(db, schema, &["dead-letters", "show", &id]);
+    assert_eq!(shown["payload"], "\"Poison\"");
+    assert_eq!(
+        code(&run(db, schema, &["dead-letters", "show", "999999"])),
+        1
+    );
+    let unscoped = run(db, schema, &["dead-letters", "requeue"]);
+    assert_eq!(code(&unscoped), 2, "a requeue of everything needs --all");
+    assert_eq!(
+        code(&run(
+            db,
+            schema,
+            &["dead-letters", "purge", "--kind", "vault"]
+        )),
+        1,
+        "nothing matched"
+    );
+    let requeued = json(db, schema, &["dead-letters", "requeue", "--id", &id]);
+    assert_eq!(requeued["requeued"], 1);
+    assert_eq!(
+        sb.count_dead_letters(DeadLetterFilter::all())
+            .await
+            .expect("count"),
+        0
+    );
+    assert_eq!(
+        code(&run(db, schema, &["dead-letters", "requeue", "--id", &id])),
+        1,
+        "gone already"
+    );
+
+    // blocked: list, unblock, and unblocking again matches nothing.
+    let blocked = json(db, schema, &["blocked", "list"]);
+    assert_eq!(blocked["blocked"][0]["id"], "v-1");
+    assert_eq!(blocked["blocked"][0]["last_error"], "poison pill");
+    let unblocked = json(
+        db,
+        schema,
+        &["blocked", "unblock", "vault", "v-1", "--action", "drop"],
+    );
+    assert_eq!(
+        (&unblocked["unblocked"], &unblocked["released"]),
+        (&1.into(), &1.into())
+    );
+    assert_eq!(sb.blocked_targets().await.expect("blocked").len(), 0);
+    assert_eq!(
+        code(&run(db, schema, &["blocked", "unblock", "vault", "v-1"])),
+        1
+    );
+    let after = json(db, schema, &["status"]);
+    assert_eq!(
+        after["totals"]["due"], 3,
+        "l-3, the requeued l-1, the released v-1"
+    );
+    assert_eq!(after["totals"]["parked"], 0);
+
+    // catch-ups and migrations.
+    assert_eq!(
+        json(db, schema, &["catch-up", "list"])["running"],
+        Value::Array(vec![])
+    );
+    assert_eq!(
+        code(&run(db, schema, &["catch-up", "progress", "12345"])),
+        1
+    );
+    assert_eq!(json(db, schema, &["migrate", "--check"])["current"], true);
+    let usage = run(db, schema, &["dead-letters", "frobnicate"]);
+    assert_eq!(code(&usage), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("cli.db");
+    let storage = SqliteStorage::open(&path).await.expect("open");
+    let sb = seed(Arc::new(storage)).await;
+    operate(&sb, path.to_str().expect("utf-8 path"), None).await;
+
+    // A file that is not there is refused (3), not created; migrate creates it and
+    // --check says whether it is current.
+    let fresh = dir.path().join("fresh.db");
+    let fresh = fresh.to_str().expect("utf-8 path");
+    let missing = run(fresh, None, &["status"]);
+    assert_eq!(code(&missing), 3);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("is unavailable"));
+    assert_eq!(code(&run(fresh, None, &["migrate", "--check"])), 3);
+    let created = run(fresh, None, &["migrate"]);
+    assert_eq!(
+        code(&created),
+        0,
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    assert!(stdout(&created).contains("is current"));
+    let check = run(fresh, None, &["migrate", "--check"]);
+    assert_eq!(code(&check), 0);
+}
+
+#[test]
+fn a_database_that_refuses_or_is_missing_exits_with_its_code() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardbox"))
+        .env_remove("SHARDBOX_DB")
+        .arg("status")
+        .output()
+        .expect("run");
+    assert_eq!(code(&out), 2, "no --db");
+    let out = run(
+        "postgres://nobody@127.0.0.1:1/none?connect_timeout=2",
+        None,
+        &["status"],
+    );
+    assert_eq!(code(&out), 3);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is unavailable"),
+        "the library's words: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_on_postgres() {
+    let Some(url) = pg_url("every_command_on_postgres") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "cli");
+    let storage = PostgresStorage::connect_with(url.clone(), schema.options(4))
+        .await
+        .expect("connect");
+    let sb = seed(Arc::new(storage)).await;
+    operate(&sb, &url, Some(&schema.name)).await;
+
+    // A schema that was never migrated is not current: --check says so with exit 1.
+    let empty = TestSchema::new(&url, "cli_empty");
+    let check = run(&url, Some(&empty.name), &["migrate", "--check"]);
+    assert_eq!(
+        code(&check),
+        1,
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(String::from_utf8_lossy(&check.stderr).contains("schema is not current"));
+}
