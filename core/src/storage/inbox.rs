@@ -130,7 +130,7 @@ impl ShardDepth {
             MessageStatus::ToCatchUp => self.replay += 1,
             MessageStatus::Blocked => self.blocked += 1,
             MessageStatus::ToDeliver => match deliver_after {
-                Some(at) if crate::catch_up::is_parked(Some(at)) => self.parked += 1,
+                Some(at) if crate::model::parked::is_parked(Some(at)) => self.parked += 1,
                 Some(at) if at > now && attempts > 0 => self.retrying += 1,
                 Some(at) if at > now => self.delayed += 1,
                 _ => {
