@@ -8,7 +8,7 @@
 
 mod common;
 
-use diesel::{Connection, PgConnection, RunQueryDsl};
+use diesel::{Connection, PgConnection};
 use serde::{Deserialize, Serialize};
 use shardbox::prelude::*;
 use shardbox::storage::PostgresStorage;
@@ -57,19 +57,7 @@ impl Aggregate for Stamped {
 
 /// Terminates every backend named `application_name`; how many.
 fn terminate(admin: &mut PgConnection, application_name: &str) -> usize {
-    #[derive(diesel::QueryableByName)]
-    struct Killed {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    diesel::sql_query(
-        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
-         WHERE application_name = $1 AND pid <> pg_backend_pid()",
-    )
-    .bind::<diesel::sql_types::Text, _>(application_name)
-    .get_result::<Killed>(admin)
-    .map(|k| k.n as usize)
-    .unwrap_or(0)
+    shardbox::storage::conformance::terminate_backends(admin, application_name).unwrap_or(0)
 }
 
 fn p99(mut v: Vec<Duration>) -> Duration {

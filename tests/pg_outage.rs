@@ -15,7 +15,7 @@
 mod common;
 
 use common::{PgSchema, Tally, TallyCommand};
-use diesel::{Connection, PgConnection, RunQueryDsl};
+use diesel::{Connection, PgConnection};
 use shardbox::prelude::*;
 use shardbox::storage::PostgresStorage;
 use shardbox::DeliveryError;
@@ -36,13 +36,7 @@ const SEND_GAP: Duration = Duration::from_millis(20);
 
 /// Terminates every backend named `application_name`.
 fn terminate(admin: &mut PgConnection, application_name: &str) {
-    let killed = diesel::sql_query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE application_name = $1 AND pid <> pg_backend_pid()",
-    )
-    .bind::<diesel::sql_types::Text, _>(application_name)
-    .execute(admin);
-    if let Err(e) = killed {
+    if let Err(e) = shardbox::storage::conformance::terminate_backends(admin, application_name) {
         eprintln!("could not terminate backends: {e}");
     }
 }

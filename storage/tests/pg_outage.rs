@@ -22,20 +22,7 @@ fn tagged_url(schema: &Schema) -> String {
 
 /// Terminates every backend named `application_name`; how many.
 fn terminate(admin: &mut PgConnection, application_name: &str) -> usize {
-    #[derive(diesel::QueryableByName)]
-    struct Killed {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    use diesel::RunQueryDsl;
-    diesel::sql_query(
-        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
-         WHERE application_name = $1 AND pid <> pg_backend_pid()",
-    )
-    .bind::<diesel::sql_types::Text, _>(application_name)
-    .get_result::<Killed>(admin)
-    .map(|k| k.n as usize)
-    .expect("terminate")
+    shardbox_storage::conformance::terminate_backends(admin, application_name).expect("terminate")
 }
 
 async fn write_one(storage: &PostgresStorage, signal: &str) -> Result<(), StorageError> {

@@ -30,7 +30,7 @@
 pub mod fixtures;
 mod pg_schema;
 
-pub use pg_schema::{explain, pg_url, TestSchema};
+pub use pg_schema::{explain, pg_url, terminate_backends, TestSchema};
 
 mod catch_up;
 mod commit;

@@ -49,6 +49,28 @@ pub fn explain(conn: &mut PgConnection, sql: &str) -> String {
         .join("\n")
 }
 
+/// Terminates every backend whose `application_name` is `application_name` (a test's own
+/// connections, named so in their URL), but the caller's; returns how many. The outage tests
+/// use it to cut their storage's connections and nobody else's.
+pub fn terminate_backends(
+    admin: &mut PgConnection,
+    application_name: &str,
+) -> Result<usize, diesel::result::Error> {
+    #[derive(diesel::QueryableByName)]
+    struct Killed {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    use diesel::RunQueryDsl;
+    diesel::sql_query(
+        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
+         WHERE application_name = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind::<diesel::sql_types::Text, _>(application_name)
+    .get_result::<Killed>(admin)
+    .map(|k| usize::try_from(k.n).unwrap_or(0))
+}
+
 /// A test schema with a unique name, dropped with everything in it when the guard drops.
 #[derive(Debug)]
 pub struct TestSchema {
