@@ -3,7 +3,7 @@
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
-use shardbox_core::{CatchUpProgress, DeliveryError, Message, Projection, ShardIndex};
+use shardbox_core::{CatchUpProgress, DeliveryError, EventSet, Projection, ShardIndex};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 
@@ -67,7 +67,10 @@ impl Shardbox {
         };
         affected.sort_unstable();
         affected.dedup();
-        let types = [<P::Event as Message>::TYPE.to_owned()];
+        let types: Vec<String> = <P::Event as EventSet>::TYPES
+            .iter()
+            .map(|t| (*t).to_owned())
+            .collect();
         let total = env.storage.count_events(&types, request.since).await?;
         let now = env.clock.now();
         let zero_targets = matches!(&request.targets, CatchUpTargets::Ids(ids) if ids.is_empty());

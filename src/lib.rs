@@ -66,24 +66,29 @@ pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
 pub use shardbox_storage::{PostgresOptions, PostgresStorage, SqliteOptions, SqliteStorage};
 
+/// Declares an enum of event types a subscriber follows (see [`EventSet`]).
+pub use shardbox_core::event_set;
+
 /// For writing your own [`Station`]s: `#[shardbox::async_trait]` on the impl.
 pub use async_trait::async_trait;
 
 pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, ConfigError, Context, Conveyor,
-    DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome,
-    FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem, Intent, InvalidId,
-    ManualClock, Message, MetricsSnapshot, NodeId, NoopMonitor, Outgoing, Projection, Reactor,
-    SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
-    StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
+    DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet, EventSource,
+    ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem,
+    Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NodeId, NoopMonitor, Outgoing,
+    Projection, Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
+    StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError, SystemClock,
+    MAX_ID_BYTES,
 };
 
 /// The names most applications need.
 pub mod prelude {
+    pub use crate::event_set;
     pub use crate::{
         async_trait, Aggregate, Backoff, CatchUp, Context, Conveyor, DeadLetterFilter,
-        DeliveryError, EntityKey, EventSource, ExhaustedOutcome, FailurePolicy, HandlerError,
-        Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox, SqliteStorage,
-        Station, Unblock,
+        DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome, FailurePolicy,
+        HandlerError, Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox,
+        SqliteStorage, Station, Unblock,
     };
 }

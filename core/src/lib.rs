@@ -55,7 +55,7 @@ pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
 pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
 pub use entity::traits::{
-    Aggregate, Context, HandlerError, Message, Outgoing, Projection, Reactor,
+    Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
 };
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder};

@@ -266,10 +266,11 @@ impl CatchUpStation {
                 (decide_step(&job, &[], page_size, u64::from(pending)), 0)
             }
             _ => {
+                // Every type of the projection's set, in one `seq`-ordered read.
                 let types: Vec<String> = handler
-                    .event_type()
-                    .map(str::to_owned)
-                    .into_iter()
+                    .event_types()
+                    .iter()
+                    .map(|t| (*t).to_owned())
                     .collect();
                 let events = env
                     .read_events(job.cursor, &types, job.spec.since, page_size)

@@ -108,8 +108,8 @@ impl EntityHandler for Slow {
     fn command_type(&self) -> Option<&'static str> {
         None
     }
-    fn event_type(&self) -> Option<&'static str> {
-        None
+    fn event_types(&self) -> &'static [&'static str] {
+        &[]
     }
     fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
         Ok(Vec::new())

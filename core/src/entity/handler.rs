@@ -9,7 +9,9 @@
 //! redelivery emits the same ids and they deduplicate.
 
 use crate::entity::services::Services;
-use crate::entity::traits::{Aggregate, Context, HandlerError, Message, Projection, Reactor};
+use crate::entity::traits::{
+    Aggregate, Context, EventSet, HandlerError, Message, Projection, Reactor,
+};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::{validate_address, SignalId};
 use crate::model::message::{InboxMessage, NewMessage};
@@ -71,10 +73,10 @@ pub trait EntityHandler: Send + Sync + 'static {
     /// The command type it accepts, if it accepts commands.
     fn command_type(&self) -> Option<&'static str>;
 
-    /// The event type it subscribes to, if any.
-    fn event_type(&self) -> Option<&'static str>;
+    /// The event types it subscribes to (none for a kind that takes only commands).
+    fn event_types(&self) -> &'static [&'static str];
 
-    /// The ids of this kind that receive `event` (only called for the subscribed type).
+    /// The ids of this kind that receive `event` (only called for the subscribed types).
     fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError>;
 
     /// Handles one target's messages, in order, on top of `state` (None: a fresh entity).
@@ -146,20 +148,10 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-fn decode<T: Message>(m: &InboxMessage) -> Result<T, HandlerError> {
-    if m.message.payload_type != T::TYPE {
-        return Err(HandlerError::new(format!(
-            "payload type `{}` is not accepted here (expected `{}`)",
-            m.message.payload_type,
-            T::TYPE
-        )));
-    }
-    serde_json::from_slice(&m.message.payload).map_err(|e| {
-        HandlerError::new(format!(
-            "payload of type `{}` does not deserialize: {e}",
-            T::TYPE
-        ))
-    })
+/// The message's payload as `T`: a command type (a [`Message`], a set of one) or the event
+/// set of a subscriber; an error names the type refused.
+fn decode<T: EventSet>(m: &InboxMessage) -> Result<T, HandlerError> {
+    T::decode(&m.message.payload_type, &m.message.payload)
 }
 
 fn load_state<S: serde::de::DeserializeOwned + Default>(
@@ -215,13 +207,8 @@ fn all_failed(len: usize, error: HandlerError) -> BatchResult {
     }
 }
 
-fn decode_event<E: Message>(event: &NewEvent) -> Result<E, HandlerError> {
-    serde_json::from_slice(&event.payload).map_err(|e| {
-        HandlerError::new(format!(
-            "event of type `{}` does not deserialize: {e}",
-            E::TYPE
-        ))
-    })
+fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerError> {
+    E::decode(&event.event_type, &event.payload)
 }
 
 /// Adapts an [`Aggregate`] type.
@@ -278,8 +265,8 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
     fn command_type(&self) -> Option<&'static str> {
         Some(<A::Command as Message>::TYPE)
     }
-    fn event_type(&self) -> Option<&'static str> {
-        None
+    fn event_types(&self) -> &'static [&'static str] {
+        &[]
     }
     fn route(&self, _event: &NewEvent) -> Result<Vec<String>, HandlerError> {
         Ok(Vec::new())
@@ -355,7 +342,7 @@ fn finish_state<S: serde::Serialize>(kind: &str, state: &S, result: &mut BatchRe
 }
 
 /// The part of [`EntityHandler`] that every event subscriber (projection, reactor) has alike:
-/// its kind, whether it keeps state, no command type, its event type, and its `route`.
+/// its kind, whether it keeps state, no command type, its event set's types, and its `route`.
 macro_rules! subscriber_face {
     ($t:ident, $stateful:expr) => {
         fn kind(&self) -> &'static str {
@@ -367,8 +354,8 @@ macro_rules! subscriber_face {
         fn command_type(&self) -> Option<&'static str> {
             None
         }
-        fn event_type(&self) -> Option<&'static str> {
-            Some(<$t::Event as Message>::TYPE)
+        fn event_types(&self) -> &'static [&'static str] {
+            <$t::Event as EventSet>::TYPES
         }
         fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
             Ok($t::route(&decode_event::<$t::Event>(event)?, &event.source))

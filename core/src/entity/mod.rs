@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  traits   Aggregate, Projection, Reactor (typed, serde)      ◄── the application
+//!  event_set EventSet: the event types a subscriber follows    ◄── the application, the registry
 //!  handler  EntityHandler: the type-erased adapter per kind   ◄── the live and catch-up stations
 //!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
 //!  services Services: the application's own objects, by type  ◄── handlers, via Context
@@ -11,6 +12,7 @@
 //! failure stops it, what a handler emits gets ids derived from its message). It does no I/O
 //! and knows nothing of shards' leases, pages or commits.
 
+pub mod event_set;
 pub mod handler;
 pub mod registry;
 pub mod services;

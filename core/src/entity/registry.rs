@@ -3,7 +3,7 @@
 //!
 //! `send` addresses one target; `post` fans an event out to every kind that subscribes to its
 //! type (each kind gets its own copy, like a consumer group), the kind's `route` picking the
-//! ids within it.
+//! ids within it. A kind subscribes to every type of its event set.
 
 use crate::entity::handler::EntityHandler;
 use crate::entity::services::Services;
@@ -72,7 +72,11 @@ impl EntityRegistry {
         if self.handlers.contains_key(kind) {
             return Err(ConfigError::DuplicateKind { kind: kind.into() });
         }
-        if let Some(event_type) = handler.event_type() {
+        let mut types: Vec<&'static str> = handler.event_types().to_vec();
+        types.sort_unstable();
+        types.dedup();
+        for event_type in types {
+            // Once per type even if the set names it twice: one copy per event and target.
             self.subscribers
                 .entry(event_type)
                 .or_default()

@@ -1,5 +1,7 @@
 //! What application developers implement: [`Aggregate`]s handle commands and emit events,
 //! [`Projection`]s apply events to a read model, [`Reactor`]s turn events into commands.
+//! Projections and reactors follow an [`EventSet`]: one event type, or several (from several
+//! aggregates) declared with [`event_set!`](crate::event_set).
 //!
 //! State is kept by the framework (serde), loaded once per batch and saved once with the rest
 //! of the stage.
@@ -62,6 +64,53 @@ use std::time::Duration;
 pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The stable name of this type. Renaming the Rust type must not change it.
     const TYPE: &'static str;
+}
+
+/// The event types a projection, reactor or process manager follows, and how a stored event
+/// of one of them becomes a value.
+///
+/// Every [`Message`] type is a set of one: `type Event = OrderEvent;` keeps working. For
+/// several types, declare an enum with [`event_set!`](crate::event_set), one variant per
+/// type; the compiler then checks every `match` over what the subscriber receives. A
+/// hand-written impl is possible too (an enum that is not itself a [`Message`]):
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use shardbox_core::{EventSet, HandlerError, Message};
+/// # #[derive(Serialize, Deserialize)] pub struct OrderPlaced { pub order: String }
+/// # impl Message for OrderPlaced { const TYPE: &'static str = "order.placed"; }
+/// # #[derive(Serialize, Deserialize)] pub struct PaymentCaptured { pub order: String }
+/// # impl Message for PaymentCaptured { const TYPE: &'static str = "payment.captured"; }
+/// enum CustomerEvent {
+///     Placed(OrderPlaced),
+///     Paid(PaymentCaptured),
+/// }
+///
+/// impl EventSet for CustomerEvent {
+///     const TYPES: &'static [&'static str] = &[OrderPlaced::TYPE, PaymentCaptured::TYPE];
+///
+///     fn decode(event_type: &str, payload: &[u8]) -> Result<Self, HandlerError> {
+///         match event_type {
+///             OrderPlaced::TYPE => OrderPlaced::decode(event_type, payload).map(Self::Placed),
+///             PaymentCaptured::TYPE => {
+///                 PaymentCaptured::decode(event_type, payload).map(Self::Paid)
+///             }
+///             other => Err(HandlerError::new(format!("`{other}` is not a customer event"))),
+///         }
+///     }
+/// }
+///
+/// assert_eq!(CustomerEvent::TYPES, ["order.placed", "payment.captured"]);
+/// let paid = CustomerEvent::decode("payment.captured", br#"{"order":"o-1"}"#).unwrap();
+/// assert!(matches!(paid, CustomerEvent::Paid(p) if p.order == "o-1"));
+/// ```
+pub trait EventSet: Sized + Send + Sync + 'static {
+    /// The stable type names of the set's events (each once).
+    const TYPES: &'static [&'static str];
+
+    /// The event of type `event_type` with serialized `payload`; an error if the type is not
+    /// in the set or the payload does not deserialize (the error names the type).
+    fn decode(event_type: &str, payload: &[u8]) -> Result<Self, HandlerError>;
 }
 
 /// What a handler knows about the message it handles.
@@ -185,8 +234,9 @@ pub trait Aggregate: Default + Serialize + DeserializeOwned + Send + Sync + 'sta
 pub trait Projection: Default + Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Stable name of this projection kind.
     const KIND: &'static str;
-    /// The events it follows.
-    type Event: Message;
+    /// The events it follows: one [`Message`] type, or several as an
+    /// [`event_set!`](crate::event_set) enum (a multi-stream view).
+    type Event: EventSet;
 
     /// Which instances (ids) of this projection receive `event`. By default the one with the
     /// producer's id.
@@ -209,8 +259,9 @@ pub trait Projection: Default + Serialize + DeserializeOwned + Send + Sync + 'st
 pub trait Reactor: Send + Sync + 'static {
     /// Stable name of this reactor kind.
     const KIND: &'static str;
-    /// The events it follows.
-    type Event: Message;
+    /// The events it follows: one [`Message`] type, or several as an
+    /// [`event_set!`](crate::event_set) enum.
+    type Event: EventSet;
 
     /// Which instances (ids) of this reactor receive `event`. By default the one with the
     /// producer's id.

@@ -124,8 +124,8 @@ impl EntityHandler for Recording {
     fn command_type(&self) -> Option<&'static str> {
         self.inner.command_type()
     }
-    fn event_type(&self) -> Option<&'static str> {
-        self.inner.event_type()
+    fn event_types(&self) -> &'static [&'static str] {
+        self.inner.event_types()
     }
     fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
         self.inner.route(event)
