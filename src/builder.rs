@@ -8,10 +8,12 @@ use shardbox_core::DeliveryEnv;
 use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityRegistry,
-    FailurePolicy, Inbox, NodeId, Projection, Reactor, Services, ShardStrategy, StableHashStrategy,
-    Storage, SystemClock,
+    FailurePolicy, Inbox, NodeId, ProcessManager, Projection, Reactor, Services, ShardStrategy,
+    StableHashStrategy, Storage, SystemClock,
 };
-use shardbox_core::{AggregateHandler, EntityHandler, ProjectionHandler, ReactorHandler};
+use shardbox_core::{
+    AggregateHandler, EntityHandler, ProcessManagerHandler, ProjectionHandler, ReactorHandler,
+};
 use shardbox_stations::{CatchUpStation, Cleanup, LiveDelivery, RecentDeliveries};
 use std::sync::Arc;
 use std::time::Duration;
@@ -200,6 +202,14 @@ impl ShardboxBuilder {
     /// Registers a reactor.
     pub fn reactor<R: Reactor>(mut self, reactor: R) -> Self {
         self.handlers.push(Arc::new(ReactorHandler(reactor)));
+        self
+    }
+
+    /// Registers process manager (saga) `P`: it receives the events of its set, routed by
+    /// their correlation id, and its own commands (timeouts).
+    pub fn process_manager<P: ProcessManager>(mut self) -> Self {
+        self.handlers
+            .push(Arc::new(ProcessManagerHandler::<P>::default()));
         self
     }
 

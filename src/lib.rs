@@ -77,9 +77,9 @@ pub use shardbox_core::{
     DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet, EventSource,
     ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem,
     Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NodeId, NoopMonitor, Outgoing,
-    Projection, Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
-    StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError, SystemClock,
-    MAX_ID_BYTES,
+    ProcessActions, ProcessManager, Projection, Reactor, SendOptions, SendReceipt, ShardIndex,
+    ShardStrategy, SignalId, StableHashStrategy, StageInfo, StageReport, Station, StationContext,
+    StorageError, SystemClock, MAX_ID_BYTES,
 };
 
 /// The names most applications need.
@@ -88,7 +88,7 @@ pub mod prelude {
     pub use crate::{
         async_trait, Aggregate, Backoff, CatchUp, Context, Conveyor, DeadLetterFilter,
         DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome, FailurePolicy,
-        HandlerError, Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox,
-        SqliteStorage, Station, Unblock,
+        HandlerError, Intent, Message, Outgoing, ProcessActions, ProcessManager, Projection,
+        Reactor, SendOptions, Shardbox, SqliteStorage, Station, Unblock,
     };
 }

@@ -6,8 +6,8 @@ use shardbox_core::storage::EntityKey;
 use shardbox_core::DeliveryEnv;
 use shardbox_core::{
     Aggregate, Delivery, DeliveryConfig, DeliveryError, DeliveryReport, EventSource, Inbox,
-    InboxWrite, LocalRunner, Message, NewMessage, Projection, SendOptions, SendReceipt, ShardIndex,
-    StationContext, Storage, StorageError, WorkerId,
+    InboxWrite, LocalRunner, Message, NewMessage, ProcessManager, Projection, SendOptions,
+    SendReceipt, ShardIndex, StationContext, Storage, StorageError, WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -151,6 +151,15 @@ impl Shardbox {
 
     /// The framework-kept state of projection `P` instance `id`.
     pub async fn projection_state<P: Projection>(
+        &self,
+        id: &str,
+    ) -> Result<Option<P>, DeliveryError> {
+        self.state_of(P::KIND, "", id).await
+    }
+
+    /// The framework-kept state of process manager `P` instance `id` (`None` before it
+    /// started and after it finished).
+    pub async fn process_state<P: ProcessManager>(
         &self,
         id: &str,
     ) -> Result<Option<P>, DeliveryError> {

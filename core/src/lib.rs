@@ -7,7 +7,7 @@
 //!  model/      ids, messages, events, errors, config, failure policy, clock, shard strategy
 //!  storage/    the storage traits (InboxStore, WorkRegistry, EventStore, …), listener, observer
 //!  memory/     the in-memory backend (one file per storage trait)
-//!  entity/     Aggregate / Projection / Reactor, their type-erased handlers, the registry
+//!  entity/     Aggregate / Projection / Reactor / ProcessManager, their type-erased handlers, the registry
 //!  catch_up    the catch-up request, status machine and progress (pure decisions)
 //!  telemetry/  the DeliveryMonitor hooks and the metrics
 //!  stage/      one stage as stations see it: Conveyor, Station, StationContext (read-only)
@@ -52,6 +52,9 @@ pub use catch_up::{CatchUp, CatchUpProgress};
 #[doc(hidden)]
 pub use entity::handler::{AggregateHandler, ProjectionHandler, ReactorHandler};
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
+pub use entity::process::{ProcessActions, ProcessManager};
+#[doc(hidden)]
+pub use entity::process_handler::ProcessManagerHandler;
 pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
 pub use entity::traits::{

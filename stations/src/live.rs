@@ -250,7 +250,13 @@ impl Station for LiveDelivery {
         for ((target, rows), result) in targets {
             let outcomes: Vec<MessageOutcome> = match result {
                 Some(result) => {
-                    if let Some(state) = result.state {
+                    if result.finished {
+                        // A finished process: its state goes with the stage.
+                        conveyor.set_state(EntityStateWrite {
+                            key: target.clone(),
+                            state: None,
+                        });
+                    } else if let Some(state) = result.state {
                         conveyor.set_state(EntityStateWrite {
                             key: target.clone(),
                             state: Some(state),

@@ -10,7 +10,7 @@
 
 use crate::entity::services::Services;
 use crate::entity::traits::{
-    Aggregate, Context, EventSet, HandlerError, Message, Projection, Reactor,
+    Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
 };
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::{validate_address, SignalId};
@@ -47,6 +47,9 @@ pub struct BatchResult {
     pub events: Vec<NewEvent>,
     /// Commands to write to their targets' inboxes.
     pub commands: Vec<NewMessage>,
+    /// The entity finished (a process manager's flow ended): its stored state is removed and
+    /// `state` is `None`.
+    pub finished: bool,
 }
 
 /// How one batch is run: the stage's time, the application's services and the time one
@@ -89,7 +92,7 @@ pub trait EntityHandler: Send + Sync + 'static {
     ) -> BatchResult;
 }
 
-fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>) -> Context<'a> {
+pub(crate) fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>) -> Context<'a> {
     Context {
         kind,
         target_id: &m.message.target_id,
@@ -106,7 +109,7 @@ fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>) -> Contex
 /// Runs one call of application code: a call that takes longer than `timeout` or panics is
 /// a failure of its message, with a reason that says so; nothing else of the stage is
 /// affected.
-async fn guarded<T>(
+pub(crate) async fn guarded<T>(
     kind: &str,
     timeout: Duration,
     call: impl Future<Output = Result<T, HandlerError>>,
@@ -150,11 +153,11 @@ impl<F: Future> Future for CatchUnwind<F> {
 
 /// The message's payload as `T`: a command type (a [`Message`], a set of one) or the event
 /// set of a subscriber; an error names the type refused.
-fn decode<T: EventSet>(m: &InboxMessage) -> Result<T, HandlerError> {
+pub(crate) fn decode<T: EventSet>(m: &InboxMessage) -> Result<T, HandlerError> {
     T::decode(&m.message.payload_type, &m.message.payload)
 }
 
-fn load_state<S: serde::de::DeserializeOwned + Default>(
+pub(crate) fn load_state<S: serde::de::DeserializeOwned + Default>(
     kind: &str,
     state: Option<&[u8]>,
 ) -> Result<S, HandlerError> {
@@ -185,7 +188,7 @@ fn fail_from(outcomes: &mut Vec<MessageOutcome>, len: usize, error: HandlerError
 /// handled in order: a message whose step succeeded is `Handled`; the first that fails stops
 /// the batch, and the messages after it are `NotAttempted` (they wait behind it). Returns
 /// whether the batch goes on.
-fn settle(result: &mut BatchResult, len: usize, step: Result<(), HandlerError>) -> bool {
+pub(crate) fn settle(result: &mut BatchResult, len: usize, step: Result<(), HandlerError>) -> bool {
     match step {
         Ok(()) => {
             result.outcomes.push(MessageOutcome::Handled);
@@ -198,7 +201,7 @@ fn settle(result: &mut BatchResult, len: usize, step: Result<(), HandlerError>) 
     }
 }
 
-fn all_failed(len: usize, error: HandlerError) -> BatchResult {
+pub(crate) fn all_failed(len: usize, error: HandlerError) -> BatchResult {
     let mut outcomes = Vec::with_capacity(len);
     fail_from(&mut outcomes, len, error);
     BatchResult {
@@ -207,8 +210,31 @@ fn all_failed(len: usize, error: HandlerError) -> BatchResult {
     }
 }
 
-fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerError> {
+pub(crate) fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerError> {
     E::decode(&event.event_type, &event.payload)
+}
+
+/// The commands a handler sends while handling `m`, addressed and checked, all before any is
+/// kept: one invalid command (an id outside the limits, a delay out of range) fails the
+/// handling whole, and its failure policy decides. The n-th command's signal id is derived
+/// from `m`'s, so a redelivery sends the same ids and they deduplicate; this is the one place
+/// emitted command ids are made (reactors and process managers alike).
+pub(crate) fn emitted_commands(
+    m: &InboxMessage,
+    outgoing: Vec<Outgoing>,
+    now: DateTime<Utc>,
+) -> Result<Vec<NewMessage>, HandlerError> {
+    outgoing
+        .into_iter()
+        .enumerate()
+        .map(|(n, out)| {
+            let id = SignalId::derived(&m.message.signal_id, "command", n);
+            let c = out.into_message(id, &m.message.tenant, &m.message.metadata, now)?;
+            validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
+                .map(|()| c)
+                .map_err(|e| HandlerError::new(format!("reacted with an invalid command: {e}")))
+        })
+        .collect()
 }
 
 /// Adapts an [`Aggregate`] type.
@@ -327,7 +353,7 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
 }
 
 /// Saves the state into the result if any message was handled.
-fn finish_state<S: serde::Serialize>(kind: &str, state: &S, result: &mut BatchResult) {
+pub(crate) fn finish_state<S: serde::Serialize>(kind: &str, state: &S, result: &mut BatchResult) {
     if !result.outcomes.contains(&MessageOutcome::Handled) {
         return;
     }
@@ -341,10 +367,14 @@ fn finish_state<S: serde::Serialize>(kind: &str, state: &S, result: &mut BatchRe
     }
 }
 
-/// The part of [`EntityHandler`] that every event subscriber (projection, reactor) has alike:
-/// its kind, whether it keeps state, no command type, its event set's types, and its `route`.
+/// The part of [`EntityHandler`] that every event subscriber (projection, reactor, process
+/// manager) has alike: its kind, whether it keeps state, its command type (none but a process
+/// manager's), its event set's types, and its routing function (`route` by default).
 macro_rules! subscriber_face {
     ($t:ident, $stateful:expr) => {
+        subscriber_face!($t, $stateful, None, $t::route);
+    };
+    ($t:ident, $stateful:expr, $command:expr, $route:expr) => {
         fn kind(&self) -> &'static str {
             $t::KIND
         }
@@ -352,16 +382,17 @@ macro_rules! subscriber_face {
             $stateful
         }
         fn command_type(&self) -> Option<&'static str> {
-            None
+            $command
         }
         fn event_types(&self) -> &'static [&'static str] {
             <$t::Event as EventSet>::TYPES
         }
         fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
-            Ok($t::route(&decode_event::<$t::Event>(event)?, &event.source))
+            Ok($route(&decode_event::<$t::Event>(event)?, &event.source))
         }
     };
 }
+pub(crate) use subscriber_face;
 
 /// Adapts a [`Projection`] type.
 pub struct ProjectionHandler<P>(PhantomData<fn() -> P>);
@@ -442,34 +473,9 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
                     guarded(R::KIND, run.timeout, self.0.react(&event, &cx))
                         .await
                         .and_then(|outgoing| {
-                            // Built and checked all before any is kept: a reaction with one
-                            // invalid command fails whole (its failure policy decides).
-                            let commands = outgoing
-                                .into_iter()
-                                .enumerate()
-                                .map(|(n, out)| {
-                                    let id = SignalId::derived(&m.message.signal_id, "command", n);
-                                    let c = out.into_message(
-                                        id,
-                                        &m.message.tenant,
-                                        &m.message.metadata,
-                                        run.now,
-                                    );
-                                    validate_address(
-                                        &c.tenant,
-                                        &c.target_kind,
-                                        &c.target_id,
-                                        &c.signal_id,
-                                    )
-                                    .map(|()| c)
-                                    .map_err(|e| {
-                                        HandlerError::new(format!(
-                                            "reacted with an invalid command: {e}"
-                                        ))
-                                    })
-                                })
-                                .collect::<Result<Vec<_>, _>>()?;
-                            result.commands.extend(commands);
+                            result
+                                .commands
+                                .extend(emitted_commands(m, outgoing, run.now)?);
                             Ok(())
                         })
                 }

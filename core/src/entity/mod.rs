@@ -3,6 +3,8 @@
 //! ```text
 //!  traits   Aggregate, Projection, Reactor (typed, serde)      ◄── the application
 //!  event_set EventSet: the event types a subscriber follows    ◄── the application, the registry
+//!  process  ProcessManager (saga), ProcessActions             ◄── the application
+//!  process_handler  its adapter, on the handler machinery     ◄── the live station
 //!  handler  EntityHandler: the type-erased adapter per kind   ◄── the live and catch-up stations
 //!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
 //!  services Services: the application's own objects, by type  ◄── handlers, via Context
@@ -14,6 +16,8 @@
 
 pub mod event_set;
 pub mod handler;
+pub mod process;
+pub mod process_handler;
 pub mod registry;
 pub mod services;
 pub mod traits;

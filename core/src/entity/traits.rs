@@ -300,36 +300,61 @@ impl Outgoing {
         id: impl Into<String>,
         command: &A::Command,
     ) -> Result<Self, HandlerError> {
+        Self::to_kind(A::KIND, id.into(), command)
+    }
+
+    /// A command of type `C` for instance `id` of entity kind `kind`.
+    pub(crate) fn to_kind<C: Message>(
+        kind: &str,
+        id: String,
+        command: &C,
+    ) -> Result<Self, HandlerError> {
         let payload = serde_json::to_vec(command).map_err(|e| {
             HandlerError::new(format!(
                 "command of type `{}` does not serialize: {e}",
-                <A::Command as Message>::TYPE
+                C::TYPE
             ))
         })?;
         Ok(Outgoing {
-            target_kind: A::KIND.to_owned(),
-            target_id: id.into(),
-            payload_type: <A::Command as Message>::TYPE.to_owned(),
+            target_kind: kind.to_owned(),
+            target_id: id,
+            payload_type: C::TYPE.to_owned(),
             payload,
             delay: None,
         })
     }
 
-    /// Delays delivery of the command by `delay`.
+    /// Delays delivery of the command by `delay`. A delay that does not fit the calendar
+    /// (beyond year 262,143) fails the handling that sent it; it never panics.
     pub fn delayed(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
     }
 
-    /// The message this becomes, sent on behalf of `parent`.
+    /// The message this becomes, sent on behalf of the message with `signal_id`'s parent; an
+    /// out-of-range delay is an error naming it.
     pub(crate) fn into_message(
         self,
         signal_id: SignalId,
         tenant: &str,
         metadata: &Metadata,
         now: DateTime<Utc>,
-    ) -> NewMessage {
-        NewMessage {
+    ) -> Result<NewMessage, HandlerError> {
+        let deliver_after = match self.delay {
+            None => None,
+            Some(delay) => Some(
+                chrono::Duration::from_std(delay)
+                    .ok()
+                    .and_then(|d| now.checked_add_signed(d))
+                    .ok_or_else(|| {
+                        HandlerError::new(format!(
+                            "delay of {delay:?} for a command to `{}` is out of range",
+                            self.target_kind
+                        ))
+                    })?,
+            ),
+        };
+        Ok(NewMessage {
             signal_id,
             kind: crate::model::message::MessageKind::Command,
             target_kind: self.target_kind,
@@ -339,12 +364,9 @@ impl Outgoing {
             payload_type: self.payload_type,
             metadata: metadata.clone(),
             received_at: now,
-            deliver_after: self
-                .delay
-                .and_then(|d| chrono::Duration::from_std(d).ok())
-                .map(|d| now + d),
+            deliver_after,
             expires_at: None,
-        }
+        })
     }
 }
 
