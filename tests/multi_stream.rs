@@ -1,7 +1,7 @@
 //! A multi-stream projection: a customer view that follows the events of two aggregates
 //! (orders and payments) through one event set, on memory, SQLite and PostgreSQL. The view
 //! must see every event of both types, in the event store's `seq` order across the types,
-//! live and after a catch-up that replays both types.
+//! live and after a catch-up that replays both types. A reactor on the same set gets both.
 
 mod common;
 
@@ -160,6 +160,85 @@ impl Projection for CustomerView {
     }
 }
 
+/// A reactor on the same event set: notes every order and payment event of a customer in the
+/// customer's audit log (an aggregate).
+struct Auditor;
+
+impl Reactor for Auditor {
+    const KIND: &'static str = "ms-auditor";
+    type Event = CustomerEvent;
+
+    fn route(event: &CustomerEvent, source: &EventSource) -> Vec<String> {
+        CustomerView::route(event, source)
+    }
+
+    async fn react(
+        &self,
+        e: &CustomerEvent,
+        cx: &Context<'_>,
+    ) -> Result<Vec<Outgoing>, HandlerError> {
+        let note = match e {
+            CustomerEvent::Order(_) => Note::Order,
+            CustomerEvent::Payment(_) => Note::Payment,
+        };
+        Ok(vec![Outgoing::command::<AuditLog>(cx.target_id, &note)?])
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct AuditLog {
+    orders: usize,
+    payments: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Note {
+    Order,
+    Payment,
+}
+
+impl Message for Note {
+    const TYPE: &'static str = "multi-stream.note";
+}
+
+impl Aggregate for AuditLog {
+    const KIND: &'static str = "ms-audit-log";
+    type Command = Note;
+    type Event = Note;
+
+    async fn handle(&self, c: &Note, _: &Context<'_>) -> Result<Vec<Note>, HandlerError> {
+        Ok(vec![match c {
+            Note::Order => Note::Order,
+            Note::Payment => Note::Payment,
+        }])
+    }
+
+    fn apply(&mut self, e: &Note) {
+        match e {
+            Note::Order => self.orders += 1,
+            Note::Payment => self.payments += 1,
+        }
+    }
+}
+
+/// Every customer's audit log holds one note per order and payment event of theirs.
+async fn check_audit(sb: &Shardbox) {
+    let (want, _) = expected(sb).await;
+    for (id, view) in &want {
+        let log = sb
+            .aggregate_state::<AuditLog>(id)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        let payments = view.log.iter().filter(|e| e.starts_with("paid")).count();
+        assert_eq!(
+            (log.orders, log.payments),
+            (view.log.len() - payments, payments),
+            "{id}: the reactor got both types"
+        );
+    }
+}
+
 const CUSTOMERS: usize = 12;
 
 fn customer(i: usize) -> String {
@@ -175,6 +254,8 @@ async fn build(storage: Arc<dyn Storage>) -> Shardbox {
         .aggregate::<Order>()
         .aggregate::<Payment>()
         .projection::<CustomerView>()
+        .reactor(Auditor)
+        .aggregate::<AuditLog>()
         .build()
         .await
         .expect("build")
@@ -298,6 +379,7 @@ async fn customer_view_joins_two_aggregates(storage: Arc<dyn Storage>) {
     let live_events = trade(&sb, 0, 120).await;
     wait_settled(&sb).await;
     assert_eq!(check_views(&sb, "live", false).await, live_events);
+    check_audit(&sb).await;
 
     // Rebuild every view from the event store while more trade flows in.
     let job = sb
@@ -323,6 +405,7 @@ async fn customer_view_joins_two_aggregates(storage: Arc<dyn Storage>) {
     assert_eq!(done.replayed, all as i64, "{done:?}");
     wait_settled(&sb).await;
     check_views(&sb, "quiet catch-up", true).await;
+    check_audit(&sb).await;
     node.shutdown().await.unwrap();
 }
 
