@@ -395,6 +395,33 @@ mod tests {
         assert_eq!(key, KNOWN_KEY);
     }
 
+    #[test]
+    fn a_delay_out_of_range_is_an_error_naming_it_never_a_panic_or_no_delay() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let out = |delay| Outgoing {
+            target_kind: "stock".into(),
+            target_id: "sku-1".into(),
+            payload_type: "reserve".into(),
+            payload: b"{}".to_vec(),
+            delay: Some(delay),
+        };
+        let id = SignalId("s".into());
+        let meta = Metadata::default();
+        let ok = out(Duration::from_secs(30))
+            .into_message(id.clone(), "", &meta, now)
+            .unwrap();
+        assert_eq!(ok.deliver_after, Some(now + chrono::Duration::seconds(30)));
+        for huge in [Duration::MAX, Duration::from_secs(400_000 * 365 * 86_400)] {
+            let err = out(huge)
+                .into_message(id.clone(), "", &meta, now)
+                .unwrap_err();
+            assert!(
+                err.reason.contains("out of range") && err.reason.contains("stock"),
+                "{err}"
+            );
+        }
+    }
+
     // FNV-1a 128 of "payment\0t\0p-1\0sig-1\0", computed independently.
     const KNOWN_KEY: &str = "sbx-b7d63a65bfae020b86addff8fc32a810";
 }
