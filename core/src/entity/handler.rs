@@ -45,6 +45,10 @@ pub struct BatchResult {
     pub events: Vec<NewEvent>,
     /// Commands to write to their targets' inboxes.
     pub commands: Vec<NewMessage>,
+    /// How many of `events` each handled message emitted, in the batch's order (the handled
+    /// messages are the batch's first ones): what a command's outcome names as its events.
+    /// Empty for kinds that emit no events.
+    pub events_per_message: Vec<usize>,
 }
 
 /// How one batch is run: the stage's time, the application's services and the time one
@@ -310,6 +314,7 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
                     match applying {
                         Ok(()) => {
                             applied.extend(events);
+                            result.events_per_message.push(stored.len());
                             result.events.extend(stored);
                             Ok(())
                         }

@@ -13,8 +13,11 @@ use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::{validate, validate_address, IdField, SignalId};
 use crate::model::message::{InboxWrite, MessageKind, Metadata, NewMessage};
 use crate::runner::env::DeliveryEnv;
+use crate::model::outcome::CommandOutcome;
+use crate::send::outcome::{await_outcome, OutcomeWait};
 use crate::send::write_queue::WriteQueue;
-use crate::storage::{WriteBatch, WriteReport};
+use crate::model::ids::ShardIndex;
+use crate::storage::{EntityKey, WriteBatch, WriteReport};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +112,9 @@ pub struct SendReceipt {
     pub signal_id: SignalId,
     /// The storage write.
     pub report: WriteReport,
+    /// The command's target (kind, tenant, id) and shard, whose outcome
+    /// [`Inbox::outcome`] awaits; `None` for a post.
+    pub target: Option<(EntityKey, ShardIndex)>,
 }
 
 /// Checks the ids of a posted event: its id (the signal id of every copy), tenant and source.
@@ -244,11 +250,20 @@ impl Inbox {
             });
         }
         let signal_id = message.signal_id.clone();
+        let write = self.env.registry.address(message);
+        let target = EntityKey::new(
+            &write.message.target_kind,
+            &write.message.tenant,
+            &write.message.target_id,
+        );
+        let shard = write.shard;
         let batch = WriteBatch {
             events: Vec::new(),
-            messages: vec![self.env.registry.address(message)],
+            messages: vec![write],
         };
-        self.write(signal_id, batch).await
+        let mut receipt = self.write(signal_id, batch).await?;
+        receipt.target = Some((target, shard));
+        Ok(receipt)
     }
 
     /// Posts `event`, produced by `source`, to every subscribed kind.
@@ -350,6 +365,19 @@ impl Inbox {
         Ok(report)
     }
 
+    /// Awaits what became of the command `receipt` was given for: its outcome once a stage
+    /// decides it (on this node, or on another one sharing the database), for the
+    /// deduplication window after that ([`CommandOutcome::Unknown`] once it has passed); a
+    /// [`DeliveryError::OutcomeTimeout`] if it is not decided within `wait.timeout`, and
+    /// [`DeliveryError::NoOutcome`] for a post's receipt.
+    pub async fn outcome(
+        &self,
+        receipt: &SendReceipt,
+        wait: OutcomeWait,
+    ) -> Result<CommandOutcome, DeliveryError> {
+        await_outcome(&self.env, receipt, wait).await
+    }
+
     async fn write(
         &self,
         signal_id: SignalId,
@@ -359,6 +387,10 @@ impl Inbox {
         if report.duplicates > 0 {
             tracing::debug!(%signal_id, duplicates = report.duplicates, "duplicate write ignored");
         }
-        Ok(SendReceipt { signal_id, report })
+        Ok(SendReceipt {
+            signal_id,
+            report,
+            target: None,
+        })
     }
 }

@@ -11,7 +11,9 @@
 //! and made due together by the unblock, so that they go on in `seq` order).
 
 use crate::model::event::NewEvent;
-use crate::model::message::{InboxMessage, InboxWrite, MessageStatus};
+use crate::model::ids::SignalId;
+use crate::model::message::{InboxMessage, InboxWrite, MessageKind, MessageStatus};
+use crate::model::outcome::{CommandOutcome, OutcomeRecord};
 use crate::stage::context::StationContext;
 use crate::storage::{
     CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, HoldRelease, Lease, Page, RowChange,
@@ -89,6 +91,9 @@ pub struct Conveyor {
     extra_dead_letters: Vec<DeadLetter>,
     catch_ups: Vec<CatchUpJob>,
     purge_catch_ups_before: Option<DateTime<Utc>>,
+    /// The ids of the events each handled row emitted, by row index (rows that emitted none
+    /// are absent).
+    emitted: Vec<(usize, Vec<SignalId>)>,
 }
 
 impl Conveyor {
@@ -118,6 +123,7 @@ impl Conveyor {
             extra_dead_letters: Vec::new(),
             catch_ups: Vec::new(),
             purge_catch_ups_before: None,
+            emitted: Vec::new(),
         }
     }
 
@@ -194,6 +200,14 @@ impl Conveyor {
         self.writes.messages.extend(fan_out);
     }
 
+    /// Records the ids of the events row `index` emitted, for its command outcome (see
+    /// [`CommandOutcome::Handled`]).
+    pub fn note_emitted(&mut self, index: usize, events: Vec<SignalId>) {
+        if !events.is_empty() {
+            self.emitted.push((index, events));
+        }
+    }
+
     /// Adds rows (commands) to the stage's writes.
     pub fn emit_messages(&mut self, messages: Vec<InboxWrite>) {
         self.writes.messages.extend(messages);
@@ -233,6 +247,12 @@ impl Conveyor {
     pub fn into_commit(self, lease_until: DateTime<Utc>) -> (StageCommit, StageReport) {
         let hold_for = self.context.config().poll_span();
         let dead_letter_expired = self.context.config().dead_letter_expired;
+        // Outcomes are kept for the deduplication window; with none they are not kept at all.
+        let outcomes_until = (!self.context.config().dedup_window.is_zero())
+            .then(|| self.now + self.context.config().dedup_span());
+        let mut emitted = self.emitted;
+        emitted.sort_unstable_by_key(|(i, _)| *i);
+        let mut outcomes = Vec::new();
         let mut report = StageReport {
             page_len: self.page.len(),
             fanned_out: self.writes.messages.len(),
@@ -242,7 +262,22 @@ impl Conveyor {
         report.dead_lettered += self.extra_dead_letters.len();
         let mut dead_letters = self.extra_dead_letters;
         let mut release_holds = Vec::new();
-        for (message, intent) in self.page.into_iter().zip(self.intents) {
+        for (index, (message, intent)) in self.page.into_iter().zip(self.intents).enumerate() {
+            if let (Some(keep_until), Some(intent)) = (outcomes_until, &intent) {
+                if message.message.kind == MessageKind::Command
+                    && message.status != MessageStatus::ToCatchUp
+                {
+                    if let Some(outcome) = outcome_of(intent, index, &mut emitted) {
+                        outcomes.push(OutcomeRecord {
+                            key: message.dedup_key(),
+                            shard: message.shard,
+                            outcome,
+                            decided_at: self.now,
+                            keep_until,
+                        });
+                    }
+                }
+            }
             let change = match intent {
                 Some(Intent::Delivered { keep_until }) => {
                     report.delivered += 1;
@@ -366,9 +401,41 @@ impl Conveyor {
             catch_ups: self.catch_ups,
             purge_catch_ups_before: self.purge_catch_ups_before,
             release_holds,
+            outcomes,
         };
         (commit, report)
     }
+}
+
+/// The outcome a command row's intent settles, if it settles one (with the ids of the events
+/// row `index` emitted, taken from `emitted`, sorted by row).
+fn outcome_of(
+    intent: &Intent,
+    index: usize,
+    emitted: &mut [(usize, Vec<SignalId>)],
+) -> Option<CommandOutcome> {
+    Some(match intent {
+        Intent::Delivered { .. } => CommandOutcome::Handled {
+            events: emitted
+                .binary_search_by_key(&index, |(i, _)| *i)
+                .map(|at| std::mem::take(&mut emitted[at].1))
+                .unwrap_or_default(),
+        },
+        Intent::DeadLetter { reason } => CommandOutcome::DeadLettered {
+            reason: reason.clone(),
+        },
+        Intent::Drop { reason } => CommandOutcome::Dropped {
+            reason: reason.clone(),
+        },
+        Intent::Block { reason } => CommandOutcome::Blocked {
+            reason: reason.clone(),
+        },
+        Intent::Expired => CommandOutcome::Expired,
+        Intent::Duplicate
+        | Intent::Hold { .. }
+        | Intent::RetryAt { .. }
+        | Intent::BehindBlock => return None,
+    })
 }
 
 #[cfg(test)]
