@@ -71,19 +71,20 @@ pub use async_trait::async_trait;
 
 pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
-    Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome,
-    FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem, Intent, InvalidId,
-    ManualClock, Message, MetricsSnapshot, NodeId, NoopMonitor, Outgoing, Projection, Reactor,
-    OutcomeWait, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
-    StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
+    Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSource,
+    ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem,
+    Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NodeId, NoopMonitor, OutcomeWait,
+    Outgoing, Projection, Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
+    StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError, SystemClock,
+    MAX_ID_BYTES,
 };
 
 /// The names most applications need.
 pub mod prelude {
     pub use crate::{
-        async_trait, Aggregate, Backoff, CatchUp, CommandOutcome, Context, Conveyor, DeadLetterFilter,
-        DeliveryError, EntityKey, EventSource, ExhaustedOutcome, FailurePolicy, HandlerError,
-        Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox, SqliteStorage,
-        Station, Unblock,
+        async_trait, Aggregate, Backoff, CatchUp, CommandOutcome, Context, Conveyor,
+        DeadLetterFilter, DeliveryError, EntityKey, EventSource, ExhaustedOutcome, FailurePolicy,
+        HandlerError, Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox,
+        SqliteStorage, Station, Unblock,
     };
 }

@@ -5,9 +5,9 @@ use serde::de::DeserializeOwned;
 use shardbox_core::storage::EntityKey;
 use shardbox_core::DeliveryEnv;
 use shardbox_core::{
-    Aggregate, CommandOutcome, Delivery, DeliveryConfig, DeliveryError, DeliveryReport, EventSource, Inbox,
-    InboxWrite, LocalRunner, Message, NewMessage, OutcomeWait, Projection, SendOptions, SendReceipt, ShardIndex,
-    StationContext, Storage, StorageError, WorkerId,
+    Aggregate, CommandOutcome, Delivery, DeliveryConfig, DeliveryError, DeliveryReport,
+    EventSource, Inbox, InboxWrite, LocalRunner, Message, NewMessage, OutcomeWait, Projection,
+    SendOptions, SendReceipt, ShardIndex, StationContext, Storage, StorageError, WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;

@@ -99,7 +99,8 @@ async fn shardbox(storage: Arc<dyn Storage>, node: &str) -> Shardbox {
 }
 
 /// Handled: the outcome names the ids of the two events the command emitted (both in the
-/// event store), and stays the same when asked again or for a duplicate send.
+/// event store), and stays the same when asked again or for a duplicate send; a command
+/// handled while its sender waits wakes the sender at once.
 async fn handled_with_the_emitted_event_ids(storage: Arc<dyn Storage>) {
     let sb = shardbox(storage.clone(), "node-a").await;
     let node = sb.start();
@@ -116,7 +117,11 @@ async fn handled_with_the_emitted_event_ids(storage: Arc<dyn Storage>) {
     };
     assert_eq!(events.len(), 2, "{events:?}");
     let stored = storage.event_seqs(events).await.expect("event seqs");
-    assert_eq!(stored.len(), 2, "both emitted events are stored: {stored:?}");
+    assert_eq!(
+        stored.len(),
+        2,
+        "both emitted events are stored: {stored:?}"
+    );
 
     let again = sb
         .outcome_with(&receipt, wait(Duration::from_secs(1)))
@@ -135,14 +140,34 @@ async fn handled_with_the_emitted_event_ids(storage: Arc<dyn Storage>) {
         .outcome_with(&duplicate, wait(Duration::from_secs(1)))
         .await;
     assert_eq!(dup.expect("duplicate's outcome"), outcome);
+
+    // Decided while the sender already waits (delayed past its first read): the local
+    // commit's signal answers it, not the minute-long fallback poll.
+    let delayed = sb
+        .send_with::<Order>(
+            "o-1b",
+            &OrderCommand::Place { lines: 1 },
+            SendOptions::default().delay(Duration::from_millis(300)),
+        )
+        .await
+        .expect("delayed send");
+    let started = Instant::now();
+    let outcome = sb
+        .outcome_with(&delayed, wait(Duration::from_secs(20)))
+        .await
+        .expect("delayed outcome");
+    assert_eq!(outcome.events().len(), 2, "{outcome:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     node.shutdown().await.expect("shutdown");
 }
 
 /// Failed for good: the policy's exhausted outcome (a dead letter after two attempts) with
 /// the last error as the reason.
-async fn a_command_that_fails_for_good_is_dead_lettered_with_its_reason(
-    storage: Arc<dyn Storage>,
-) {
+async fn a_command_that_fails_for_good_is_dead_lettered_with_its_reason(storage: Arc<dyn Storage>) {
     let sb = shardbox(storage, "node-a").await;
     let node = sb.start();
     let receipt = sb

@@ -96,8 +96,9 @@ impl CommandOutcome {
         let reason = || detail.clone().unwrap_or_default();
         Ok(match name {
             "handled" => {
-                let ids: Vec<String> = serde_json::from_str(events)
-                    .map_err(|e| format!("outcome event ids `{events}` are not a JSON list: {e}"))?;
+                let ids: Vec<String> = serde_json::from_str(events).map_err(|e| {
+                    format!("outcome event ids `{events}` are not a JSON list: {e}")
+                })?;
                 CommandOutcome::Handled {
                     events: ids.into_iter().map(SignalId).collect(),
                 }
@@ -155,9 +156,15 @@ mod tests {
                 events: vec![SignalId("a/\"x\"".into()), SignalId("b".into())],
             },
             CommandOutcome::Handled { events: vec![] },
-            CommandOutcome::DeadLettered { reason: "r1".into() },
-            CommandOutcome::Dropped { reason: "r2".into() },
-            CommandOutcome::Blocked { reason: "r3".into() },
+            CommandOutcome::DeadLettered {
+                reason: "r1".into(),
+            },
+            CommandOutcome::Dropped {
+                reason: "r2".into(),
+            },
+            CommandOutcome::Blocked {
+                reason: "r3".into(),
+            },
             CommandOutcome::Expired,
         ];
         for outcome in all {

@@ -39,7 +39,9 @@ impl OutcomeSignals {
     /// A receiver that sees every signal of `shard` from now on (`None` for a shard out of
     /// range).
     pub fn subscribe(&self, shard: ShardIndex) -> Option<watch::Receiver<u64>> {
-        self.shards.get(shard.0 as usize).map(watch::Sender::subscribe)
+        self.shards
+            .get(shard.0 as usize)
+            .map(watch::Sender::subscribe)
     }
 
     /// Outcomes of `shards` were committed: wakes their waiters.

@@ -10,13 +10,11 @@
 use crate::entity::traits::{Aggregate, Message};
 use crate::model::error::DeliveryError;
 use crate::model::event::{EventSource, NewEvent};
+use crate::model::ids::ShardIndex;
 use crate::model::ids::{validate, validate_address, IdField, SignalId};
 use crate::model::message::{InboxWrite, MessageKind, Metadata, NewMessage};
 use crate::runner::env::DeliveryEnv;
-use crate::model::outcome::CommandOutcome;
-use crate::send::outcome::{await_outcome, OutcomeWait};
 use crate::send::write_queue::WriteQueue;
-use crate::model::ids::ShardIndex;
 use crate::storage::{EntityKey, WriteBatch, WriteReport};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -129,7 +127,7 @@ fn validate_event(event: &NewEvent) -> Result<(), DeliveryError> {
 /// Sends commands and posts events into the sharded Inbox.
 #[derive(Clone)]
 pub struct Inbox {
-    env: Arc<DeliveryEnv>,
+    pub(super) env: Arc<DeliveryEnv>,
     /// Group commit of this Inbox's concurrent sends (shared by its clones).
     writes: Arc<WriteQueue>,
 }
@@ -363,19 +361,6 @@ impl Inbox {
         self.env.metrics.record_write(&report);
         self.env.notify(&report.shards);
         Ok(report)
-    }
-
-    /// Awaits what became of the command `receipt` was given for: its outcome once a stage
-    /// decides it (on this node, or on another one sharing the database), for the
-    /// deduplication window after that ([`CommandOutcome::Unknown`] once it has passed); a
-    /// [`DeliveryError::OutcomeTimeout`] if it is not decided within `wait.timeout`, and
-    /// [`DeliveryError::NoOutcome`] for a post's receipt.
-    pub async fn outcome(
-        &self,
-        receipt: &SendReceipt,
-        wait: OutcomeWait,
-    ) -> Result<CommandOutcome, DeliveryError> {
-        await_outcome(&self.env, receipt, wait).await
     }
 
     async fn write(

@@ -17,7 +17,7 @@ use crate::model::ids::NodeId;
 use crate::model::message::DedupKey;
 use crate::model::outcome::{CommandOutcome, OutcomeLookup};
 use crate::runner::env::DeliveryEnv;
-use crate::send::inbox::SendReceipt;
+use crate::send::inbox::{Inbox, SendReceipt};
 use crate::storage::ShardObserver;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,8 +66,23 @@ fn listen_for_outcomes(env: &DeliveryEnv) {
     });
 }
 
+impl Inbox {
+    /// Awaits what became of the command `receipt` was given for: its outcome once a stage
+    /// decides it (on this node, or on another one sharing the database), for the
+    /// deduplication window after that ([`CommandOutcome::Unknown`] once it has passed); a
+    /// [`DeliveryError::OutcomeTimeout`] if it is not decided within `wait.timeout`, and
+    /// [`DeliveryError::NoOutcome`] for a post's receipt.
+    pub async fn outcome(
+        &self,
+        receipt: &SendReceipt,
+        wait: OutcomeWait,
+    ) -> Result<CommandOutcome, DeliveryError> {
+        await_outcome(&self.env, receipt, wait).await
+    }
+}
+
 /// Awaits the outcome of the command `receipt` was given for (see the module docs).
-pub(crate) async fn await_outcome(
+async fn await_outcome(
     env: &DeliveryEnv,
     receipt: &SendReceipt,
     wait: OutcomeWait,

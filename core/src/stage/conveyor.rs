@@ -431,10 +431,9 @@ fn outcome_of(
             reason: reason.clone(),
         },
         Intent::Expired => CommandOutcome::Expired,
-        Intent::Duplicate
-        | Intent::Hold { .. }
-        | Intent::RetryAt { .. }
-        | Intent::BehindBlock => return None,
+        Intent::Duplicate | Intent::Hold { .. } | Intent::RetryAt { .. } | Intent::BehindBlock => {
+            return None
+        }
     })
 }
 

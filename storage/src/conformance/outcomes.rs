@@ -47,10 +47,16 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         async move { store.outcome(&k, at).await.expect("outcome") }
     };
     assert_eq!(outcome(key("a", "s1"), t0()).await, OutcomeLookup::Pending);
-    assert_eq!(outcome(key("a", "nope"), t0()).await, OutcomeLookup::Unknown);
+    assert_eq!(
+        outcome(key("a", "nope"), t0()).await,
+        OutcomeLookup::Unknown
+    );
 
     let lease = pick(&store, 0, "node-a", t0()).await;
-    let page = store.read_page(ShardIndex(0), t0(), 10).await.expect("read");
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
     let seq = |signal: &str| {
         page.messages
             .iter()
@@ -116,8 +122,14 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
     let mut purge = stage(&lease, secs(61), vec![]);
     purge.purge_delivered = 10;
     store.commit_stage(purge).await.expect("purge");
-    assert_eq!(outcome(key("a", "s1"), secs(1)).await, OutcomeLookup::Unknown);
-    assert_eq!(outcome(key("c", "s3"), secs(1)).await, OutcomeLookup::Unknown);
+    assert_eq!(
+        outcome(key("a", "s1"), secs(1)).await,
+        OutcomeLookup::Unknown
+    );
+    assert_eq!(
+        outcome(key("c", "s3"), secs(1)).await,
+        OutcomeLookup::Unknown
+    );
     assert_eq!(
         outcome(key("b", "s2"), secs(1)).await,
         decided(CommandOutcome::Handled { events: vec![] })

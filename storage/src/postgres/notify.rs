@@ -95,7 +95,10 @@ impl Notifier {
         if shards.is_empty() {
             return;
         }
-        self.shared.lock().outcomes.extend(shards.iter().map(|s| s.0));
+        self.shared
+            .lock()
+            .outcomes
+            .extend(shards.iter().map(|s| s.0));
         self.shared.wake.notify_one();
     }
 }

@@ -160,9 +160,9 @@ macro_rules! outcome_units {
             key: &shardbox_core::DedupKey,
             now: DateTime<Utc>,
         ) -> Result<shardbox_core::OutcomeLookup, Failure> {
+            use shardbox_core::{CommandOutcome, OutcomeLookup};
             use $crate::schema::command_outcomes::dsl as co;
             use $crate::schema::inbox_messages::dsl as im;
-            use shardbox_core::{CommandOutcome, OutcomeLookup};
             let status: Option<String> = im::inbox_messages
                 .filter(im::tenant.eq(&key.tenant))
                 .filter(im::target_kind.eq(&key.target_kind))
@@ -177,7 +177,12 @@ macro_rules! outcome_units {
                 return Ok(OutcomeLookup::Pending);
             }
             let row: Option<(String, Option<String>, String, i64, i64)> = co::command_outcomes
-                .find((&key.tenant, &key.target_kind, &key.target_id, &key.signal_id.0))
+                .find((
+                    &key.tenant,
+                    &key.target_kind,
+                    &key.target_id,
+                    &key.signal_id.0,
+                ))
                 .select((
                     co::outcome,
                     co::detail,
