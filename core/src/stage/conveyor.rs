@@ -13,8 +13,9 @@
 use crate::model::event::NewEvent;
 use crate::model::ids::SignalId;
 use crate::model::message::{InboxMessage, InboxWrite, MessageKind, MessageStatus};
-use crate::model::outcome::{CommandOutcome, OutcomeRecord};
+use crate::model::outcome::OutcomeRecord;
 use crate::stage::context::StationContext;
+pub use crate::stage::intent::{Intent, EXPIRED_REASON};
 use crate::storage::{
     CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, HoldRelease, Lease, Page, RowChange,
     RowUpdate, StageCommit, WriteBatch,
@@ -22,57 +23,6 @@ use crate::storage::{
 use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
-
-/// What a station decided for one row.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Intent {
-    /// Handled: mark delivered and keep until `keep_until` for deduplication (removed at once
-    /// when `None`, i.e. with a zero window).
-    Delivered {
-        /// End of the deduplication window.
-        keep_until: Option<DateTime<Utc>>,
-    },
-    /// A duplicate of a message already delivered: remove it without handling.
-    Duplicate,
-    /// Not handled now; due again at `until` with its attempts unchanged.
-    Hold {
-        /// When it is due again.
-        until: DateTime<Utc>,
-    },
-    /// Failed; try again at `at`.
-    RetryAt {
-        /// Next attempt.
-        at: DateTime<Utc>,
-        /// Why it failed.
-        error: String,
-    },
-    /// Failed for the last time: move to the dead letters.
-    DeadLetter {
-        /// Why.
-        reason: String,
-    },
-    /// Failed for the last time: drop (counted and logged).
-    Drop {
-        /// Why.
-        reason: String,
-    },
-    /// Failed for the last time under a `block` policy: keep it with status `blocked`; its
-    /// target stops until an operator requeues or drops it.
-    Block {
-        /// Why.
-        reason: String,
-    },
-    /// Not handled: its target is stopped by a blocked message (an earlier one, or one this
-    /// stage blocks). Parked until an operator unblocks the target; see
-    /// [`RowChange::BehindBlock`].
-    BehindBlock,
-    /// Its time to live ran out before delivery: removed and counted (and dead-lettered with
-    /// reason `expired` when `dead_letter_expired` is set).
-    Expired,
-}
-
-/// The reason of a dead letter whose time to live ran out.
-pub const EXPIRED_REASON: &str = "expired";
 
 /// One page of a shard on its way through the stations.
 pub struct Conveyor {
@@ -267,7 +217,7 @@ impl Conveyor {
                 if message.message.kind == MessageKind::Command
                     && message.status != MessageStatus::ToCatchUp
                 {
-                    if let Some(outcome) = outcome_of(intent, index, &mut emitted) {
+                    if let Some(outcome) = intent.settles(index, &mut emitted) {
                         outcomes.push(OutcomeRecord {
                             key: message.dedup_key(),
                             shard: message.shard,
@@ -407,36 +357,6 @@ impl Conveyor {
     }
 }
 
-/// The outcome a command row's intent settles, if it settles one (with the ids of the events
-/// row `index` emitted, taken from `emitted`, sorted by row).
-fn outcome_of(
-    intent: &Intent,
-    index: usize,
-    emitted: &mut [(usize, Vec<SignalId>)],
-) -> Option<CommandOutcome> {
-    Some(match intent {
-        Intent::Delivered { .. } => CommandOutcome::Handled {
-            events: emitted
-                .binary_search_by_key(&index, |(i, _)| *i)
-                .map(|at| std::mem::take(&mut emitted[at].1))
-                .unwrap_or_default(),
-        },
-        Intent::DeadLetter { reason } => CommandOutcome::DeadLettered {
-            reason: reason.clone(),
-        },
-        Intent::Drop { reason } => CommandOutcome::Dropped {
-            reason: reason.clone(),
-        },
-        Intent::Block { reason } => CommandOutcome::Blocked {
-            reason: reason.clone(),
-        },
-        Intent::Expired => CommandOutcome::Expired,
-        Intent::Duplicate | Intent::Hold { .. } | Intent::RetryAt { .. } | Intent::BehindBlock => {
-            return None
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,6 +365,7 @@ mod tests {
     use crate::model::clock::ManualClock;
     use crate::model::config::DeliveryConfig;
     use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+    use crate::model::outcome::CommandOutcome;
     use crate::model::strategy::StableHashStrategy;
     use crate::telemetry::monitor::NoopMonitor;
     use std::time::Duration;
@@ -653,6 +574,61 @@ mod tests {
         assert!(commit.states.is_empty());
         assert!(commit.writes.is_empty());
         assert_eq!(commit.purge_delivered, 0);
+    }
+
+    #[test]
+    fn settled_commands_get_outcomes_with_their_emitted_ids_and_nothing_else_does() {
+        let mut event_row = row(4, MessageStatus::ToDeliver, 0);
+        event_row.message.kind = crate::model::message::MessageKind::Event;
+        let mut c = conveyor(vec![
+            row(1, MessageStatus::ToDeliver, 0),
+            row(2, MessageStatus::ToDeliver, 0),
+            row(3, MessageStatus::ToDeliver, 0),
+            event_row,
+            row(5, MessageStatus::ToDeliver, 0),
+        ]);
+        let keep = Some(t0() + secs(60));
+        c.record(0, Intent::Delivered { keep_until: keep });
+        c.note_emitted(0, vec![SignalId("e0".into()), SignalId("e1".into())]);
+        c.record(1, Intent::DeadLetter { reason: "r".into() });
+        c.record(
+            2,
+            Intent::RetryAt {
+                at: t0(),
+                error: "again".into(),
+            },
+        );
+        c.record(3, Intent::Delivered { keep_until: keep });
+        c.record(4, Intent::Expired);
+        let (commit, _) = c.into_commit(t0());
+        let got: Vec<(String, CommandOutcome)> = commit
+            .outcomes
+            .iter()
+            .map(|o| (o.key.signal_id.0.clone(), o.outcome.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "sig-1".into(),
+                    CommandOutcome::Handled {
+                        events: vec![SignalId("e0".into()), SignalId("e1".into())]
+                    }
+                ),
+                (
+                    "sig-2".into(),
+                    CommandOutcome::DeadLettered { reason: "r".into() }
+                ),
+                ("sig-5".into(), CommandOutcome::Expired),
+            ],
+            "a retry decides nothing, an event copy has no outcome"
+        );
+        // Kept for the deduplication window (the test configuration's default).
+        let window = env(Duration::from_millis(250)).config().dedup_span();
+        assert!(commit
+            .outcomes
+            .iter()
+            .all(|o| o.keep_until == t0() + window && o.decided_at == t0()));
     }
 
     #[test]
