@@ -73,22 +73,22 @@ pub use shardbox_core::event_set;
 pub use async_trait::async_trait;
 
 pub use shardbox_core::{
-    Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, ConfigError, Context, Conveyor,
-    DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet, EventSource,
-    ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem,
-    Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NodeId, NoopMonitor, Outgoing,
-    ProcessActions, ProcessManager, Projection, Reactor, SendOptions, SendReceipt, ShardIndex,
-    ShardStrategy, SignalId, StableHashStrategy, StageInfo, StageReport, Station, StationContext,
-    StorageError, SystemClock, MAX_ID_BYTES,
+    Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
+    Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet,
+    EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
+    IdField, IdProblem, Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NodeId,
+    NoopMonitor, OutcomeWait, Outgoing, ProcessActions, ProcessManager, Projection, Reactor,
+    SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
+    StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
 };
 
 /// The names most applications need.
 pub mod prelude {
     pub use crate::event_set;
     pub use crate::{
-        async_trait, Aggregate, Backoff, CatchUp, Context, Conveyor, DeadLetterFilter,
-        DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome, FailurePolicy,
-        HandlerError, Intent, Message, Outgoing, ProcessActions, ProcessManager, Projection,
-        Reactor, SendOptions, Shardbox, SqliteStorage, Station, Unblock,
+        async_trait, Aggregate, Backoff, CatchUp, CommandOutcome, Context, Conveyor,
+        DeadLetterFilter, DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome,
+        FailurePolicy, HandlerError, Intent, Message, Outgoing, ProcessActions, ProcessManager,
+        Projection, Reactor, SendOptions, Shardbox, SqliteStorage, Station, Unblock,
     };
 }

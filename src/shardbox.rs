@@ -5,9 +5,10 @@ use serde::de::DeserializeOwned;
 use shardbox_core::storage::EntityKey;
 use shardbox_core::DeliveryEnv;
 use shardbox_core::{
-    Aggregate, Delivery, DeliveryConfig, DeliveryError, DeliveryReport, EventSource, Inbox,
-    InboxWrite, LocalRunner, Message, NewMessage, ProcessManager, Projection, SendOptions,
-    SendReceipt, ShardIndex, StationContext, Storage, StorageError, WorkerId,
+    Aggregate, CommandOutcome, Delivery, DeliveryConfig, DeliveryError, DeliveryReport,
+    EventSource, Inbox, InboxWrite, LocalRunner, Message, NewMessage, OutcomeWait, ProcessManager,
+    Projection, SendOptions, SendReceipt, ShardIndex, StationContext, Storage, StorageError,
+    WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -66,6 +67,42 @@ impl Shardbox {
         options: SendOptions,
     ) -> Result<SendReceipt, DeliveryError> {
         self.inbox.send::<A>(id, command, options).await
+    }
+
+    /// Awaits what became of the command `receipt` was given for, at most `timeout`: handled
+    /// (with the ids of the events it emitted), dead-lettered, dropped or blocked (with the
+    /// last error), expired — decided on this node or on any node sharing the database —
+    /// or [`CommandOutcome::Unknown`] once the deduplication window after its outcome has
+    /// passed. Not decided in time: [`DeliveryError::OutcomeTimeout`]. See
+    /// [`Shardbox::outcome_with`] for the fallback poll.
+    ///
+    /// ```no_run
+    /// # async fn f(sb: shardbox::Shardbox, receipt: shardbox::SendReceipt) -> Result<(), shardbox::DeliveryError> {
+    /// use std::time::Duration;
+    /// match sb.outcome(&receipt, Duration::from_secs(2)).await? {
+    ///     shardbox::CommandOutcome::Handled { events } => println!("emitted {events:?}"),
+    ///     other => println!("not handled: {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn outcome(
+        &self,
+        receipt: &SendReceipt,
+        timeout: std::time::Duration,
+    ) -> Result<CommandOutcome, DeliveryError> {
+        self.inbox
+            .outcome(receipt, OutcomeWait::timeout(timeout))
+            .await
+    }
+
+    /// [`Shardbox::outcome`] with the wait spelled out (timeout and the fallback poll, which
+    /// only stands in for a lost notification).
+    pub async fn outcome_with(
+        &self,
+        receipt: &SendReceipt,
+        wait: OutcomeWait,
+    ) -> Result<CommandOutcome, DeliveryError> {
+        self.inbox.outcome(receipt, wait).await
     }
 
     /// Sends many commands to instances of `A` in one write (bulk loads); see

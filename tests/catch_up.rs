@@ -173,6 +173,7 @@ async fn corrupt(sb: &Shardbox, ids: &[String]) {
             catch_ups: vec![],
             purge_catch_ups_before: None,
             release_holds: vec![],
+            outcomes: vec![],
         };
         commit.states.sort_by(|a, b| a.key.cmp(&b.key));
         storage.commit_stage(commit).await.unwrap();

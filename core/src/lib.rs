@@ -72,6 +72,7 @@ pub use model::ids::{
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };
+pub use model::outcome::{CommandOutcome, OutcomeLookup, OutcomeRecord};
 pub use model::strategy::{ShardStrategy, StableHashStrategy};
 #[doc(hidden)]
 pub use runner::delivery::Delivery;
@@ -80,6 +81,7 @@ pub use runner::delivery::DeliveryReport;
 pub use runner::env::DeliveryEnv;
 pub use runner::local::{LocalRunner, RunnerHandle};
 pub use send::inbox::{Inbox, SendOptions, SendReceipt};
+pub use send::outcome::OutcomeWait;
 pub use stage::context::StationContext;
 pub use stage::conveyor::{Conveyor, Intent, EXPIRED_REASON};
 pub use stage::station::Station;

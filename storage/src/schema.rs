@@ -151,4 +151,23 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// What became of each command a stage settled, kept for the deduplication window.
+    command_outcomes (tenant, target_kind, target_id, signal_id) {
+        tenant -> Text,
+        target_kind -> Text,
+        target_id -> Text,
+        signal_id -> Text,
+        shard -> Integer,
+        /// `handled`, `dead_lettered`, `dropped`, `blocked` or `expired`.
+        outcome -> Text,
+        /// The reason of a failure outcome.
+        detail -> Nullable<Text>,
+        /// The emitted events' ids, a JSON array of strings.
+        event_ids -> Text,
+        decided_at -> BigInt,
+        keep_until -> BigInt,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(inbox_messages, events);

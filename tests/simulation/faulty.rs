@@ -296,6 +296,14 @@ impl InboxStore for FaultyStorage {
         read!(self, "counts", self.inner.counts(shard))
     }
 
+    async fn outcome(
+        &self,
+        key: &shardbox::core::DedupKey,
+        now: DateTime<Utc>,
+    ) -> Result<shardbox::core::OutcomeLookup, StorageError> {
+        read!(self, "outcome", self.inner.outcome(key, now))
+    }
+
     async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
         read!(self, "expired_shards", self.inner.expired_shards(now))
     }

@@ -4,7 +4,8 @@ use super::{target_of, MemoryStorage};
 use crate::catch_up::is_parked;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
-use crate::model::message::{InboxMessage, MessageStatus};
+use crate::model::message::{DedupKey, InboxMessage, MessageStatus};
+use crate::model::outcome::OutcomeLookup;
 use crate::storage::{
     CatchUpStatus, CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange, ShardDepth,
     StageCommit, WriteBatch, WriteReport,
@@ -178,8 +179,10 @@ impl InboxStore for MemoryStorage {
             .purge_catch_ups_before
             .map_or(0, |before| state.purge_jobs(before));
         let written = state.write(commit.writes);
+        state.outcomes.record(commit.outcomes);
         let mut purged = 0;
         if commit.purge_delivered > 0 {
+            state.outcomes.purge(shard, now, commit.purge_delivered);
             let expired: Vec<i64> = state
                 .delivered
                 .get(&shard)
@@ -209,6 +212,20 @@ impl InboxStore for MemoryStorage {
             purged,
             catch_ups_purged,
         })
+    }
+
+    async fn outcome(
+        &self,
+        key: &DedupKey,
+        now: DateTime<Utc>,
+    ) -> Result<OutcomeLookup, StorageError> {
+        let state = self.lock();
+        let row = state
+            .keys
+            .get(key)
+            .and_then(|seq| state.rows.get(seq))
+            .map(|r| r.status);
+        Ok(state.outcomes.lookup(key, row, now))
     }
 
     async fn next_due(

@@ -24,6 +24,7 @@ mod due_index;
 mod entities;
 mod events;
 mod inbox;
+mod outcomes;
 mod registry;
 
 use due_index::DueIndex;
@@ -56,6 +57,8 @@ struct State {
     shard_count: Option<u32>,
     /// The membership, by node id.
     members: BTreeMap<NodeId, Member>,
+    /// Command outcomes, kept for the deduplication window.
+    outcomes: outcomes::Outcomes,
 }
 
 fn target_of(m: &InboxMessage) -> EntityKey {

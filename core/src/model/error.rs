@@ -266,6 +266,22 @@ pub enum DeliveryError {
         /// Why it may be gone, or what to do.
         hint: String,
     },
+    /// A command's outcome was not decided within the time the caller waited: no node
+    /// served its shard in time, it waits for a retry or a delay, or its target is busy.
+    #[error("no outcome for command `{signal_id}` within {waited:?}: it is still waiting for delivery (is a node running for its shard? is it delayed or retrying?); ask again later")]
+    OutcomeTimeout {
+        /// The command's signal id.
+        signal_id: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
+    /// An outcome was asked of a receipt that has none: a post's (events fan out to many
+    /// subscribers; only a command has one outcome).
+    #[error("receipt of `{signal_id}` has no outcome: only a sent command's receipt has one, not a post's")]
+    NoOutcome {
+        /// The receipt's signal id.
+        signal_id: String,
+    },
 }
 
 impl DeliveryError {

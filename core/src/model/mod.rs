@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  ids ◄── message ◄── event        error ◄── config ──► failure
+//!  outcome (what became of a command)
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
 //! ```
 //!
@@ -17,5 +18,6 @@ pub mod failure;
 pub mod hash;
 pub mod ids;
 pub mod message;
+pub mod outcome;
 pub mod parked;
 pub mod strategy;

@@ -374,7 +374,12 @@ impl Delivery {
         }
         let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
         let delayed = commit.earliest_delay();
+        let decided = !commit.outcomes.is_empty();
+        let shard = commit.lease.shard;
         let committed = env.storage.commit_stage(commit).await?;
+        if decided {
+            env.outcomes_decided(shard);
+        }
         report.purged = committed.purged;
         if committed.catch_ups_purged > 0 {
             tracing::info!(

@@ -17,6 +17,7 @@ use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
 use crate::runner::due::{DueSink, DueTimers};
 use crate::runner::expiry::ExpiryRequests;
+use crate::runner::outcomes::OutcomeSignals;
 use crate::runner::unreleased::UnreleasedLeases;
 use crate::stage::context::StationContext;
 use crate::storage::{ShardObserver, Storage};
@@ -59,6 +60,8 @@ pub struct DeliveryEnv {
     pub(crate) expiry: ExpiryRequests,
     /// Leases whose release failed, kept for a retried release.
     pub(crate) unreleased: UnreleasedLeases,
+    /// Wakes the senders waiting for command outcomes.
+    pub(crate) outcomes: Arc<OutcomeSignals>,
     observers: RwLock<Vec<Arc<dyn ShardObserver>>>,
     stopping: AtomicBool,
 }
@@ -81,6 +84,7 @@ impl DeliveryEnv {
         ));
         DeliveryEnv {
             metrics: DeliveryMetrics::new(&config.node_id),
+            outcomes: Arc::new(OutcomeSignals::new(config.shard_count)),
             registry,
             storage,
             config,
@@ -118,6 +122,12 @@ impl DeliveryEnv {
         for o in read(&self.observers).iter() {
             o.on_write(shards);
         }
+    }
+
+    /// A stage committed command outcomes in `shard`: wakes the senders of this environment
+    /// that wait for one of them.
+    pub fn outcomes_decided(&self, shard: ShardIndex) {
+        self.outcomes.decided(&[shard]);
     }
 
     /// Asks running deliveries to stop after their current stage, and cancels the timers

@@ -10,6 +10,7 @@
 //!  due, expiry                  timers for delayed rows, TTL sweep requests
 //!  sweep     the periodic TTL sweep and the purge of idle shards
 //!  unreleased leases whose release failed, released again by a retry
+//!  outcomes  wakes the senders waiting for their commands' outcomes
 //!  env       DeliveryEnv: the runtime services (storage, timers, observers, stop flag)
 //! ```
 //!
@@ -22,6 +23,7 @@ pub mod env;
 pub mod expiry;
 pub(crate) mod heartbeat;
 pub mod local;
+pub mod outcomes;
 pub(crate) mod sweep;
 pub(crate) mod tasks;
 mod turn;

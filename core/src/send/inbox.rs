@@ -10,11 +10,12 @@
 use crate::entity::traits::{Aggregate, Message};
 use crate::model::error::DeliveryError;
 use crate::model::event::{EventSource, NewEvent};
+use crate::model::ids::ShardIndex;
 use crate::model::ids::{validate, validate_address, IdField, SignalId};
 use crate::model::message::{InboxWrite, MessageKind, Metadata, NewMessage};
 use crate::runner::env::DeliveryEnv;
 use crate::send::write_queue::WriteQueue;
-use crate::storage::{WriteBatch, WriteReport};
+use crate::storage::{EntityKey, WriteBatch, WriteReport};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +110,9 @@ pub struct SendReceipt {
     pub signal_id: SignalId,
     /// The storage write.
     pub report: WriteReport,
+    /// The command's target (kind, tenant, id) and shard, whose outcome
+    /// [`Inbox::outcome`] awaits; `None` for a post.
+    pub target: Option<(EntityKey, ShardIndex)>,
 }
 
 /// Checks the ids of a posted event: its id (the signal id of every copy), tenant and source.
@@ -123,7 +127,7 @@ fn validate_event(event: &NewEvent) -> Result<(), DeliveryError> {
 /// Sends commands and posts events into the sharded Inbox.
 #[derive(Clone)]
 pub struct Inbox {
-    env: Arc<DeliveryEnv>,
+    pub(super) env: Arc<DeliveryEnv>,
     /// Group commit of this Inbox's concurrent sends (shared by its clones).
     writes: Arc<WriteQueue>,
 }
@@ -244,11 +248,20 @@ impl Inbox {
             });
         }
         let signal_id = message.signal_id.clone();
+        let write = self.env.registry.address(message);
+        let target = EntityKey::new(
+            &write.message.target_kind,
+            &write.message.tenant,
+            &write.message.target_id,
+        );
+        let shard = write.shard;
         let batch = WriteBatch {
             events: Vec::new(),
-            messages: vec![self.env.registry.address(message)],
+            messages: vec![write],
         };
-        self.write(signal_id, batch).await
+        let mut receipt = self.write(signal_id, batch).await?;
+        receipt.target = Some((target, shard));
+        Ok(receipt)
     }
 
     /// Posts `event`, produced by `source`, to every subscribed kind.
@@ -359,6 +372,10 @@ impl Inbox {
         if report.duplicates > 0 {
             tracing::debug!(%signal_id, duplicates = report.duplicates, "duplicate write ignored");
         }
-        Ok(SendReceipt { signal_id, report })
+        Ok(SendReceipt {
+            signal_id,
+            report,
+            target: None,
+        })
     }
 }

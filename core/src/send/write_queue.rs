@@ -373,6 +373,13 @@ mod tests {
         ) -> Result<crate::storage::Page, StorageError> {
             self.inner.read_page(shard, now, limit).await
         }
+        async fn outcome(
+            &self,
+            key: &crate::model::message::DedupKey,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<crate::model::outcome::OutcomeLookup, StorageError> {
+            self.inner.outcome(key, now).await
+        }
         async fn commit_stage(
             &self,
             commit: crate::storage::StageCommit,

@@ -11,8 +11,11 @@
 //! and made due together by the unblock, so that they go on in `seq` order).
 
 use crate::model::event::NewEvent;
-use crate::model::message::{InboxMessage, InboxWrite, MessageStatus};
+use crate::model::ids::SignalId;
+use crate::model::message::{InboxMessage, InboxWrite, MessageKind, MessageStatus};
+use crate::model::outcome::OutcomeRecord;
 use crate::stage::context::StationContext;
+pub use crate::stage::intent::{Intent, EXPIRED_REASON};
 use crate::storage::{
     CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, HoldRelease, Lease, Page, RowChange,
     RowUpdate, StageCommit, WriteBatch,
@@ -20,57 +23,6 @@ use crate::storage::{
 use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
-
-/// What a station decided for one row.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Intent {
-    /// Handled: mark delivered and keep until `keep_until` for deduplication (removed at once
-    /// when `None`, i.e. with a zero window).
-    Delivered {
-        /// End of the deduplication window.
-        keep_until: Option<DateTime<Utc>>,
-    },
-    /// A duplicate of a message already delivered: remove it without handling.
-    Duplicate,
-    /// Not handled now; due again at `until` with its attempts unchanged.
-    Hold {
-        /// When it is due again.
-        until: DateTime<Utc>,
-    },
-    /// Failed; try again at `at`.
-    RetryAt {
-        /// Next attempt.
-        at: DateTime<Utc>,
-        /// Why it failed.
-        error: String,
-    },
-    /// Failed for the last time: move to the dead letters.
-    DeadLetter {
-        /// Why.
-        reason: String,
-    },
-    /// Failed for the last time: drop (counted and logged).
-    Drop {
-        /// Why.
-        reason: String,
-    },
-    /// Failed for the last time under a `block` policy: keep it with status `blocked`; its
-    /// target stops until an operator requeues or drops it.
-    Block {
-        /// Why.
-        reason: String,
-    },
-    /// Not handled: its target is stopped by a blocked message (an earlier one, or one this
-    /// stage blocks). Parked until an operator unblocks the target; see
-    /// [`RowChange::BehindBlock`].
-    BehindBlock,
-    /// Its time to live ran out before delivery: removed and counted (and dead-lettered with
-    /// reason `expired` when `dead_letter_expired` is set).
-    Expired,
-}
-
-/// The reason of a dead letter whose time to live ran out.
-pub const EXPIRED_REASON: &str = "expired";
 
 /// One page of a shard on its way through the stations.
 pub struct Conveyor {
@@ -89,6 +41,9 @@ pub struct Conveyor {
     extra_dead_letters: Vec<DeadLetter>,
     catch_ups: Vec<CatchUpJob>,
     purge_catch_ups_before: Option<DateTime<Utc>>,
+    /// The ids of the events each handled row emitted, by row index (rows that emitted none
+    /// are absent).
+    emitted: Vec<(usize, Vec<SignalId>)>,
 }
 
 impl Conveyor {
@@ -118,6 +73,7 @@ impl Conveyor {
             extra_dead_letters: Vec::new(),
             catch_ups: Vec::new(),
             purge_catch_ups_before: None,
+            emitted: Vec::new(),
         }
     }
 
@@ -194,6 +150,14 @@ impl Conveyor {
         self.writes.messages.extend(fan_out);
     }
 
+    /// Records the ids of the events row `index` emitted, for its command outcome (see
+    /// [`CommandOutcome::Handled`]).
+    pub fn note_emitted(&mut self, index: usize, events: Vec<SignalId>) {
+        if !events.is_empty() {
+            self.emitted.push((index, events));
+        }
+    }
+
     /// Adds rows (commands) to the stage's writes.
     pub fn emit_messages(&mut self, messages: Vec<InboxWrite>) {
         self.writes.messages.extend(messages);
@@ -233,6 +197,12 @@ impl Conveyor {
     pub fn into_commit(self, lease_until: DateTime<Utc>) -> (StageCommit, StageReport) {
         let hold_for = self.context.config().poll_span();
         let dead_letter_expired = self.context.config().dead_letter_expired;
+        // Outcomes are kept for the deduplication window; with none they are not kept at all.
+        let outcomes_until = (!self.context.config().dedup_window.is_zero())
+            .then(|| self.now + self.context.config().dedup_span());
+        let mut emitted = self.emitted;
+        emitted.sort_unstable_by_key(|(i, _)| *i);
+        let mut outcomes = Vec::new();
         let mut report = StageReport {
             page_len: self.page.len(),
             fanned_out: self.writes.messages.len(),
@@ -242,7 +212,22 @@ impl Conveyor {
         report.dead_lettered += self.extra_dead_letters.len();
         let mut dead_letters = self.extra_dead_letters;
         let mut release_holds = Vec::new();
-        for (message, intent) in self.page.into_iter().zip(self.intents) {
+        for (index, (message, intent)) in self.page.into_iter().zip(self.intents).enumerate() {
+            if let (Some(keep_until), Some(intent)) = (outcomes_until, &intent) {
+                if message.message.kind == MessageKind::Command
+                    && message.status != MessageStatus::ToCatchUp
+                {
+                    if let Some(outcome) = intent.settles(index, &mut emitted) {
+                        outcomes.push(OutcomeRecord {
+                            key: message.dedup_key(),
+                            shard: message.shard,
+                            outcome,
+                            decided_at: self.now,
+                            keep_until,
+                        });
+                    }
+                }
+            }
             let change = match intent {
                 Some(Intent::Delivered { keep_until }) => {
                     report.delivered += 1;
@@ -366,6 +351,7 @@ impl Conveyor {
             catch_ups: self.catch_ups,
             purge_catch_ups_before: self.purge_catch_ups_before,
             release_holds,
+            outcomes,
         };
         (commit, report)
     }
@@ -379,6 +365,7 @@ mod tests {
     use crate::model::clock::ManualClock;
     use crate::model::config::DeliveryConfig;
     use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
+    use crate::model::outcome::CommandOutcome;
     use crate::model::strategy::StableHashStrategy;
     use crate::telemetry::monitor::NoopMonitor;
     use std::time::Duration;
@@ -587,6 +574,61 @@ mod tests {
         assert!(commit.states.is_empty());
         assert!(commit.writes.is_empty());
         assert_eq!(commit.purge_delivered, 0);
+    }
+
+    #[test]
+    fn settled_commands_get_outcomes_with_their_emitted_ids_and_nothing_else_does() {
+        let mut event_row = row(4, MessageStatus::ToDeliver, 0);
+        event_row.message.kind = crate::model::message::MessageKind::Event;
+        let mut c = conveyor(vec![
+            row(1, MessageStatus::ToDeliver, 0),
+            row(2, MessageStatus::ToDeliver, 0),
+            row(3, MessageStatus::ToDeliver, 0),
+            event_row,
+            row(5, MessageStatus::ToDeliver, 0),
+        ]);
+        let keep = Some(t0() + secs(60));
+        c.record(0, Intent::Delivered { keep_until: keep });
+        c.note_emitted(0, vec![SignalId("e0".into()), SignalId("e1".into())]);
+        c.record(1, Intent::DeadLetter { reason: "r".into() });
+        c.record(
+            2,
+            Intent::RetryAt {
+                at: t0(),
+                error: "again".into(),
+            },
+        );
+        c.record(3, Intent::Delivered { keep_until: keep });
+        c.record(4, Intent::Expired);
+        let (commit, _) = c.into_commit(t0());
+        let got: Vec<(String, CommandOutcome)> = commit
+            .outcomes
+            .iter()
+            .map(|o| (o.key.signal_id.0.clone(), o.outcome.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "sig-1".into(),
+                    CommandOutcome::Handled {
+                        events: vec![SignalId("e0".into()), SignalId("e1".into())]
+                    }
+                ),
+                (
+                    "sig-2".into(),
+                    CommandOutcome::DeadLettered { reason: "r".into() }
+                ),
+                ("sig-5".into(), CommandOutcome::Expired),
+            ],
+            "a retry decides nothing, an event copy has no outcome"
+        );
+        // Kept for the deduplication window (the test configuration's default).
+        let window = env(Duration::from_millis(250)).config().dedup_span();
+        assert!(commit
+            .outcomes
+            .iter()
+            .all(|o| o.keep_until == t0() + window && o.decided_at == t0()));
     }
 
     #[test]

@@ -14,4 +14,5 @@
 
 pub mod context;
 pub mod conveyor;
+pub mod intent;
 pub mod station;

@@ -5,6 +5,7 @@ use super::entities::{EntityKey, EntityStateWrite};
 use super::registry::Lease;
 use super::write::{WriteBatch, WriteReport};
 use crate::model::message::InboxMessage;
+use crate::model::outcome::OutcomeRecord;
 use chrono::{DateTime, Utc};
 
 /// A change to one Inbox row.
@@ -122,6 +123,10 @@ pub struct StageCommit {
     pub purge_catch_ups_before: Option<DateTime<Utc>>,
     /// Held rows to make due at once, after the row changes (see [`HoldRelease`]).
     pub release_holds: Vec<HoldRelease>,
+    /// The outcomes of the commands this stage settled, kept until their `keep_until`
+    /// (replacing an earlier record of the same key). When the commit purges delivered rows
+    /// it also deletes up to as many of the shard's records whose `keep_until` has passed.
+    pub outcomes: Vec<OutcomeRecord>,
 }
 
 impl StageCommit {
@@ -221,6 +226,7 @@ mod tests {
             catch_ups: Vec::new(),
             purge_catch_ups_before: None,
             release_holds: Vec::new(),
+            outcomes: Vec::new(),
         }
     }
 

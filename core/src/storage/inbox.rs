@@ -5,7 +5,8 @@ use super::entities::EntityKey;
 use super::write::{WriteBatch, WriteReport};
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
-use crate::model::message::{InboxMessage, MessageStatus};
+use crate::model::message::{DedupKey, InboxMessage, MessageStatus};
+use crate::model::outcome::OutcomeLookup;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -193,6 +194,17 @@ pub trait InboxStore: Send + Sync + 'static {
     /// holds its epoch; otherwise writes nothing and returns [`StorageError::LeaseLost`].
     /// Renews the lease to `commit.lease_until`.
     async fn commit_stage(&self, commit: StageCommit) -> Result<CommitReport, StorageError>;
+
+    /// What became of the command `key` as of `now`: [`OutcomeLookup::Pending`] while its row
+    /// waits for delivery (due, delayed, retrying or held), the outcome a stage committed
+    /// (see [`StageCommit::outcomes`]) until its `keep_until`, else
+    /// [`OutcomeLookup::Unknown`]. Reads the row before the record, so that a commit between
+    /// the two reads is seen as decided, never as unknown. Costs O(1) by the unique key.
+    async fn outcome(
+        &self,
+        key: &DedupKey,
+        now: DateTime<Utc>,
+    ) -> Result<OutcomeLookup, StorageError>;
 
     /// The earliest `deliver_after` of a not-yet-due row of `shard` after `now`, if any: when
     /// the shard next has work without new writes.

@@ -228,6 +228,36 @@ pub fn origin_payloads(origin: &str, shards: &[ShardIndex], max_len: usize) -> V
         .collect()
 }
 
+/// What starts the shard list of a notification of command outcomes (see
+/// [`outcome_payloads`]).
+pub const OUTCOMES_MARK: char = '!';
+
+/// Notification payloads for command outcomes decided in `shards` by stages committed
+/// through the storage instance `origin`: `origin;!3,17`, each at most `max_len` bytes. A
+/// listener hands them to `ShardObserver::on_outcomes`, not `on_write`.
+///
+/// ```
+/// use shardbox_core::storage::listener::{outcome_payloads, outcome_shards, split_origin};
+/// use shardbox_core::ShardIndex;
+/// let payloads = outcome_payloads("a1", &[ShardIndex(4)], 100);
+/// assert_eq!(payloads, ["a1;!4"]);
+/// assert_eq!(outcome_shards(split_origin(&payloads[0]).1), Some("4"));
+/// assert_eq!(outcome_shards("4"), None);
+/// ```
+pub fn outcome_payloads(origin: &str, shards: &[ShardIndex], max_len: usize) -> Vec<String> {
+    let room = max_len.saturating_sub(origin.len() + 2).max(1);
+    shard_payloads(shards, room)
+        .into_iter()
+        .map(|list| format!("{origin};{OUTCOMES_MARK}{list}"))
+        .collect()
+}
+
+/// The shard list of a notification of command outcomes (`!3,17` ─► `3,17`), or `None` for
+/// a notification of writes.
+pub fn outcome_shards(list: &str) -> Option<&str> {
+    list.strip_prefix(OUTCOMES_MARK)
+}
+
 /// A notification payload's origin (the storage instance that wrote, if it says) and its
 /// list of shards. A payload without an origin (`3,17`) is all shards.
 ///

@@ -12,4 +12,8 @@ pub trait ShardObserver: Send + Sync + 'static {
     /// Writes may have been missed (a notification connection was down): look at every
     /// shard soon. The default does nothing, leaving it to the next poll.
     fn on_missed_writes(&self) {}
+
+    /// Stages committed command outcomes in `shards` (see `StageCommit::outcomes`): a sender
+    /// waiting for one of them may read it now. The default ignores them.
+    fn on_outcomes(&self, _shards: &[ShardIndex]) {}
 }

@@ -117,6 +117,7 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
         catch_ups: Vec::new(),
         purge_catch_ups_before: None,
         release_holds: vec![],
+        outcomes: vec![],
     }
 }
 

@@ -12,7 +12,7 @@
 //! cover the Inbox (order, paging, delays, deduplication, retries, purge, counts, tenants),
 //! the stage commit (fencing, atomicity), the lock table, the event store, entity states,
 //! catch-up jobs, failures (first-failure times, blocked targets, the operators' dead-letter
-//! and unblock API, TTL expiry reads, lease takeovers), and concurrent writers, pick-ups,
+//! and unblock API, TTL expiry reads, lease takeovers), command outcomes, and concurrent writers, pick-ups,
 //! catch-up starts and requeues.
 //!
 //! [`SqliteStorage`]: crate::SqliteStorage
@@ -38,6 +38,7 @@ mod dedup;
 mod events;
 mod failures;
 mod inbox;
+mod outcomes;
 mod registry;
 
 pub use catch_up::{
@@ -68,6 +69,7 @@ pub use inbox::{
     paging_with_equal_timestamps_crosses_pages, write_all_reports_each_batch,
     write_then_read_in_seq_order,
 };
+pub use outcomes::command_outcomes_are_kept_for_their_window;
 pub use registry::{
     concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
     members_beat_expire_and_leave, pick_up_refused_while_held,
@@ -122,6 +124,7 @@ macro_rules! conformance_suite {
             concurrent_requeue_of_one_dead_letter_requeues_it_once,
             expired_rows_are_found_due_or_not,
             pick_up_tells_a_takeover_from_a_free_shard,
+            command_outcomes_are_kept_for_their_window,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {

@@ -27,7 +27,9 @@ use diesel::connection::{Connection, SimpleConnection};
 use diesel::dsl::sql;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
-use shardbox_core::storage::listener::{new_origin, parse_shards, split_origin, ListenerControl};
+use shardbox_core::storage::listener::{
+    new_origin, outcome_shards, parse_shards, split_origin, ListenerControl,
+};
 use shardbox_core::sync::lock;
 use shardbox_core::{ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -134,6 +136,18 @@ impl OwnEcho {
         let observers: Vec<_> = self.lock().iter().map(|(_, o)| o.clone()).collect();
         for observer in observers {
             observer.on_write(shards);
+        }
+    }
+
+    /// Stages of `shards` committed command outcomes through this instance: tells its
+    /// listeners' observers now, as the notification would a moment later.
+    pub(crate) fn decided(&self, shards: &[ShardIndex]) {
+        if shards.is_empty() {
+            return;
+        }
+        let observers: Vec<_> = self.lock().iter().map(|(_, o)| o.clone()).collect();
+        for observer in observers {
+            observer.on_outcomes(shards);
         }
     }
 
@@ -281,6 +295,7 @@ fn pump(
 ) -> Result<(), String> {
     let mut checked = Instant::now();
     let mut shards = Vec::new();
+    let mut decided = Vec::new();
     loop {
         if control.is_stopped() {
             return Ok(());
@@ -293,7 +308,11 @@ fn pump(
             if echo.is_own(origin) {
                 continue;
             }
-            if !parse_shards(list, shard_count, &mut shards) {
+            let (list, into) = match outcome_shards(list) {
+                Some(list) => (list, &mut decided),
+                None => (list, &mut shards),
+            };
+            if !parse_shards(list, shard_count, into) {
                 tracing::debug!(payload = %notification.payload, "ignored what is not a shard of this node in a notification");
             }
         }
@@ -304,6 +323,12 @@ fn pump(
                 shards.dedup();
                 observer.on_write(&shards);
                 shards.clear();
+            }
+            if !decided.is_empty() {
+                decided.sort_unstable();
+                decided.dedup();
+                observer.on_outcomes(&decided);
+                decided.clear();
             }
             checked = Instant::now();
         } else if checked.elapsed() >= HEALTH_CHECK {

@@ -131,6 +131,11 @@ impl PostgresStorage {
         self.notifier.written(shards);
     }
 
+    fn decided_backend(&self, shards: &[ShardIndex]) {
+        self.echo.decided(shards);
+        self.notifier.decided(shards);
+    }
+
     fn write_listener_backend(&self) -> Option<&dyn shardbox_core::WriteListener> {
         self.listen
             .then_some(self as &dyn shardbox_core::WriteListener)

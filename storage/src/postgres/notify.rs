@@ -5,6 +5,7 @@
 //! ```text
 //!  write / stage commit ─► COMMIT ─► Notifier::written(shards)   (a set insert, no I/O)
 //!  notifier thread: wait for shards ─► take them all ─► SELECT pg_notify(channel, '<origin>;3,17,40')
+//!  stage commit with command outcomes ─► Notifier::decided(shard) ─► '<origin>;!3' (same thread)
 //! ```
 //!
 //! Why not `pg_notify` inside the writing transaction: PostgreSQL serialises the commits of
@@ -24,7 +25,7 @@ use crate::redact::DbName;
 use diesel::r2d2::Pool;
 use diesel::sql_types::Text;
 use diesel::{PgConnection, RunQueryDsl};
-use shardbox_core::storage::listener::origin_payloads;
+use shardbox_core::storage::listener::{origin_payloads, outcome_payloads};
 use shardbox_core::sync::lock;
 use shardbox_core::ShardIndex;
 use std::collections::BTreeSet;
@@ -36,6 +37,9 @@ const MAX_PAYLOAD: usize = 7900;
 #[derive(Default)]
 struct Pending {
     shards: BTreeSet<u32>,
+    /// Shards whose stages committed command outcomes (sent marked, see
+    /// `listener::outcome_payloads`).
+    outcomes: BTreeSet<u32>,
     closed: bool,
 }
 
@@ -84,6 +88,21 @@ impl Notifier {
     }
 }
 
+impl Notifier {
+    /// Stages of `shards` committed command outcomes: tell the other nodes' waiting senders
+    /// soon.
+    pub(crate) fn decided(&self, shards: &[ShardIndex]) {
+        if shards.is_empty() {
+            return;
+        }
+        self.shared
+            .lock()
+            .outcomes
+            .extend(shards.iter().map(|s| s.0));
+        self.shared.wake.notify_one();
+    }
+}
+
 impl Drop for Notifier {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
@@ -93,20 +112,22 @@ impl Drop for Notifier {
 
 fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &DbName, origin: &str) {
     loop {
-        let shards: Vec<ShardIndex> = {
+        let (shards, outcomes): (Vec<ShardIndex>, Vec<ShardIndex>) = {
             let mut pending = shared.lock();
-            while pending.shards.is_empty() && !pending.closed {
+            while pending.shards.is_empty() && pending.outcomes.is_empty() && !pending.closed {
                 pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
             }
-            if pending.shards.is_empty() {
+            if pending.shards.is_empty() && pending.outcomes.is_empty() {
                 return;
             }
-            std::mem::take(&mut pending.shards)
-                .into_iter()
-                .map(ShardIndex)
-                .collect()
+            let take = |set: &mut BTreeSet<u32>| -> Vec<ShardIndex> {
+                std::mem::take(set).into_iter().map(ShardIndex).collect()
+            };
+            (take(&mut pending.shards), take(&mut pending.outcomes))
         };
-        if let Err(error) = send(pool, origin, &shards) {
+        let mut payloads = origin_payloads(origin, &shards, MAX_PAYLOAD);
+        payloads.extend(outcome_payloads(origin, &outcomes, MAX_PAYLOAD));
+        if let Err(error) = send(pool, payloads) {
             // Only a delay: the other nodes' pollers find the rows.
             let error = database.scrub(&error);
             tracing::debug!(%database, %error, shards = shards.len(), "could not notify other nodes of writes");
@@ -114,15 +135,11 @@ fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &DbName, o
     }
 }
 
-fn send(
-    pool: &Pool<Manager<PgConnection>>,
-    origin: &str,
-    shards: &[ShardIndex],
-) -> Result<(), String> {
+fn send(pool: &Pool<Manager<PgConnection>>, payloads: Vec<String>) -> Result<(), String> {
     let mut conn = pool.get().map_err(|e| e.to_string())?;
     // Each payload on its own (no transaction around them, two round trips fewer): a
     // notification is a hint, and one that fails only delays its rows until a poll.
-    let outcome = origin_payloads(origin, shards, MAX_PAYLOAD)
+    let outcome = payloads
         .into_iter()
         .try_for_each(|payload| -> Result<(), Failure> {
             diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))

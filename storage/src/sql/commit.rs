@@ -9,6 +9,8 @@
 //!  4 dead letters
 //!  5 fan-out    inbox rows (deduplicated)
 //!  6 purge      delivered rows of the shard past keep_until, at most purge_delivered
+//!               (and as many command outcomes past theirs)
+//!  6b outcomes  the commands' outcomes, upserted by key (see `sql::outcomes`)
 //!  7 events     appended last (see Dialect::append_event_rows)
 //! ```
 //!
@@ -36,7 +38,12 @@ macro_rules! commit_units {
                 catch_ups,
                 purge_catch_ups_before,
                 release_holds,
+                outcomes,
             } = commit;
+            let outcomes: Vec<_> = outcomes
+                .into_iter()
+                .map($crate::sql::outcomes::OutcomeRow::new)
+                .collect();
             // The fan-out's rows are made before the transaction and dropped after it.
             let messages = $crate::rows::inbox_rows(writes.messages)?;
             let events = $crate::rows::event_rows(writes.events)?;
@@ -74,6 +81,8 @@ macro_rules! commit_units {
                 let mut written = WriteReport::default();
                 insert_rows(conn, &messages, &mut written)?;
                 let purged = purge(conn, lease.shard, now, purge_delivered)?;
+                purge_outcomes(conn, lease.shard, now, purge_delivered)?;
+                store_outcomes(conn, &outcomes)?;
                 append_events(conn, &events, &mut written)?;
                 finish_report(&mut written);
                 let mut lease = lease;

@@ -22,6 +22,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod entities;
 pub(crate) mod events;
 pub(crate) mod inbox;
+pub(crate) mod outcomes;
 pub(crate) mod page_read;
 pub(crate) mod predicate;
 pub(crate) mod prelude;
@@ -175,6 +176,7 @@ macro_rules! units {
         $crate::sql::entities::entity_units!();
         $crate::sql::catch_up::catch_up_units!();
         $crate::sql::dead_letters::dead_letter_units!();
+        $crate::sql::outcomes::outcome_units!();
     };
 }
 pub(crate) use traits::storage_impls;

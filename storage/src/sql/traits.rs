@@ -7,7 +7,8 @@
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
 /// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (a struct with a
 /// `db: Db<Conn>` field and
-/// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —
+/// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —,
+/// `decided_backend(&[ShardIndex])` — told of every commit that decided command outcomes —
 /// and `write_listener_backend()` methods) over the unit functions of module `$units`.
 macro_rules! storage_impls {
     ($storage:ty, $units:ident) => {
@@ -58,12 +59,27 @@ macro_rules! storage_impls {
                 &self,
                 commit: shardbox_core::storage::StageCommit,
             ) -> Result<shardbox_core::storage::CommitReport, shardbox_core::StorageError> {
+                let decided = (!commit.outcomes.is_empty()).then_some(commit.lease.shard);
                 let report = self
                     .db
                     .run(move |conn| $units::commit_stage(conn, commit))
                     .await?;
                 self.written_backend(&report.written.shards);
+                if let Some(shard) = decided {
+                    self.decided_backend(&[shard]);
+                }
                 Ok(report)
+            }
+
+            async fn outcome(
+                &self,
+                key: &shardbox_core::DedupKey,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<shardbox_core::OutcomeLookup, shardbox_core::StorageError> {
+                let key = key.clone();
+                self.db
+                    .run(move |conn| $units::read_outcome(conn, &key, now))
+                    .await
             }
 
             async fn next_due(

@@ -104,6 +104,11 @@ impl SqliteStorage {
         // No notification channel between processes.
     }
 
+    fn decided_backend(&self, _shards: &[shardbox_core::ShardIndex]) {
+        // No notification channel between processes: a process that runs no node finds
+        // other processes' outcomes by its fallback poll.
+    }
+
     fn write_listener_backend(&self) -> Option<&dyn shardbox_core::WriteListener> {
         // SQLite has no notification channel between processes.
         None
