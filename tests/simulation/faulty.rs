@@ -80,6 +80,9 @@ struct Log {
     /// Highest epoch handed out per shard.
     highest: HashMap<u32, i64>,
     commits: Vec<CommitRecord>,
+    /// Every successful pick-up and commit, in the order the storage saw them: the run's
+    /// trace, compared between two runs of one seed by the determinism test.
+    trace: Vec<String>,
 }
 
 struct State {
@@ -145,6 +148,11 @@ impl FaultyStorage {
 
     pub fn duplicate_pick_ups(&self) -> Vec<String> {
         self.lock().log.duplicate_pick_ups.clone()
+    }
+
+    /// The run's trace (see `Log::trace`).
+    pub fn trace(&self) -> Vec<String> {
+        self.lock().log.trace.clone()
     }
 
     pub fn picked(&self) -> BTreeMap<(u32, i64), Holder> {
@@ -228,6 +236,28 @@ fn injected(reason: String) -> StorageError {
     }
 }
 
+/// One commit as a trace line: who, when, and every row change, state and dead letter.
+fn commit_line(c: &StageCommit) -> String {
+    let states: Vec<(&str, &str, usize)> = c
+        .states
+        .iter()
+        .map(|w| {
+            let len = w.state.as_ref().map_or(0, Vec::len);
+            (w.key.kind.as_str(), w.key.id.as_str(), len)
+        })
+        .collect();
+    let dead: Vec<i64> = c.dead_letters.iter().map(|d| d.original.seq).collect();
+    format!(
+        "commit shard {} epoch {} by {:?} at {}: updates {:?} states {states:?} dead {dead:?} writes {}",
+        c.lease.shard.0,
+        c.lease.epoch.0,
+        holder(&c.lease),
+        c.now,
+        c.updates,
+        c.writes.messages.len(),
+    )
+}
+
 fn holder(lease: &Lease) -> Holder {
     (lease.node_id.0.clone(), lease.worker_id.0)
 }
@@ -272,9 +302,12 @@ impl InboxStore for FaultyStorage {
         let d = self.before("commit_stage", Effect::Write).await?;
         let lease = commit.lease.clone();
         let highest_before = self.lock().log.highest.get(&lease.shard.0).copied();
+        let line = commit_line(&commit);
         let r = self.inner.commit_stage(commit).await;
         if r.is_ok() {
-            self.lock().log.commits.push(CommitRecord {
+            let mut s = self.lock();
+            s.log.trace.push(line);
+            s.log.commits.push(CommitRecord {
                 shard: lease.shard.0,
                 epoch: lease.epoch.0,
                 holder: holder(&lease),
@@ -352,6 +385,13 @@ impl WorkRegistry for FaultyStorage {
                 );
                 s.log.duplicate_pick_ups.push(again);
             }
+            let line = format!(
+                "pick-up shard {} epoch {} by {:?} at {now}",
+                key.0,
+                key.1,
+                holder(lease)
+            );
+            s.log.trace.push(line);
             let highest = s.log.highest.entry(key.0).or_insert(key.1);
             *highest = (*highest).max(key.1);
         }

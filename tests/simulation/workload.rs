@@ -17,7 +17,7 @@
 
 use super::faulty::{FaultCounts, FaultRates, FaultyStorage};
 use super::invariants::{self, Oracle, Sent};
-use super::model::{heal, Applied, Apply, Audit, Gate, Ledger};
+use super::model::{forget_healed, heal, Applied, Apply, Audit, Gate, Ledger};
 use super::rng::SimRng;
 use chrono::{DateTime, Utc};
 use shardbox::core::memory::MemoryStorage;
@@ -58,6 +58,9 @@ pub struct RunReport {
     /// Restarts done to resume a catch-up left `Started` (a known defect).
     pub catch_up_restarts: usize,
     pub violations: Vec<String>,
+    /// Every pick-up and commit as the storage saw it, then the end state: two runs of one
+    /// seed on memory must produce the same trace.
+    pub trace: Vec<String>,
 }
 
 const NODES: usize = 2;
@@ -90,6 +93,7 @@ struct Sim {
 }
 
 async fn simulate(seed: u64, backend: Backend) -> RunReport {
+    forget_healed();
     let mut rng = SimRng::new(seed);
     let memory = Arc::new(MemoryStorage::new());
     let (inner, _dir): (Arc<dyn Storage>, Option<tempfile::TempDir>) = match backend {
@@ -169,6 +173,10 @@ async fn simulate(seed: u64, backend: Backend) -> RunReport {
     }
     let mut violations =
         invariants::check(&sim.boxes[0], &sim.faults, &sim.oracle, &sim.prefix).await;
+    sim.report.trace = sim.faults.trace();
+    sim.report
+        .trace
+        .extend(invariants::end_state(&sim.boxes[0], &sim.oracle, &sim.prefix).await);
     sim.report.violations.append(&mut violations);
     sim.report.faults = sim.faults.counts();
     sim.report.commits = sim.faults.commits().len();
