@@ -85,10 +85,22 @@ struct Log {
     trace: Vec<String>,
 }
 
+/// A fault scripted for the next call of one operation (the regression tests' exact
+/// scenarios), whether or not random faults are enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scripted {
+    /// The call fails before it runs.
+    Before,
+    /// The call takes effect and its acknowledgement is lost.
+    After,
+}
+
 struct State {
     rng: SimRng,
     rates: FaultRates,
     enabled: bool,
+    /// Scripted faults by operation name, used up in order.
+    script: Vec<(&'static str, Scripted)>,
     counts: FaultCounts,
     log: Log,
 }
@@ -124,6 +136,7 @@ impl FaultyStorage {
                 rng,
                 rates,
                 enabled: false,
+                script: Vec::new(),
                 counts: FaultCounts::default(),
                 log: Log::default(),
             })),
@@ -132,6 +145,11 @@ impl FaultyStorage {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes the next call of `op` (a storage method's name) fail as `fault`.
+    pub fn fail_next(&self, op: &'static str, fault: Scripted) {
+        self.lock().script.push((op, fault));
     }
 
     pub fn enable(&self, on: bool) {
@@ -159,8 +177,16 @@ impl FaultyStorage {
         self.lock().log.picked.clone()
     }
 
-    fn decide(&self, effect: Effect) -> Decision {
+    fn decide(&self, op: &str, effect: Effect) -> Decision {
         let mut s = self.lock();
+        if let Some(at) = s.script.iter().position(|(o, _)| *o == op) {
+            let (_, fault) = s.script.remove(at);
+            return Decision {
+                delay: None,
+                fail_before: fault == Scripted::Before,
+                fail_after: fault == Scripted::After && effect == Effect::Write,
+            };
+        }
         if !s.enabled {
             return Decision {
                 delay: None,
@@ -193,7 +219,7 @@ impl FaultyStorage {
 
     /// Runs the part of a call before the inner storage: the delay and the failure before.
     async fn before(&self, op: &str, effect: Effect) -> Result<Decision, StorageError> {
-        let d = self.decide(effect);
+        let d = self.decide(op, effect);
         if let Some(delay) = d.delay {
             tokio::time::sleep(delay).await;
         }

@@ -372,9 +372,13 @@ impl Delivery {
             }
             .into());
         }
+        let after_commit = conveyor.take_after_commit();
         let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
         let delayed = commit.earliest_delay();
         let committed = env.storage.commit_stage(commit).await?;
+        for f in after_commit {
+            f();
+        }
         report.purged = committed.purged;
         if committed.catch_ups_purged > 0 {
             tracing::info!(

@@ -335,6 +335,13 @@ impl RunnerHandle {
         self.queue.tasks.spawn(task);
     }
 
+    /// The node's stop signal (`true` once shutdown began), for a task given to
+    /// [`RunnerHandle::spawn_owned`] that runs until the node stops.
+    #[doc(hidden)]
+    pub fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
     /// Waits until no shard has a due message, checking every 10 ms, at most `timeout`.
     /// Returns whether the Inbox drained in time.
     pub async fn drain(&self, timeout: Duration) -> Result<bool, DeliveryError> {
