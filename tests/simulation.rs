@@ -35,28 +35,17 @@ use std::time::Instant;
 const CI_SEEDS_MEMORY: u64 = 200;
 const CI_SEEDS_SQLITE: u64 = 60;
 
-/// KNOWN DEFECT: on memory, seeds 49 and 182 end with a projection instance whose state does
-/// not equal the in-order fold of its events (49: same events, another order; 182: an event
-/// missing or twice) after a catch-up under faults. Not diagnosed yet; left out of the CI
-/// list, replayed with `SHARDBOX_SIM_SEED=49` (and still checked by `SHARDBOX_SIM_SEEDS`).
-const KNOWN_DEFECT_SEEDS_MEMORY: [u64; 2] = [49, 182];
-
-/// Whether known defects fail the run too (`SHARDBOX_SIM_STRICT=1`).
-fn strict() -> bool {
-    std::env::var("SHARDBOX_SIM_STRICT").is_ok_and(|v| v == "1")
-}
-
-fn seeds(default: u64, known: &[u64]) -> Vec<u64> {
+fn seeds(default: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("SHARDBOX_SIM_SEED") {
         return vec![seed.trim().parse().expect("SHARDBOX_SIM_SEED is a number")];
     }
     match std::env::var("SHARDBOX_SIM_SEEDS") {
         Ok(n) => (0..n.trim().parse().expect("SHARDBOX_SIM_SEEDS is a number")).collect(),
-        Err(_) => (0..default).filter(|s| !known.contains(s)).collect(),
+        Err(_) => (0..default).collect(),
     }
 }
 
-fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
+fn run_seeds(backend: Backend, default: u64) {
     // `SHARDBOX_SIM_LOG=shardbox_core=debug` shows what the nodes did (with one seed).
     if let Ok(filter) = std::env::var("SHARDBOX_SIM_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -68,8 +57,7 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
     let mut faults = FaultCounts::default();
     let mut totals = RunReport::default();
     let mut failures = Vec::new();
-    let seeds = seeds(default, known);
-    let mut known_seen = 0usize;
+    let seeds = seeds(default);
     for &seed in &seeds {
         let r = run(seed, backend);
         faults.add(&r.faults);
@@ -81,18 +69,7 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
         totals.unblocks += r.unblocks;
         totals.requeues += r.requeues;
         totals.commits += r.commits;
-        // KNOWN DEFECT (open, see KNOWN_DEFECT_SEEDS_MEMORY): a projection instance applies
-        // its events in another order than the event store's after a catch-up under faults.
-        // Reported loudly, and failing only with SHARDBOX_SIM_STRICT=1, until it is fixed;
-        // every other violation fails the run.
-        let (known_order, violations): (Vec<String>, Vec<String>) = r
-            .violations
-            .into_iter()
-            .partition(|v| !strict() && v.starts_with("per-target order: audit"));
-        for v in &known_order {
-            eprintln!("!! KNOWN DEFECT seen (SEED={seed} {backend:?}, not failing the run): {v}");
-        }
-        known_seen += known_order.len();
+        let violations = r.violations;
         if !violations.is_empty() {
             failures.push(format!(
                 "SEED={seed} ({backend:?}): {}\n  re-run: SHARDBOX_SIM_SEED={seed} cargo test --test simulation",
@@ -113,11 +90,6 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
         totals.unblocks,
         totals.requeues,
     );
-    if known_seen > 0 {
-        eprintln!(
-            "!! {known_seen} violation(s) of the known projection-order defect were reported above (SHARDBOX_SIM_STRICT=1 fails on them)"
-        );
-    }
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed:\n{}",
@@ -128,7 +100,7 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
 }
 
 /// Seeds replayed twice on memory by the determinism check.
-const DETERMINISM_SEEDS: [u64; 4] = [1, 49, 139, 182];
+const DETERMINISM_SEEDS: [u64; 4] = [1, 36, 229, 777];
 
 /// A seed replays the same schedule: on memory, two runs of one seed produce the same trace
 /// (every pick-up and commit with its row changes, states and dead letters, in the order the
@@ -165,10 +137,10 @@ fn memory_seed_replays_the_same_schedule() {
 
 #[test]
 fn memory_seeds_keep_every_invariant() {
-    run_seeds(Backend::Memory, CI_SEEDS_MEMORY, &KNOWN_DEFECT_SEEDS_MEMORY);
+    run_seeds(Backend::Memory, CI_SEEDS_MEMORY);
 }
 
 #[test]
 fn sqlite_seeds_keep_every_invariant() {
-    run_seeds(Backend::Sqlite, CI_SEEDS_SQLITE, &[]);
+    run_seeds(Backend::Sqlite, CI_SEEDS_SQLITE);
 }

@@ -99,8 +99,9 @@ struct State {
     rng: SimRng,
     rates: FaultRates,
     enabled: bool,
-    /// Scripted faults by operation name, used up in order.
-    script: Vec<(&'static str, Scripted)>,
+    /// Scripted faults by operation name: (op, calls to let pass first, fault), used up in
+    /// order.
+    script: Vec<(&'static str, usize, Scripted)>,
     counts: FaultCounts,
     log: Log,
 }
@@ -149,7 +150,12 @@ impl FaultyStorage {
 
     /// Makes the next call of `op` (a storage method's name) fail as `fault`.
     pub fn fail_next(&self, op: &'static str, fault: Scripted) {
-        self.lock().script.push((op, fault));
+        self.fail_later(op, 0, fault);
+    }
+
+    /// Lets `pass` calls of `op` go through, then makes the next one fail as `fault`.
+    pub fn fail_later(&self, op: &'static str, pass: usize, fault: Scripted) {
+        self.lock().script.push((op, pass, fault));
     }
 
     pub fn enable(&self, on: bool) {
@@ -179,13 +185,17 @@ impl FaultyStorage {
 
     fn decide(&self, op: &str, effect: Effect) -> Decision {
         let mut s = self.lock();
-        if let Some(at) = s.script.iter().position(|(o, _)| *o == op) {
-            let (_, fault) = s.script.remove(at);
-            return Decision {
-                delay: None,
-                fail_before: fault == Scripted::Before,
-                fail_after: fault == Scripted::After && effect == Effect::Write,
-            };
+        if let Some(at) = s.script.iter().position(|(o, _, _)| *o == op) {
+            if s.script[at].1 > 0 {
+                s.script[at].1 -= 1;
+            } else {
+                let (_, _, fault) = s.script.remove(at);
+                return Decision {
+                    delay: None,
+                    fail_before: fault == Scripted::Before,
+                    fail_after: fault == Scripted::After && effect == Effect::Write,
+                };
+            }
         }
         if !s.enabled {
             return Decision {

@@ -151,6 +151,100 @@ async fn catch_up_whose_start_lost_its_ack(inner: Arc<dyn Storage>) {
     assert_eq!(ns, vec![1, 2, 3]);
 }
 
+/// Seeds 229, 777 and 839 (49 and 182 before the determinism fix; 237 and 952 showed it as
+/// an event applied twice or missing): a projection applied a replayed event after later ones.
+/// The catch-up station applies a replay page straight to the states only while none of the
+/// job's replayed rows waits in the Inbox, and it cached "none waits" per job on each node.
+/// Node B cached it; node A then served the job's ticks and wrote a replayed row (a handler
+/// failed on it), which went into retry; B, serving the next tick, trusted its cache and
+/// applied the next page directly, before that row. The cache is now valid only under the
+/// lease epoch of the job's home shard it was learned under.
+async fn replay_page_after_another_node_spilled(inner: Arc<dyn Storage>) {
+    let faults = wrap(inner);
+    let clock = Arc::new(ManualClock::new(t0()));
+    let slow_retry = FailurePolicy::new(
+        8,
+        Backoff::Fixed(Duration::from_secs(10)),
+        ExhaustedOutcome::DeadLetter,
+    );
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        nodes.push(
+            Shardbox::builder()
+                .shared_storage(Arc::new(faults.clone()))
+                .clock(clock.clone())
+                .node_id(shardbox::NodeId(format!("node-{name}")))
+                .shards(1)
+                .page_size(1)
+                .catch_up_page_size(1)
+                .lease_duration(Duration::from_secs(4))
+                .kind_policy(Audit::KIND, slow_retry)
+                .aggregate::<Ledger>()
+                .projection::<Audit>()
+                .build()
+                .await
+                .expect("build a node"),
+        );
+    }
+    let (a, b) = (nodes[0].clone(), nodes[1].clone());
+    let advance = |s: i64| clock.advance(chrono::Duration::seconds(s));
+    for (n, fail) in [(1, 0), (2, 1), (3, 0)] {
+        let event = Applied {
+            source: "ext".into(),
+            n,
+            audit: "x".into(),
+            audit_fail_first: fail,
+        };
+        a.post(EventSource::external("ext"), &event)
+            .await
+            .expect("post");
+    }
+    a.deliver_all().await.expect("live delivery");
+    advance(11);
+    a.deliver_all()
+        .await
+        .expect("live delivery after the retry");
+    let seen = |sb: Shardbox| async move {
+        let state = sb.projection_state::<Audit>("x").await.expect("state");
+        state
+            .map(|s| s.seen.iter().map(|(_, n)| *n).collect::<Vec<u64>>())
+            .unwrap_or_default()
+    };
+    assert_eq!(seen(a.clone()).await, vec![1, 2, 3], "live delivery");
+
+    b.catch_up::<Audit>(CatchUp::ids(["x"]))
+        .await
+        .expect("start a catch-up");
+    // B serves the first tick (replays event 1 directly, learning that no replayed row
+    // waits) but its commit fails.
+    faults.fail_next("commit_stage", Scripted::Before);
+    assert!(b.deliver_all().await.is_err());
+    advance(5);
+    // A replays event 1, then event 2, whose handler fails: the page is written as a
+    // replayed row, which fails again and goes into retry (10 s); then A's commit fails.
+    faults.fail_later("commit_stage", 3, Scripted::Before);
+    assert!(a.deliver_all().await.is_err());
+    advance(5);
+    // B serves the next tick, event 3, while event 2's replayed row waits for its retry.
+    b.deliver_all().await.expect("B serves the next tick");
+    advance(11);
+    for _ in 0..4 {
+        b.deliver_all().await.expect("finish");
+        advance(1);
+    }
+    assert!(b
+        .storage()
+        .running_catch_ups()
+        .await
+        .expect("jobs")
+        .is_empty());
+    assert_eq!(
+        seen(b.clone()).await,
+        vec![1, 2, 3],
+        "the rebuilt projection saw its events in event-store order"
+    );
+}
+
 async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = SqliteOptions::default().checkpoint_interval(None);
@@ -195,6 +289,7 @@ macro_rules! on_every_backend {
 }
 
 on_every_backend!(
+    replay_page_after_another_node_spilled,
     requeue_after_an_uncommitted_delivery,
     catch_up_whose_start_lost_its_ack,
 );
