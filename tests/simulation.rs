@@ -32,7 +32,7 @@ use sim::workload::{run, Backend, RunReport};
 use std::time::Instant;
 
 /// Seeds run per backend when `SHARDBOX_SIM_SEEDS` is not set.
-const CI_SEEDS_MEMORY: u64 = 200;
+const CI_SEEDS_MEMORY: u64 = 400;
 const CI_SEEDS_SQLITE: u64 = 60;
 
 fn seeds(default: u64) -> Vec<u64> {
