@@ -3,7 +3,9 @@
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
-use shardbox_core::{CatchUpProgress, DeliveryError, Message, Projection, ShardIndex};
+use shardbox_core::{
+    validate_id, CatchUpProgress, DeliveryError, IdField, Message, Projection, ShardIndex,
+};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -48,7 +50,9 @@ impl Shardbox {
     /// events are held until the replay has passed them (or dropped when the replay already
     /// applied them), so the end state equals a fresh fold over the history.
     ///
-    /// Refused with [`StorageError::CatchUpOverlap`] if a running catch-up of `P` overlaps.
+    /// Refused with [`StorageError::CatchUpOverlap`] if a running catch-up of `P` overlaps,
+    /// and with [`DeliveryError::InvalidInput`] if the tenant or an id breaks the id rules
+    /// (an id empty, over [`MAX_ID_BYTES`](shardbox_core::MAX_ID_BYTES) or holding a NUL).
     pub async fn catch_up<P: Projection>(
         &self,
         request: CatchUp,
@@ -58,6 +62,13 @@ impl Shardbox {
             return Err(DeliveryError::UnknownKind {
                 kind: P::KIND.to_owned(),
             });
+        }
+        // The ids are stored with the job (PostgreSQL text refuses a NUL): the id rules.
+        validate_id(IdField::Tenant, &request.tenant)?;
+        if let CatchUpTargets::Ids(ids) = &request.targets {
+            for id in ids {
+                validate_id(IdField::TargetId, id)?;
+            }
         }
         let mut affected: Vec<ShardIndex> = match &request.targets {
             CatchUpTargets::All => (0..env.config.shard_count).map(ShardIndex).collect(),
