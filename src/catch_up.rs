@@ -3,9 +3,12 @@
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
-use shardbox_core::{CatchUpProgress, DeliveryError, EventSet, Projection, ShardIndex};
+use shardbox_core::{
+    validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection, ShardIndex,
+};
 use shardbox_stations::tick_message;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// A running (or finished) catch-up job.
 #[derive(Debug, Clone)]
@@ -47,7 +50,9 @@ impl Shardbox {
     /// events are held until the replay has passed them (or dropped when the replay already
     /// applied them), so the end state equals a fresh fold over the history.
     ///
-    /// Refused with [`StorageError::CatchUpOverlap`] if a running catch-up of `P` overlaps.
+    /// Refused with [`StorageError::CatchUpOverlap`] if a running catch-up of `P` overlaps,
+    /// and with [`DeliveryError::InvalidInput`] if the tenant or an id breaks the id rules
+    /// (an id empty, over [`MAX_ID_BYTES`](shardbox_core::MAX_ID_BYTES) or holding a NUL).
     pub async fn catch_up<P: Projection>(
         &self,
         request: CatchUp,
@@ -57,6 +62,13 @@ impl Shardbox {
             return Err(DeliveryError::UnknownKind {
                 kind: P::KIND.to_owned(),
             });
+        }
+        // The ids are stored with the job (PostgreSQL text refuses a NUL): the id rules.
+        validate_id(IdField::Tenant, &request.tenant)?;
+        if let CatchUpTargets::Ids(ids) = &request.targets {
+            for id in ids {
+                validate_id(IdField::TargetId, id)?;
+            }
         }
         let mut affected: Vec<ShardIndex> = match &request.targets {
             CatchUpTargets::All => (0..env.config.shard_count).map(ShardIndex).collect(),
@@ -126,13 +138,47 @@ impl Shardbox {
         Ok(CatchUpProgress::of(&job, env.clock.now()))
     }
 
-    /// Makes sure every running catch-up has its tick row (a job whose start crashed before
-    /// the first tick was written would otherwise wait forever). Idempotent.
-    pub(crate) async fn resume_catch_ups(&self) -> Result<(), DeliveryError> {
+    /// Resumes every running catch-up at once, then, every lease duration until `stop`, those
+    /// that took no step for a lease (see [`Shardbox::resume_catch_ups`]).
+    pub(crate) async fn resume_catch_ups_periodically(self, mut stop: watch::Receiver<bool>) {
+        let every = self.env().config.lease_duration;
+        let mut stale_for = None;
+        loop {
+            if let Err(e) = self.resume_catch_ups(stale_for).await {
+                tracing::warn!(error = %e, "could not check running catch-ups; trying again in a lease duration");
+            }
+            stale_for = Some(self.env().config.lease_span());
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stopped| *stopped) => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    /// Makes sure every running catch-up (with `stale_for`, only those whose last step is
+    /// older than that) has its tick row: a job whose first tick was never written (the start
+    /// crashed, or its write failed or lost its acknowledgement) would otherwise wait forever.
+    /// Idempotent: a tick carries the job's id and cursor as its signal, so the tick of a job
+    /// that has one is a duplicate and is not written.
+    pub(crate) async fn resume_catch_ups(
+        &self,
+        stale_for: Option<chrono::Duration>,
+    ) -> Result<(), DeliveryError> {
         let env = self.env();
-        let jobs = env.storage.running_catch_ups().await?;
+        let now = env.clock.now();
+        let jobs: Vec<_> = env
+            .storage
+            .running_catch_ups()
+            .await?
+            .into_iter()
+            .filter(|j| stale_for.is_none_or(|d| j.updated_at <= now - d))
+            .collect();
         if jobs.is_empty() {
             return Ok(());
+        }
+        for j in &jobs {
+            tracing::info!(job = j.id, status = ?j.status, cursor = j.cursor, "resuming a catch-up (writing its tick)");
         }
         let ticks = jobs
             .iter()

@@ -151,15 +151,11 @@ impl Shardbox {
     /// sweep, catch-up resume); call `node.shutdown().await` to stop them.
     pub fn start(&self) -> Node {
         let node = LocalRunner::start(self.delivery.clone());
-        let me = self.clone();
         let span = tracing::info_span!("catch_up_resume", node = %self.env.config.node_id);
         node.spawn_owned(
-            async move {
-                if let Err(e) = me.resume_catch_ups().await {
-                    tracing::warn!(error = %e, "could not check running catch-ups; they resume at the next start");
-                }
-            }
-            .instrument(span),
+            self.clone()
+                .resume_catch_ups_periodically(node.stop_signal())
+                .instrument(span),
         );
         node
     }

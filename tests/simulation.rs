@@ -13,9 +13,15 @@
 //!  SHARDBOX_SIM_SEEDS=5000 cargo test --test simulation       run thousands
 //! ```
 //!
-//! On the memory backend a seed replays exactly the same schedule. On SQLite the schedule of
-//! the driver and of the faults is the same, but blocking-pool threads finish in real time,
-//! so interleavings can differ between replays.
+//! On the memory backend a seed replays exactly the same schedule (checked by
+//! `memory_seed_replays_the_same_schedule`; `SHARDBOX_SIM_REPLAYS=<n>` checks seeds `0..n`):
+//! every signal id comes from the workload, node ids are fixed, the memory backend answers in
+//! `seq` and shard order, the runner's `select!`s are biased, and the poison set is per run.
+//! On SQLite the schedule of the driver and of the faults is the same, but blocking-pool
+//! threads finish in real time, so interleavings can differ between replays.
+
+/// Backend factories shared with the other integration tests (PostgreSQL schemas).
+mod common;
 
 /// The harness, one file per concept under `tests/simulation/`.
 #[path = "simulation/mod.rs"]
@@ -26,31 +32,20 @@ use sim::workload::{run, Backend, RunReport};
 use std::time::Instant;
 
 /// Seeds run per backend when `SHARDBOX_SIM_SEEDS` is not set.
-const CI_SEEDS_MEMORY: u64 = 200;
+const CI_SEEDS_MEMORY: u64 = 400;
 const CI_SEEDS_SQLITE: u64 = 60;
 
-/// KNOWN DEFECT: on memory, seeds 49 and 182 end with a projection instance whose state does
-/// not equal the in-order fold of its events (49: same events, another order; 182: an event
-/// missing or twice) after a catch-up under faults. Not diagnosed yet; left out of the CI
-/// list, replayed with `SHARDBOX_SIM_SEED=49` (and still checked by `SHARDBOX_SIM_SEEDS`).
-const KNOWN_DEFECT_SEEDS_MEMORY: [u64; 2] = [49, 182];
-
-/// Whether known defects fail the run too (`SHARDBOX_SIM_STRICT=1`).
-fn strict() -> bool {
-    std::env::var("SHARDBOX_SIM_STRICT").is_ok_and(|v| v == "1")
-}
-
-fn seeds(default: u64, known: &[u64]) -> Vec<u64> {
+fn seeds(default: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("SHARDBOX_SIM_SEED") {
         return vec![seed.trim().parse().expect("SHARDBOX_SIM_SEED is a number")];
     }
     match std::env::var("SHARDBOX_SIM_SEEDS") {
         Ok(n) => (0..n.trim().parse().expect("SHARDBOX_SIM_SEEDS is a number")).collect(),
-        Err(_) => (0..default).filter(|s| !known.contains(s)).collect(),
+        Err(_) => (0..default).collect(),
     }
 }
 
-fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
+fn run_seeds(backend: Backend, default: u64) {
     // `SHARDBOX_SIM_LOG=shardbox_core=debug` shows what the nodes did (with one seed).
     if let Ok(filter) = std::env::var("SHARDBOX_SIM_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -62,8 +57,7 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
     let mut faults = FaultCounts::default();
     let mut totals = RunReport::default();
     let mut failures = Vec::new();
-    let seeds = seeds(default, known);
-    let mut known_seen = 0usize;
+    let seeds = seeds(default);
     for &seed in &seeds {
         let r = run(seed, backend);
         faults.add(&r.faults);
@@ -75,19 +69,7 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
         totals.unblocks += r.unblocks;
         totals.requeues += r.requeues;
         totals.commits += r.commits;
-        totals.catch_up_restarts += r.catch_up_restarts;
-        // KNOWN DEFECT (open, see KNOWN_DEFECT_SEEDS_MEMORY): a projection instance applies
-        // its events in another order than the event store's after a catch-up under faults.
-        // Reported loudly, and failing only with SHARDBOX_SIM_STRICT=1, until it is fixed;
-        // every other violation fails the run.
-        let (known_order, violations): (Vec<String>, Vec<String>) = r
-            .violations
-            .into_iter()
-            .partition(|v| !strict() && v.starts_with("per-target order: audit"));
-        for v in &known_order {
-            eprintln!("!! KNOWN DEFECT seen (SEED={seed} {backend:?}, not failing the run): {v}");
-        }
-        known_seen += known_order.len();
+        let violations = r.violations;
         if !violations.is_empty() {
             failures.push(format!(
                 "SEED={seed} ({backend:?}): {}\n  re-run: SHARDBOX_SIM_SEED={seed} cargo test --test simulation",
@@ -96,7 +78,7 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
         }
     }
     println!(
-        "{backend:?}: {} seeds in {:.1} s; faults {faults:?}; sends {}, posts {}, commits {}, restarts {}, lease expiries {}, catch-ups {} (resumed by a restart: {}), unblocks {}, requeues {}",
+        "{backend:?}: {} seeds in {:.1} s; faults {faults:?}; sends {}, posts {}, commits {}, restarts {}, lease expiries {}, catch-ups {}, unblocks {}, requeues {}",
         seeds.len(),
         started.elapsed().as_secs_f64(),
         totals.sends,
@@ -105,15 +87,9 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
         totals.restarts,
         totals.lease_expiries,
         totals.catch_ups,
-        totals.catch_up_restarts,
         totals.unblocks,
         totals.requeues,
     );
-    if known_seen > 0 {
-        eprintln!(
-            "!! {known_seen} violation(s) of the known projection-order defect were reported above (SHARDBOX_SIM_STRICT=1 fails on them)"
-        );
-    }
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed:\n{}",
@@ -123,12 +99,48 @@ fn run_seeds(backend: Backend, default: u64, known: &[u64]) {
     );
 }
 
+/// Seeds replayed twice on memory by the determinism check.
+const DETERMINISM_SEEDS: [u64; 4] = [1, 36, 229, 777];
+
+/// A seed replays the same schedule: on memory, two runs of one seed produce the same trace
+/// (every pick-up and commit with its row changes, states and dead letters, in the order the
+/// storage saw them) and the same end state. A failing seed can then be reduced by replaying it.
+#[test]
+fn memory_seed_replays_the_same_schedule() {
+    // `SHARDBOX_SIM_REPLAYS=<n>` checks seeds 0..n instead.
+    let seeds: Vec<u64> = match std::env::var("SHARDBOX_SIM_REPLAYS") {
+        Ok(n) => (0..n.trim().parse().expect("SHARDBOX_SIM_REPLAYS is a number")).collect(),
+        Err(_) => DETERMINISM_SEEDS.to_vec(),
+    };
+    let mut differing = Vec::new();
+    for seed in seeds {
+        let a = run(seed, Backend::Memory).trace;
+        let b = run(seed, Backend::Memory).trace;
+        assert!(a.len() > 10, "seed {seed} traced only {} lines", a.len());
+        if let Some(i) = (0..a.len().max(b.len())).find(|i| a.get(*i) != b.get(*i)) {
+            differing.push(format!(
+                "seed {seed}: the traces ({} and {} lines) first differ at line {i}:\n  first:  {:?}\n  second: {:?}",
+                a.len(),
+                b.len(),
+                a.get(i),
+                b.get(i)
+            ));
+        }
+    }
+    assert!(
+        differing.is_empty(),
+        "{} seed(s) did not replay the same schedule:\n{}",
+        differing.len(),
+        differing.join("\n")
+    );
+}
+
 #[test]
 fn memory_seeds_keep_every_invariant() {
-    run_seeds(Backend::Memory, CI_SEEDS_MEMORY, &KNOWN_DEFECT_SEEDS_MEMORY);
+    run_seeds(Backend::Memory, CI_SEEDS_MEMORY);
 }
 
 #[test]
 fn sqlite_seeds_keep_every_invariant() {
-    run_seeds(Backend::Sqlite, CI_SEEDS_SQLITE, &[]);
+    run_seeds(Backend::Sqlite, CI_SEEDS_SQLITE);
 }

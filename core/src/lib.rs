@@ -83,7 +83,7 @@ pub use runner::local::{LocalRunner, RunnerHandle};
 pub use send::inbox::{Inbox, SendOptions, SendReceipt};
 pub use send::outcome::OutcomeWait;
 pub use stage::context::StationContext;
-pub use stage::conveyor::{Conveyor, Intent, EXPIRED_REASON};
+pub use stage::conveyor::{AfterCommit, Conveyor, Intent, EXPIRED_REASON};
 pub use stage::station::Station;
 pub use storage::{
     CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, Lease, ListenerHandle,

@@ -145,8 +145,11 @@ pub struct CatchUpStation {
     /// Per shard: the running jobs read under a lease epoch.
     jobs: Mutex<HashMap<ShardIndex, JobsSeen>>,
     /// Per job: whether replayed rows of it may be in the Inbox (a page that could not be
-    /// applied directly wrote them). Unknown jobs are looked up.
-    spilled: Mutex<HashMap<i64, bool>>,
+    /// applied directly wrote them), as known under a lease epoch of the job's home shard.
+    /// Only valid under that epoch: under another one, another node may have served the
+    /// job's ticks and written replayed rows this node never saw. Unknown jobs, and jobs
+    /// known under another epoch, are looked up.
+    spilled: Mutex<HashMap<i64, (LeaseEpoch, bool)>>,
     last_purge: Mutex<Option<DateTime<Utc>>>,
 }
 
@@ -201,15 +204,16 @@ impl CatchUpStation {
         {
             return Ok(false);
         }
+        let epoch = conveyor.lease().epoch;
         let known = lock(&self.spilled).get(&job.id).copied();
-        if known == Some(false) {
+        if known == Some((epoch, false)) {
             return Ok(true);
         }
         // Cursor 0: replayed rows only (no live row carries an event seq <= 0).
         let pending = env
             .has_pending_replay(kind, &job.spec.tenant, &job.spec.affected_shards, 0)
             .await?;
-        lock(&self.spilled).insert(job.id, pending);
+        lock(&self.spilled).insert(job.id, (epoch, pending));
         Ok(!pending)
     }
 
@@ -319,7 +323,7 @@ impl CatchUpStation {
                         rows
                     };
                 if !rows.is_empty() {
-                    lock(&self.spilled).insert(job.id, true);
+                    lock(&self.spilled).insert(job.id, (conveyor.lease().epoch, true));
                     conveyor.emit_messages(rows);
                 }
                 (decide_step(&job, &seqs, page_size, 0), events.len())

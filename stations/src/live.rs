@@ -247,6 +247,9 @@ impl Station for LiveDelivery {
             .into_iter()
             .zip(results.into_iter().map(Some))
             .chain(unhandled.into_iter().map(|key| (key, None)));
+        // Remembered as recent deliveries only once the stage committed (see
+        // `Conveyor::after_commit`).
+        let mut delivered = Vec::new();
         for ((target, rows), result) in targets {
             let outcomes: Vec<MessageOutcome> = match result {
                 Some(result) => {
@@ -336,10 +339,18 @@ impl Station for LiveDelivery {
                 {
                     // Replayed rows are delivered with no window, so never remembered.
                     let m = &conveyor.page()[i];
-                    self.recent.remember(m.dedup_key(), m.seq, keep_until);
+                    delivered.push((m.dedup_key(), m.seq, keep_until));
                 }
                 conveyor.record(i, intent);
             }
+        }
+        if !delivered.is_empty() {
+            let recent = self.recent.clone();
+            conveyor.after_commit(move || {
+                for (key, seq, keep_until) in delivered {
+                    recent.remember(key, seq, keep_until);
+                }
+            });
         }
         Ok(())
     }

@@ -5,8 +5,16 @@
 //!                         ├─ delay: a tokio sleep (paused clock) before the inner call
 //!                         ├─ inner call ─► fail after: it took effect, its ack is lost
 //!                         └─ log: every pick-up and every successful commit_stage
-//!  write listener (PostgreSQL only) ─► drops notifications before the node's observer
+//!  writes that took effect ─► simulated NOTIFY to every node's listener ─► some dropped
 //! ```
+//!
+//! Memory and SQLite hear no other process's writes; the wrapper plays PostgreSQL's
+//! `LISTEN`/`NOTIFY` for them: every node's runner listens through it, and every write that
+//! took effect (send, stage commit, requeue, unblock; also when its acknowledgement is then
+//! lost, as a `NOTIFY` goes out at commit) is told to every listening node, except the
+//! notifications the fault plan drops. A node whose wake-up was dropped must find the rows by
+//! polling. Over PostgreSQL the backend's own listener is used and its notifications pass
+//! through the same drop.
 //!
 //! Reads can only fail before (after would be the same thing); writes can fail on either
 //! side. The log of pick-ups and commits is what the "one committer per (shard, epoch)" and
@@ -16,6 +24,7 @@
 use super::rng::SimRng;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use shardbox::core::storage::listener::ListenerControl;
 use shardbox::core::storage::{
     BlockedTarget, CatchUpJob, CatchUpStore, CommitReport, DeadLetterFilter, DeadLetterStore,
     EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease,
@@ -80,12 +89,30 @@ struct Log {
     /// Highest epoch handed out per shard.
     highest: HashMap<u32, i64>,
     commits: Vec<CommitRecord>,
+    /// Every successful pick-up and commit, in the order the storage saw them: the run's
+    /// trace, compared between two runs of one seed by the determinism test.
+    trace: Vec<String>,
+}
+
+/// A fault scripted for the next call of one operation (the regression tests' exact
+/// scenarios), whether or not random faults are enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scripted {
+    /// The call fails before it runs.
+    Before,
+    /// The call takes effect and its acknowledgement is lost.
+    After,
 }
 
 struct State {
     rng: SimRng,
     rates: FaultRates,
     enabled: bool,
+    /// The nodes listening through the simulated `NOTIFY` (memory, SQLite).
+    listeners: Vec<(ListenerControl, Arc<dyn ShardObserver>)>,
+    /// Scripted faults by operation name: (op, calls to let pass first, fault), used up in
+    /// order.
+    script: Vec<(&'static str, usize, Scripted)>,
     counts: FaultCounts,
     log: Log,
 }
@@ -121,6 +148,8 @@ impl FaultyStorage {
                 rng,
                 rates,
                 enabled: false,
+                script: Vec::new(),
+                listeners: Vec::new(),
                 counts: FaultCounts::default(),
                 log: Log::default(),
             })),
@@ -129,6 +158,16 @@ impl FaultyStorage {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes the next call of `op` (a storage method's name) fail as `fault`.
+    pub fn fail_next(&self, op: &'static str, fault: Scripted) {
+        self.fail_later(op, 0, fault);
+    }
+
+    /// Lets `pass` calls of `op` go through, then makes the next one fail as `fault`.
+    pub fn fail_later(&self, op: &'static str, pass: usize, fault: Scripted) {
+        self.lock().script.push((op, pass, fault));
     }
 
     pub fn enable(&self, on: bool) {
@@ -147,12 +186,29 @@ impl FaultyStorage {
         self.lock().log.duplicate_pick_ups.clone()
     }
 
+    /// The run's trace (see `Log::trace`).
+    pub fn trace(&self) -> Vec<String> {
+        self.lock().log.trace.clone()
+    }
+
     pub fn picked(&self) -> BTreeMap<(u32, i64), Holder> {
         self.lock().log.picked.clone()
     }
 
-    fn decide(&self, effect: Effect) -> Decision {
+    fn decide(&self, op: &str, effect: Effect) -> Decision {
         let mut s = self.lock();
+        if let Some(at) = s.script.iter().position(|(o, _, _)| *o == op) {
+            if s.script[at].1 > 0 {
+                s.script[at].1 -= 1;
+            } else {
+                let (_, _, fault) = s.script.remove(at);
+                return Decision {
+                    delay: None,
+                    fail_before: fault == Scripted::Before,
+                    fail_after: fault == Scripted::After && effect == Effect::Write,
+                };
+            }
+        }
         if !s.enabled {
             return Decision {
                 delay: None,
@@ -185,7 +241,7 @@ impl FaultyStorage {
 
     /// Runs the part of a call before the inner storage: the delay and the failure before.
     async fn before(&self, op: &str, effect: Effect) -> Result<Decision, StorageError> {
-        let d = self.decide(effect);
+        let d = self.decide(op, effect);
         if let Some(delay) = d.delay {
             tokio::time::sleep(delay).await;
         }
@@ -220,12 +276,62 @@ impl FaultyStorage {
     }
 }
 
+impl FaultyStorage {
+    /// The simulated `NOTIFY` of a write to `shards` that took effect: told to every
+    /// listening node, each notification dropped at the fault plan's rate.
+    fn broadcast(&self, shards: &[ShardIndex]) {
+        if shards.is_empty() || self.inner.write_listener().is_some() {
+            return;
+        }
+        let listeners: Vec<(ListenerControl, Arc<dyn ShardObserver>)> = {
+            let mut s = self.lock();
+            s.listeners.retain(|(control, _)| !control.is_stopped());
+            s.listeners.clone()
+        };
+        for (control, observer) in listeners {
+            if !self.drop_notification() {
+                control.notified(1);
+                observer.on_write(shards);
+            }
+        }
+    }
+
+    /// Broadcasts the shards a write reported when it took effect (whatever its ack).
+    fn heard<T>(&self, r: &Result<T, StorageError>, shards: impl FnOnce(&T) -> Vec<ShardIndex>) {
+        if let Ok(v) = r {
+            self.broadcast(&shards(v));
+        }
+    }
+}
+
 fn injected(reason: String) -> StorageError {
     StorageError::Unavailable {
         database: "simulation".into(),
         reason: format!("injected fault: {reason}"),
         source: None,
     }
+}
+
+/// One commit as a trace line: who, when, and every row change, state and dead letter.
+fn commit_line(c: &StageCommit) -> String {
+    let states: Vec<(&str, &str, usize)> = c
+        .states
+        .iter()
+        .map(|w| {
+            let len = w.state.as_ref().map_or(0, Vec::len);
+            (w.key.kind.as_str(), w.key.id.as_str(), len)
+        })
+        .collect();
+    let dead: Vec<i64> = c.dead_letters.iter().map(|d| d.original.seq).collect();
+    format!(
+        "commit shard {} epoch {} by {:?} at {}: updates {:?} states {states:?} dead {dead:?} writes {}",
+        c.lease.shard.0,
+        c.lease.epoch.0,
+        holder(&c.lease),
+        c.now,
+        c.updates,
+        c.writes.messages.len(),
+    )
 }
 
 fn holder(lease: &Lease) -> Holder {
@@ -252,11 +358,17 @@ macro_rules! write {
 #[async_trait]
 impl InboxStore for FaultyStorage {
     async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError> {
-        write!(self, "write", self.inner.write(batch))
+        let d = self.before("write", Effect::Write).await?;
+        let r = self.inner.write(batch).await;
+        self.heard(&r, |w| w.shards.clone());
+        FaultyStorage::ack("write", d, r)
     }
 
     async fn write_all(&self, batches: Vec<WriteBatch>) -> Result<Vec<WriteReport>, StorageError> {
-        write!(self, "write_all", self.inner.write_all(batches))
+        let d = self.before("write_all", Effect::Write).await?;
+        let r = self.inner.write_all(batches).await;
+        self.heard(&r, |ws| ws.iter().flat_map(|w| w.shards.clone()).collect());
+        FaultyStorage::ack("write_all", d, r)
     }
 
     async fn read_page(
@@ -272,9 +384,13 @@ impl InboxStore for FaultyStorage {
         let d = self.before("commit_stage", Effect::Write).await?;
         let lease = commit.lease.clone();
         let highest_before = self.lock().log.highest.get(&lease.shard.0).copied();
+        let line = commit_line(&commit);
         let r = self.inner.commit_stage(commit).await;
+        self.heard(&r, |c| c.written.shards.clone());
         if r.is_ok() {
-            self.lock().log.commits.push(CommitRecord {
+            let mut s = self.lock();
+            s.log.trace.push(line);
+            s.log.commits.push(CommitRecord {
                 shard: lease.shard.0,
                 epoch: lease.epoch.0,
                 holder: holder(&lease),
@@ -360,6 +476,13 @@ impl WorkRegistry for FaultyStorage {
                 );
                 s.log.duplicate_pick_ups.push(again);
             }
+            let line = format!(
+                "pick-up shard {} epoch {} by {:?} at {now}",
+                key.0,
+                key.1,
+                holder(lease)
+            );
+            s.log.trace.push(line);
             let highest = s.log.highest.entry(key.0).or_insert(key.1);
             *highest = (*highest).max(key.1);
         }
@@ -516,11 +639,10 @@ impl DeadLetterStore for FaultyStorage {
         requeue: Vec<Requeue>,
         now: DateTime<Utc>,
     ) -> Result<RequeueReport, StorageError> {
-        write!(
-            self,
-            "requeue_dead_letters",
-            self.inner.requeue_dead_letters(requeue, now)
-        )
+        let d = self.before("requeue_dead_letters", Effect::Write).await?;
+        let r = self.inner.requeue_dead_letters(requeue, now).await;
+        self.heard(&r, |report| report.shards.clone());
+        FaultyStorage::ack("requeue_dead_letters", d, r)
     }
 
     async fn purge_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StorageError> {
@@ -541,11 +663,10 @@ impl DeadLetterStore for FaultyStorage {
         action: Unblock,
         now: DateTime<Utc>,
     ) -> Result<UnblockReport, StorageError> {
-        write!(
-            self,
-            "unblock_target",
-            self.inner.unblock_target(target, action, now)
-        )
+        let d = self.before("unblock_target", Effect::Write).await?;
+        let r = self.inner.unblock_target(target, action, now).await;
+        self.heard(&r, |report| report.shards.clone());
+        FaultyStorage::ack("unblock_target", d, r)
     }
 }
 
@@ -554,13 +675,10 @@ impl Storage for FaultyStorage {
         format!("fault-injecting wrapper around {}", self.inner.describe())
     }
 
-    /// Only when the inner backend hears other processes' writes (PostgreSQL): then its
-    /// notifications pass through [`DroppingObserver`]. Memory and SQLite have none, so the
-    /// "dropped notification" fault cannot strike there.
+    /// Always: the inner backend's listener with its notifications passing through
+    /// [`DroppingObserver`] (PostgreSQL), or the simulated `NOTIFY` (memory, SQLite).
     fn write_listener(&self) -> Option<&dyn WriteListener> {
-        self.inner
-            .write_listener()
-            .map(|_| self as &dyn WriteListener)
+        Some(self as &dyn WriteListener)
     }
 }
 
@@ -571,9 +689,12 @@ impl WriteListener for FaultyStorage {
         shard_count: u32,
         observer: Arc<dyn ShardObserver>,
     ) -> Result<ListenerHandle, StorageError> {
-        let inner = self.inner.write_listener().ok_or_else(|| {
-            StorageError::Corrupt("the inner backend has no write listener".into())
-        })?;
+        let Some(inner) = self.inner.write_listener() else {
+            let (handle, control) = ListenerHandle::new(node_id);
+            control.connected();
+            self.lock().listeners.push((control, observer));
+            return Ok(handle);
+        };
         let dropping = Arc::new(DroppingObserver {
             faults: self.clone(),
             observer,

@@ -223,6 +223,52 @@ async fn check_messages(
     Ok(())
 }
 
+/// The end state as lines (every target's applied numbers, every audit instance, the dead
+/// letters and the events), for the determinism check.
+pub async fn end_state(sb: &Shardbox, oracle: &Oracle, prefix: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let targets: BTreeSet<(&str, &str)> = oracle
+        .sent
+        .iter()
+        .map(|s| (s.kind, s.target.as_str()))
+        .collect();
+    for (kind, target) in targets {
+        let list = if kind == Gate::KIND {
+            sb.aggregate_state::<Gate>(target)
+                .await
+                .map(|g| g.map(|g| g.applied))
+        } else {
+            sb.aggregate_state::<Ledger>(target)
+                .await
+                .map(|l| l.map(|l| l.applied))
+        };
+        lines.push(format!("state {kind} {target}: {list:?}"));
+    }
+    for a in 0..3 {
+        let audit = format!("{prefix}-A{a}");
+        let seen = sb
+            .projection_state::<Audit>(&audit)
+            .await
+            .map(|a| a.map(|a| a.seen));
+        lines.push(format!("state audit {audit}: {seen:?}"));
+    }
+    match sb.dead_letters(DeadLetterFilter::all()).await {
+        Ok(dead) => lines.extend(dead.iter().map(|d| {
+            let m = &d.letter.original.message;
+            format!(
+                "dead {} {}/{}: {}",
+                m.signal_id.0, m.target_kind, m.target_id, d.letter.reason
+            )
+        })),
+        Err(e) => lines.push(format!("dead letters unreadable: {e}")),
+    }
+    match all_events(sb).await {
+        Ok(events) => lines.extend(events.iter().map(|(seq, e)| format!("event {seq}: {e:?}"))),
+        Err(e) => lines.push(format!("events unreadable: {e}")),
+    }
+    lines
+}
+
 /// Every `Applied` event in the store, in `seq` order.
 async fn all_events(sb: &Shardbox) -> Result<Vec<(i64, Applied)>, DeliveryError> {
     let types = [<Applied as Message>::TYPE.to_owned()];

@@ -3,5 +3,7 @@
 pub mod faulty;
 pub mod invariants;
 pub mod model;
+#[cfg(test)]
+mod regressions;
 pub mod rng;
 pub mod workload;

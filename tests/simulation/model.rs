@@ -8,26 +8,28 @@
 
 use serde::{Deserialize, Serialize};
 use shardbox::prelude::*;
+use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 
-/// Poison commands that have been "fixed": their handler accepts them now. Keyed by the
-/// command's signal, which carries the seed and the backend, so that runs in parallel never
-/// share an entry.
-static HEALED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+thread_local! {
+    /// Poison commands that have been "fixed": their handler accepts them now. Per thread:
+    /// a run drives its nodes on one current-thread runtime (handlers run on the thread that
+    /// called `run`), so runs in parallel never share an entry, and [`forget_healed`] at the
+    /// start of a run makes a replay of the seed start from the same state.
+    static HEALED: RefCell<BTreeSet<String>> = const { RefCell::new(BTreeSet::new()) };
+}
 
 pub fn heal(signal: &str) {
-    HEALED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(signal.to_owned());
+    HEALED.with(|h| h.borrow_mut().insert(signal.to_owned()));
+}
+
+/// Starts a run with nothing healed.
+pub fn forget_healed() {
+    HEALED.with(|h| h.borrow_mut().clear());
 }
 
 fn healed(signal: &str) -> bool {
-    HEALED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(signal)
+    HEALED.with(|h| h.borrow().contains(signal))
 }
 
 /// A command to apply `n`.

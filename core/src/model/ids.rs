@@ -43,6 +43,11 @@ pub enum IdField {
     SourceKind,
     /// The id of the producer of an event.
     SourceId,
+    /// The type name of a message's payload (`NewMessage::payload_type`): the same limits
+    /// as an id (PostgreSQL stores it as text).
+    PayloadType,
+    /// The type name of an event (`NewEvent::event_type`), as [`IdField::PayloadType`].
+    EventType,
 }
 
 impl IdField {
@@ -55,6 +60,8 @@ impl IdField {
             IdField::SignalId => "signal_id",
             IdField::SourceKind => "source.kind",
             IdField::SourceId => "source.id",
+            IdField::PayloadType => "payload_type",
+            IdField::EventType => "event_type",
         }
     }
 

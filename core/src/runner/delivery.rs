@@ -372,11 +372,15 @@ impl Delivery {
             }
             .into());
         }
+        let after_commit = conveyor.take_after_commit();
         let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
         let delayed = commit.earliest_delay();
         let decided = !commit.outcomes.is_empty();
         let shard = commit.lease.shard;
         let committed = env.storage.commit_stage(commit).await?;
+        for f in after_commit {
+            f();
+        }
         if decided {
             env.outcomes_decided(shard);
         }

@@ -27,6 +27,10 @@
 //! so a trickle of writes does not pay a pick-up and a release (two write transactions) for
 //! every message.
 //!
+//! Every `select!` of the runner is `biased` (the stop signal first): a stop always wins, and
+//! which branch runs never depends on tokio's random branch order, so a run under a manual
+//! clock and a paused current-thread runtime replays exactly (the simulation's seeds).
+//!
 //! Every task runs in a span carrying the node id (and the worker), so every log line of
 //! the node names it. Shutdown lets each worker finish its current stage and release its
 //! lease, and stops the listener; other nodes find the freed shards at their next poll.
@@ -215,6 +219,7 @@ async fn watch_leases(
             }
         }
         tokio::select! {
+            biased;
             _ = stop.changed() => return,
             _ = tokio::time::sleep_until(started + interval) => {}
         }
@@ -239,9 +244,10 @@ async fn poll(
             }
         }
         tokio::select! {
+            biased;
             _ = stop.changed() => return,
-            _ = tokio::time::sleep_until(started + env.config.poll_interval) => {}
             _ = queue.poll_now.notified() => {}
+            _ = tokio::time::sleep_until(started + env.config.poll_interval) => {}
         }
     }
 }
@@ -258,8 +264,9 @@ fn spawn_take_over(
     queue.tasks.spawn(async move {
         if let Some(at) = at {
             tokio::select! {
-                _ = tokio::time::sleep_until(at) => {}
+                biased;
                 _ = stopped(&mut stop) => return,
+                _ = tokio::time::sleep_until(at) => {}
             }
         }
         take_over(&delivery, &task_queue, shard).await;
@@ -293,8 +300,9 @@ async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>)
             tracing::warn!(error = %e, "membership heartbeat failed; trying again next interval");
         }
         tokio::select! {
-            _ = tokio::time::sleep(env.config.poll_interval) => {}
+            biased;
             _ = stopped(&mut stop) => return,
+            _ = tokio::time::sleep(env.config.poll_interval) => {}
         }
     }
 }
@@ -325,6 +333,13 @@ impl RunnerHandle {
     #[doc(hidden)]
     pub fn spawn_owned(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         self.queue.tasks.spawn(task);
+    }
+
+    /// The node's stop signal (`true` once shutdown began), for a task given to
+    /// [`RunnerHandle::spawn_owned`] that runs until the node stops.
+    #[doc(hidden)]
+    pub fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
     }
 
     /// Waits until no shard has a due message, checking every 10 ms, at most `timeout`.

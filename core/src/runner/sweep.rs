@@ -115,8 +115,9 @@ pub async fn sweep_periodically(delivery: Arc<Delivery>, mut stop: watch::Receiv
     let interval = env.config.ttl_sweep_interval;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            biased;
             _ = stopped(&mut stop) => break,
+            _ = tokio::time::sleep(interval) => {}
         }
         if env.is_stopping() || env.expiry.sweeper.load(Ordering::SeqCst) != me {
             break;

@@ -89,8 +89,9 @@ fn spawn_retry(
     let mut stop = queue.tasks.stop_signal();
     queue.tasks.spawn(async move {
         tokio::select! {
-            _ = tokio::time::sleep(after) => {}
+            biased;
             _ = stopped(&mut stop) => return,
+            _ = tokio::time::sleep(after) => {}
         }
         if let Err(e) = delivery.settle_unreleased(shard).await {
             tracing::debug!(%shard, error = %e, "release still failing; trying again with the next turn");
@@ -114,9 +115,10 @@ fn spawn_release(
     queue.tasks.spawn(async move {
             let queue = task_queue;
             tokio::select! {
-                _ = tokio::time::sleep(linger) => {}
+                biased;
                 // Shutdown releases every kept lease itself.
                 _ = stopped(&mut stop) => return,
+                _ = tokio::time::sleep(linger) => {}
             }
             if !queue.is_parked(shard, generation) {
                 return;

@@ -121,6 +121,7 @@ fn validate_event(event: &NewEvent) -> Result<(), DeliveryError> {
     validate(IdField::Tenant, &event.tenant)?;
     validate(IdField::SourceKind, &event.source.kind)?;
     validate(IdField::SourceId, &event.source.id)?;
+    validate(IdField::EventType, &event.event_type)?;
     Ok(())
 }
 
@@ -225,6 +226,7 @@ impl Inbox {
                 &message.target_id,
                 &message.signal_id,
             )?;
+            validate(IdField::PayloadType, &message.payload_type)?;
             messages.push(self.env.registry.address(message));
         }
         self.write_batch(WriteBatch {
@@ -242,6 +244,7 @@ impl Inbox {
             &message.target_id,
             &message.signal_id,
         )?;
+        validate(IdField::PayloadType, &message.payload_type)?;
         if self.env.registry.handler(&message.target_kind).is_none() {
             return Err(DeliveryError::UnknownKind {
                 kind: message.target_kind,

@@ -101,6 +101,7 @@ impl WriteQueue {
                 continue;
             }
             tokio::select! {
+                biased;
                 result = &mut report => return result.unwrap_or_else(|_| Err(abandoned())),
                 () = &mut released => {}
             }

@@ -24,6 +24,9 @@ use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
+/// Work a station defers until its stage committed (see [`Conveyor::after_commit`]).
+pub type AfterCommit = Box<dyn FnOnce() + Send + Sync>;
+
 /// One page of a shard on its way through the stations.
 pub struct Conveyor {
     context: Arc<StationContext>,
@@ -44,6 +47,7 @@ pub struct Conveyor {
     /// The ids of the events each handled row emitted, by row index (rows that emitted none
     /// are absent).
     emitted: Vec<(usize, Vec<SignalId>)>,
+    after_commit: Vec<AfterCommit>,
 }
 
 impl Conveyor {
@@ -74,7 +78,24 @@ impl Conveyor {
             catch_ups: Vec::new(),
             purge_catch_ups_before: None,
             emitted: Vec::new(),
+            after_commit: Vec::new(),
         }
+    }
+
+    /// Runs `f` once this stage's commit succeeded, and never if the stage failed, its lease
+    /// was lost or its commit was refused (or lost its acknowledgement): for what a station
+    /// keeps in memory that must only reflect committed work, such as the live station's
+    /// cache of recent deliveries. A delivery remembered before its commit and then never
+    /// committed would make a later row of the same key look like a duplicate of it.
+    pub fn after_commit(&mut self, f: impl FnOnce() + Send + Sync + 'static) {
+        self.after_commit.push(Box::new(f));
+    }
+
+    /// Takes the work deferred with [`Conveyor::after_commit`] (the runner runs it after a
+    /// successful commit).
+    #[doc(hidden)]
+    pub fn take_after_commit(&mut self) -> Vec<AfterCommit> {
+        std::mem::take(&mut self.after_commit)
     }
 
     /// What the stations can see: registry, configuration, clock, monitor and the storage's

@@ -1,0 +1,295 @@
+//! Defects the simulation found, each replayed as one exact scenario with scripted faults
+//! (see [`FaultyStorage::fail_next`]) on memory, SQLite and PostgreSQL: each test failed
+//! before its fix.
+
+use super::faulty::{FaultRates, FaultyStorage, Scripted};
+use super::model::{Applied, Apply, Audit, Ledger};
+use super::rng::SimRng;
+use chrono::{DateTime, Utc};
+use shardbox::core::memory::MemoryStorage;
+use shardbox::core::{Storage, EXPIRED_REASON};
+use shardbox::prelude::*;
+use shardbox::{CatchUpStatus, ManualClock, SqliteOptions};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_900_000_000, 0).expect("a valid start time")
+}
+
+fn apply(n: u64, audit: &str) -> Apply {
+    Apply {
+        n,
+        fail_first: 0,
+        poison: false,
+        audit: audit.to_owned(),
+        audit_fail_first: 0,
+    }
+}
+
+async fn node(faults: &FaultyStorage, clock: &Arc<ManualClock>) -> Shardbox {
+    Shardbox::builder()
+        .shared_storage(Arc::new(faults.clone()))
+        .clock(clock.clone())
+        .shards(2)
+        .lease_duration(Duration::from_secs(4))
+        .poll_interval(Duration::from_millis(250))
+        .dedup_window(Duration::from_secs(3_600))
+        .dead_letter_expired(true)
+        .aggregate::<Ledger>()
+        .projection::<Audit>()
+        .build()
+        .await
+        .expect("build a node")
+}
+
+fn wrap(inner: Arc<dyn Storage>) -> FaultyStorage {
+    FaultyStorage::new(inner, SimRng::new(0), FaultRates::default())
+}
+
+/// Seeds 36 and 143 (and 139, 142 before the determinism fix): a message whose first
+/// delivery was handled but not committed, which then expired and was dead-lettered, was
+/// lost when an operator requeued it. The live station had remembered the delivery in its
+/// recent-delivery cache before the commit, so the requeued row (same key, another `seq`)
+/// was taken for a duplicate of a delivery that never happened. Now a stage's deliveries are
+/// remembered only after its commit (`Conveyor::after_commit`).
+async fn requeue_after_an_uncommitted_delivery(inner: Arc<dyn Storage>) {
+    let faults = wrap(inner);
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = node(&faults, &clock).await;
+    let options = SendOptions::default()
+        .signal_id("once")
+        .ttl(Duration::from_secs(1));
+    sb.send_with::<Ledger>("l", &apply(1, "a"), options)
+        .await
+        .expect("send");
+    faults.fail_next("commit_stage", Scripted::Before);
+    assert!(
+        sb.deliver_all().await.is_err(),
+        "the first stage's commit fails"
+    );
+    // Past the TTL and past the lease the failed stage may have kept.
+    clock.advance(chrono::Duration::seconds(6));
+    sb.deliver_all().await.expect("expire");
+    sb.sweep_expired().await.expect("sweep");
+    let dead = sb
+        .dead_letters(DeadLetterFilter::all())
+        .await
+        .expect("dead letters");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].letter.reason, EXPIRED_REASON);
+    let requeued = sb
+        .requeue_dead_letters(DeadLetterFilter::all())
+        .await
+        .expect("requeue");
+    assert_eq!(requeued.requeued, 1, "{requeued:?}");
+    sb.deliver_all()
+        .await
+        .expect("deliver the requeued message");
+    let ledger = sb.aggregate_state::<Ledger>("l").await.expect("state");
+    assert_eq!(
+        ledger.map(|l| l.applied),
+        Some(vec![1]),
+        "the requeued message is applied"
+    );
+}
+
+/// Seeds 47 and 154 (before the determinism fix): a catch-up whose start took effect but
+/// lost its acknowledgement (so the caller got an error and no first tick was written)
+/// stayed `Started` — its targets' live events parked — until a node started again. Now
+/// every node looks every lease duration for running jobs that took no step for a lease
+/// and writes their tick (a duplicate if they have one).
+async fn catch_up_whose_start_lost_its_ack(inner: Arc<dyn Storage>) {
+    let faults = wrap(inner);
+    let clock = Arc::new(ManualClock::new(t0()));
+    let sb = node(&faults, &clock).await;
+    let node = sb.start();
+    for n in 1..=3 {
+        let event = Applied {
+            source: "ext".into(),
+            n,
+            audit: "a".into(),
+            audit_fail_first: 0,
+        };
+        sb.post(EventSource::external("ext"), &event)
+            .await
+            .expect("post");
+    }
+    let elapse = |ms: u64| {
+        clock.advance(chrono::Duration::milliseconds(ms as i64));
+        tokio::time::sleep(Duration::from_millis(ms))
+    };
+    elapse(500).await;
+    faults.fail_next("start_catch_up", Scripted::After);
+    assert!(
+        sb.catch_up::<Audit>(CatchUp::ids(["a"])).await.is_err(),
+        "the start's acknowledgement is lost"
+    );
+    let running = sb.storage().running_catch_ups().await.expect("jobs");
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].status, CatchUpStatus::Started);
+    let mut done = false;
+    for _ in 0..60 {
+        elapse(250).await;
+        if sb
+            .storage()
+            .running_catch_ups()
+            .await
+            .expect("jobs")
+            .is_empty()
+        {
+            done = true;
+            break;
+        }
+    }
+    node.shutdown().await.expect("shutdown");
+    assert!(done, "the catch-up completes within 15 s without a restart");
+    let seen = sb.projection_state::<Audit>("a").await.expect("state");
+    let ns: Vec<u64> = seen
+        .map(|a| a.seen.iter().map(|(_, n)| *n).collect())
+        .unwrap_or_default();
+    assert_eq!(ns, vec![1, 2, 3]);
+}
+
+/// Seeds 229, 777 and 839 (49 and 182 before the determinism fix; 237 and 952 showed it as
+/// an event applied twice or missing): a projection applied a replayed event after later ones.
+/// The catch-up station applies a replay page straight to the states only while none of the
+/// job's replayed rows waits in the Inbox, and it cached "none waits" per job on each node.
+/// Node B cached it; node A then served the job's ticks and wrote a replayed row (a handler
+/// failed on it), which went into retry; B, serving the next tick, trusted its cache and
+/// applied the next page directly, before that row. The cache is now valid only under the
+/// lease epoch of the job's home shard it was learned under.
+async fn replay_page_after_another_node_spilled(inner: Arc<dyn Storage>) {
+    let faults = wrap(inner);
+    let clock = Arc::new(ManualClock::new(t0()));
+    let slow_retry = FailurePolicy::new(
+        8,
+        Backoff::Fixed(Duration::from_secs(10)),
+        ExhaustedOutcome::DeadLetter,
+    );
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        nodes.push(
+            Shardbox::builder()
+                .shared_storage(Arc::new(faults.clone()))
+                .clock(clock.clone())
+                .node_id(shardbox::NodeId(format!("node-{name}")))
+                .shards(1)
+                .page_size(1)
+                .catch_up_page_size(1)
+                .lease_duration(Duration::from_secs(4))
+                .kind_policy(Audit::KIND, slow_retry)
+                .aggregate::<Ledger>()
+                .projection::<Audit>()
+                .build()
+                .await
+                .expect("build a node"),
+        );
+    }
+    let (a, b) = (nodes[0].clone(), nodes[1].clone());
+    let advance = |s: i64| clock.advance(chrono::Duration::seconds(s));
+    for (n, fail) in [(1, 0), (2, 1), (3, 0)] {
+        let event = Applied {
+            source: "ext".into(),
+            n,
+            audit: "x".into(),
+            audit_fail_first: fail,
+        };
+        a.post(EventSource::external("ext"), &event)
+            .await
+            .expect("post");
+    }
+    a.deliver_all().await.expect("live delivery");
+    advance(11);
+    a.deliver_all()
+        .await
+        .expect("live delivery after the retry");
+    let seen = |sb: Shardbox| async move {
+        let state = sb.projection_state::<Audit>("x").await.expect("state");
+        state
+            .map(|s| s.seen.iter().map(|(_, n)| *n).collect::<Vec<u64>>())
+            .unwrap_or_default()
+    };
+    assert_eq!(seen(a.clone()).await, vec![1, 2, 3], "live delivery");
+
+    b.catch_up::<Audit>(CatchUp::ids(["x"]))
+        .await
+        .expect("start a catch-up");
+    // B serves the first tick (replays event 1 directly, learning that no replayed row
+    // waits) but its commit fails.
+    faults.fail_next("commit_stage", Scripted::Before);
+    assert!(b.deliver_all().await.is_err());
+    advance(5);
+    // A replays event 1, then event 2, whose handler fails: the page is written as a
+    // replayed row, which fails again and goes into retry (10 s); then A's commit fails.
+    faults.fail_later("commit_stage", 3, Scripted::Before);
+    assert!(a.deliver_all().await.is_err());
+    advance(5);
+    // B serves the next tick, event 3, while event 2's replayed row waits for its retry.
+    b.deliver_all().await.expect("B serves the next tick");
+    advance(11);
+    for _ in 0..4 {
+        b.deliver_all().await.expect("finish");
+        advance(1);
+    }
+    assert!(b
+        .storage()
+        .running_catch_ups()
+        .await
+        .expect("jobs")
+        .is_empty());
+    assert_eq!(
+        seen(b.clone()).await,
+        vec![1, 2, 3],
+        "the rebuilt projection saw its events in event-store order"
+    );
+}
+
+async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = SqliteOptions::default().checkpoint_interval(None);
+    let s = SqliteStorage::open_with(dir.path().join("regression.db"), options)
+        .await
+        .expect("open SQLite");
+    (Arc::new(s), dir)
+}
+
+macro_rules! on_every_backend {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $case() {
+                    super::$case(std::sync::Arc::new(super::MemoryStorage::new())).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $case() {
+                    let (storage, _dir) = super::sqlite().await;
+                    super::$case(storage).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(url) = crate::common::pg_url(concat!("simulation::", stringify!($case))) else {
+                        return;
+                    };
+                    let schema = crate::common::PgSchema::new(&url, concat!("sim_", stringify!($case)));
+                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    replay_page_after_another_node_spilled,
+    requeue_after_an_uncommitted_delivery,
+    catch_up_whose_start_lost_its_ack,
+);
