@@ -64,7 +64,8 @@ pub use model::event::{EventSource, NewEvent, StoredEvent};
 pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy};
 pub use model::ids::validate as validate_id;
 pub use model::ids::{
-    IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId, MAX_ID_BYTES,
+    Emitter, IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId,
+    MAX_ID_BYTES,
 };
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,

@@ -5,13 +5,14 @@
 //! rules: messages are handled in the given (`seq`) order; the first failure stops the batch
 //! (later messages of the target are `NotAttempted` and wait behind it); a handler call that
 //! exceeds the kind's `handler_timeout` or panics is a failure of its message like any other;
-//! a failed message leaves no trace in the state; what a handler emits gets ids derived from its message, so a
-//! redelivery emits the same ids and they deduplicate.
+//! a failed message leaves no trace in the state; what a handler emits gets ids derived from its
+//! message and its target (`NewMessage::emitted_id`), so a redelivery emits the same ids and
+//! they deduplicate, and two targets handling one signal never emit the same id.
 
 use crate::entity::services::Services;
 use crate::entity::traits::{Aggregate, Context, HandlerError, Message, Projection, Reactor};
 use crate::model::event::{EventSource, NewEvent};
-use crate::model::ids::{validate_address, SignalId};
+use crate::model::ids::validate_address;
 use crate::model::message::{InboxMessage, NewMessage};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -251,7 +252,7 @@ impl<A: Aggregate> AggregateHandler<A> {
                 ))
             })?;
             stored.push(NewEvent {
-                id: SignalId::derived(&m.message.signal_id, "event", n),
+                id: m.message.emitted_id("event", n),
                 event_type: <A::Event as Message>::TYPE.to_owned(),
                 source: EventSource {
                     kind: A::KIND.to_owned(),
@@ -461,7 +462,7 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
                                 .into_iter()
                                 .enumerate()
                                 .map(|(n, out)| {
-                                    let id = SignalId::derived(&m.message.signal_id, "command", n);
+                                    let id = m.message.emitted_id("command", n);
                                     let c = out.into_message(
                                         id,
                                         &m.message.tenant,
