@@ -73,9 +73,9 @@ pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, ConfigError, Context, Conveyor,
     DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome,
     FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem, Intent, InvalidId,
-    ManualClock, Message, MetricsSnapshot, NodeId, NoopMonitor, Outgoing, Projection, Reactor,
-    SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
-    StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
+    ManualClock, Message, MetricsSnapshot, NextAttempt, NodeId, NoopMonitor, Outgoing, Projection,
+    Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy,
+    StageInfo, StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
 };
 
 /// The names most applications need.
