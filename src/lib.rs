@@ -49,6 +49,7 @@ mod builder;
 mod catch_up;
 mod failures;
 mod pipeline;
+mod reads;
 mod shardbox;
 
 pub use builder::ShardboxBuilder;
@@ -73,9 +74,10 @@ pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, ConfigError, Context, Conveyor,
     DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSource, ExhaustedOutcome,
     FailureAction, FailureInfo, FailurePolicy, HandlerError, IdField, IdProblem, Intent, InvalidId,
-    ManualClock, Message, MetricsSnapshot, NextAttempt, NodeId, NoopMonitor, Outgoing, Projection,
-    Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy,
-    StageInfo, StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
+    ManualClock, Message, MetricsSnapshot, NextAttempt, NodeId, NoopMonitor, Outgoing,
+    PayloadError, Projection, Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy,
+    SignalId, StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError,
+    SystemClock, MAX_ID_BYTES,
 };
 
 /// The names most applications need.

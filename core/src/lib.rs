@@ -59,7 +59,7 @@ pub use entity::traits::{
 };
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder};
-pub use model::error::{Cause, ConfigError, DeliveryError, StorageError};
+pub use model::error::{Cause, ConfigError, DeliveryError, PayloadError, StorageError};
 pub use model::event::{EventSource, NewEvent, StoredEvent};
 pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy, NextAttempt};
 pub use model::ids::validate as validate_id;
