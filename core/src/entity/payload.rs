@@ -49,14 +49,12 @@ impl DeadLetter {
     /// stored type name; an error names both names when they differ.
     ///
     /// ```no_run
-    /// # async fn run(shardbox: shardbox::Shardbox) -> Result<(), shardbox::DeliveryError> {
+    /// # fn show(dead: &shardbox_core::storage::StoredDeadLetter) -> Result<(), shardbox_core::PayloadError> {
     /// # #[derive(serde::Serialize, serde::Deserialize, Debug)] struct Charge { amount: i64 }
-    /// # impl shardbox::Message for Charge { const TYPE: &'static str = "payment.charge"; }
-    /// use shardbox::DeadLetterFilter;
-    /// for dead in shardbox.dead_letters(DeadLetterFilter::all().kind("payment")).await? {
-    ///     let charge: Charge = dead.letter.payload_as()?;
-    ///     println!("{charge:?}: {}", dead.letter.reason);
-    /// }
+    /// # impl shardbox_core::Message for Charge { const TYPE: &'static str = "payment.charge"; }
+    /// // `dead` from `Shardbox::dead_letters(..)`.
+    /// let charge: Charge = dead.letter.payload_as()?;
+    /// println!("{charge:?}: {}", dead.letter.reason);
     /// # Ok(()) }
     /// ```
     pub fn payload_as<T: Message>(&self) -> Result<T, PayloadError> {
