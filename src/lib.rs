@@ -49,6 +49,7 @@ mod builder;
 mod catch_up;
 mod failures;
 mod pipeline;
+mod reads;
 mod shardbox;
 
 pub use builder::ShardboxBuilder;
@@ -76,10 +77,11 @@ pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
     Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet,
     EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
-    IdField, IdProblem, Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NodeId,
-    NoopMonitor, OutcomeWait, Outgoing, ProcessActions, ProcessManager, Projection, Reactor,
-    SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
-    StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
+    IdField, IdProblem, Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NextAttempt,
+    NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions, ProcessManager,
+    Projection, Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
+    StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError, SystemClock,
+    MAX_ID_BYTES,
 };
 
 /// The names most applications need.

@@ -174,7 +174,8 @@ impl Shardbox {
         Ok(total)
     }
 
-    /// The framework-kept state of aggregate `A` instance `id` (`None` if it has none yet).
+    /// The framework-kept state of aggregate `A` instance `id` (`None` if it has none yet),
+    /// in the default tenant; [`Shardbox::aggregate_state_in`] reads any tenant's.
     pub async fn aggregate_state<A: Aggregate>(
         &self,
         id: &str,
@@ -182,7 +183,8 @@ impl Shardbox {
         self.state_of(A::KIND, "", id).await
     }
 
-    /// The framework-kept state of projection `P` instance `id`.
+    /// The framework-kept state of projection `P` instance `id`, in the default tenant;
+    /// [`Shardbox::projection_state_in`] reads any tenant's.
     pub async fn projection_state<P: Projection>(
         &self,
         id: &str,

@@ -62,12 +62,13 @@ pub use entity::traits::{
 };
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder};
-pub use model::error::{Cause, ConfigError, DeliveryError, StorageError};
+pub use model::error::{Cause, ConfigError, DeliveryError, PayloadError, StorageError};
 pub use model::event::{EventSource, NewEvent, StoredEvent};
-pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy};
+pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy, NextAttempt};
 pub use model::ids::validate as validate_id;
 pub use model::ids::{
-    IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId, MAX_ID_BYTES,
+    Emitter, IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId,
+    MAX_ID_BYTES,
 };
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,

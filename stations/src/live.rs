@@ -71,11 +71,11 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
         now,
     });
     let decision = match action {
-        FailureAction::FollowPolicy => {
-            env.config()
-                .policy_of(&m.message.target_kind)
-                .decide(attempts, error.retry_after, now)
-        }
+        FailureAction::FollowPolicy => env.config().policy_of(&m.message.target_kind).decide(
+            attempts,
+            error.next_attempt(),
+            now,
+        ),
         FailureAction::RetryAt(at) => FailureDecision::RetryAt(at.max(now)),
         FailureAction::DeadLetter => FailureDecision::DeadLetter,
         FailureAction::Drop => FailureDecision::Drop,
@@ -86,20 +86,13 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
             }
         }
     };
+    // The error's text: its reason, said to be permanent for a permanent failure.
+    let reason = error.to_string();
     match decision {
-        FailureDecision::RetryAt(at) => Intent::RetryAt {
-            at,
-            error: error.reason.clone(),
-        },
-        FailureDecision::DeadLetter => Intent::DeadLetter {
-            reason: error.reason.clone(),
-        },
-        FailureDecision::Drop => Intent::Drop {
-            reason: error.reason.clone(),
-        },
-        FailureDecision::Block => Intent::Block {
-            reason: error.reason.clone(),
-        },
+        FailureDecision::RetryAt(at) => Intent::RetryAt { at, error: reason },
+        FailureDecision::DeadLetter => Intent::DeadLetter { reason },
+        FailureDecision::Drop => Intent::Drop { reason },
+        FailureDecision::Block => Intent::Block { reason },
     }
 }
 

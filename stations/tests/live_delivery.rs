@@ -154,7 +154,7 @@ async fn live_fans_emitted_events_out_to_the_projection() {
     metadata.insert("trace".into(), "t-1".into());
     let payload = serde_json::to_vec(&Added(5)).unwrap();
     let event = NewEvent {
-        id: SignalId("sig-1/event/0".into()),
+        id: SignalId("sig-1/counter:a/event/0".into()),
         event_type: "counter.added".into(),
         source: EventSource {
             kind: "counter".into(),
@@ -168,7 +168,7 @@ async fn live_fans_emitted_events_out_to_the_projection() {
     let copy = InboxWrite {
         shard: ShardIndex(0),
         message: NewMessage {
-            signal_id: SignalId("sig-1/event/0".into()),
+            signal_id: SignalId("sig-1/counter:a/event/0".into()),
             kind: MessageKind::Event,
             target_kind: "totals".into(),
             target_id: "a".into(),

@@ -89,7 +89,11 @@ async fn live_retries_a_failure_at_the_backoff_and_holds_only_its_target_behind_
     emitted.sort();
     assert_eq!(
         emitted,
-        vec!["sig-1/event/0", "sig-3/event/0", "sig-5/event/0"]
+        vec![
+            "sig-1/counter:a/event/0",
+            "sig-3/counter:b/event/0",
+            "sig-5/counter:b/event/0"
+        ]
     );
 }
 

@@ -32,7 +32,9 @@ use shardbox::core::storage::{
     StageCommit, StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener,
     WriteReport,
 };
-use shardbox::core::{InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, WorkerId};
+use shardbox::core::{
+    EventSource, InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, WorkerId,
+};
 use shardbox::StorageError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -544,6 +546,21 @@ impl EventStore for FaultyStorage {
             self,
             "read_events",
             self.inner.read_events(after_seq, event_types, since, limit)
+        )
+    }
+
+    async fn read_source_events(
+        &self,
+        tenant: &str,
+        source: &EventSource,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        read!(
+            self,
+            "read_source_events",
+            self.inner
+                .read_source_events(tenant, source, after_seq, limit)
         )
     }
 

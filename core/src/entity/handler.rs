@@ -5,15 +5,16 @@
 //! rules: messages are handled in the given (`seq`) order; the first failure stops the batch
 //! (later messages of the target are `NotAttempted` and wait behind it); a handler call that
 //! exceeds the kind's `handler_timeout` or panics is a failure of its message like any other;
-//! a failed message leaves no trace in the state; what a handler emits gets ids derived from its message, so a
-//! redelivery emits the same ids and they deduplicate.
+//! a failed message leaves no trace in the state; what a handler emits gets ids derived from its
+//! message and its target (`NewMessage::emitted_id`), so a redelivery emits the same ids and
+//! they deduplicate, and two targets handling one signal never emit the same id.
 
 use crate::entity::services::Services;
 use crate::entity::traits::{
     Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
 };
 use crate::model::event::{EventSource, NewEvent};
-use crate::model::ids::{validate_address, SignalId};
+use crate::model::ids::validate_address;
 use crate::model::message::{InboxMessage, NewMessage};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -221,8 +222,9 @@ pub(crate) fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerEr
 /// The commands a handler sends while handling `m`, addressed and checked, all before any is
 /// kept: one invalid command (an id outside the limits, a delay out of range) fails the
 /// handling whole, and its failure policy decides. The n-th command's signal id is derived
-/// from `m`'s, so a redelivery sends the same ids and they deduplicate; this is the one place
-/// emitted command ids are made (reactors and process managers alike).
+/// from `m`'s signal and its target (`NewMessage::emitted_id`), so a redelivery sends the same
+/// ids and they deduplicate while two targets handling one signal never collide; this is the
+/// one place emitted command ids are made (reactors and process managers alike).
 pub(crate) fn emitted_commands(
     m: &InboxMessage,
     outgoing: Vec<Outgoing>,
@@ -232,7 +234,7 @@ pub(crate) fn emitted_commands(
         .into_iter()
         .enumerate()
         .map(|(n, out)| {
-            let id = SignalId::derived(&m.message.signal_id, "command", n);
+            let id = m.message.emitted_id("command", n);
             let c = out.into_message(id, &m.message.tenant, &m.message.metadata, now)?;
             validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
                 .map(|()| c)
@@ -268,7 +270,7 @@ impl<A: Aggregate> AggregateHandler<A> {
                 ))
             })?;
             stored.push(NewEvent {
-                id: SignalId::derived(&m.message.signal_id, "event", n),
+                id: m.message.emitted_id("event", n),
                 event_type: <A::Event as Message>::TYPE.to_owned(),
                 source: EventSource {
                     kind: A::KIND.to_owned(),

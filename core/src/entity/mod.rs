@@ -8,6 +8,7 @@
 //!  handler  EntityHandler: the type-erased adapter per kind   ◄── the live and catch-up stations
 //!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
 //!  services Services: the application's own objects, by type  ◄── handlers, via Context
+//!  payload  typed reads of stored payloads (messages, events, dead letters)  ◄── operators, tests
 //! ```
 //!
 //! This layer owns the per-target handling rules (a target's batch in `seq` order, the first
@@ -16,6 +17,7 @@
 
 pub mod event_set;
 pub mod handler;
+pub mod payload;
 pub mod process;
 pub mod process_handler;
 pub mod registry;

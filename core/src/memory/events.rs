@@ -2,9 +2,9 @@
 
 use super::MemoryStorage;
 use crate::model::error::StorageError;
-use crate::model::event::StoredEvent;
+use crate::model::event::{EventSource, StoredEvent};
 use crate::model::ids::SignalId;
-use crate::storage::EventStore;
+use crate::storage::{EntityKey, EventStore};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -26,6 +26,28 @@ impl EventStore for MemoryStorage {
             .filter(|e| event_types.is_empty() || event_types.contains(&e.event.event_type))
             .filter(|e| since.is_none_or(|t| e.event.occurred_at >= t))
             .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn read_source_events(
+        &self,
+        tenant: &str,
+        source: &EventSource,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let state = self.lock();
+        let key = EntityKey::new(&source.kind, tenant, &source.id);
+        let Some(seqs) = state.events_by_source.get(&key) else {
+            return Ok(Vec::new());
+        };
+        let start = seqs.partition_point(|&seq| seq <= after_seq);
+        Ok(seqs[start..]
+            .iter()
+            .take(limit)
+            // `seq` n is at index n - 1 (events are only appended).
+            .filter_map(|&seq| state.events.get(usize::try_from(seq - 1).ok()?))
             .cloned()
             .collect())
     }

@@ -48,6 +48,8 @@ struct State {
     delivered: HashMap<ShardIndex, BTreeSet<(DateTime<Utc>, i64)>>,
     events: Vec<StoredEvent>,
     event_seq: HashMap<SignalId, i64>,
+    /// The `seq`s of each producer's events (tenant, source kind, source id), ascending.
+    events_by_source: HashMap<EntityKey, Vec<i64>>,
     states: HashMap<EntityKey, EntityState>,
     sessions: BTreeMap<ShardIndex, ShardSession>,
     jobs: BTreeMap<i64, CatchUpJob>,
@@ -103,6 +105,14 @@ impl State {
             if !self.event_seq.contains_key(&event.id) {
                 let seq = self.events.len() as i64 + 1;
                 self.event_seq.insert(event.id.clone(), seq);
+                self.events_by_source
+                    .entry(EntityKey::new(
+                        &event.source.kind,
+                        &event.tenant,
+                        &event.source.id,
+                    ))
+                    .or_default()
+                    .push(seq);
                 self.events.push(StoredEvent { seq, event });
                 report.events += 1;
             }

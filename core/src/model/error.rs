@@ -219,6 +219,31 @@ impl std::fmt::Display for Cause {
     }
 }
 
+/// A stored payload could not be read as the type asked for (see `payload_as` on
+/// `NewMessage`, `NewEvent` and `DeadLetter`).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The stored type name is not the asked type's `Message::TYPE`.
+    #[error("payload of type `{stored}` cannot be read as `{expected}`; read it as the type whose Message::TYPE is `{stored}`")]
+    WrongType {
+        /// The type name stored with the payload.
+        stored: String,
+        /// The asked type's `Message::TYPE`.
+        expected: &'static str,
+    },
+    /// The type names match but the bytes do not deserialize into the type (it changed
+    /// incompatibly since the payload was written).
+    #[error("payload of type `{expected}` does not deserialize: {source}")]
+    Undecodable {
+        /// The asked (and stored) type name.
+        expected: &'static str,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// Delivery, sending or a station failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -258,6 +283,9 @@ pub enum DeliveryError {
         #[source]
         source: serde_json::Error,
     },
+    /// A stored payload (an event's, a dead letter's) read as a type it is not.
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
     /// What was asked for does not exist.
     #[error("{what} does not exist: {hint}")]
     NotFound {

@@ -1,11 +1,13 @@
 //! The failure policy: what happens to a message whose handling failed.
 //!
-//! A pure decision: given how many attempts have failed, the handler's own retry wish and the
-//! time, [`FailurePolicy::decide`] says retry at a time, dead-letter, drop or block. The station
+//! A pure decision: given how many attempts have failed, what the failure says of a next
+//! attempt ([`NextAttempt`]: the back-off, not before a delay, or never) and the time,
+//! [`FailurePolicy::decide`] says retry at a time, dead-letter, drop or block. The station
 //! that calls it writes the decision; nothing here does I/O.
 //!
 //! ```text
-//!  attempt n fails ─► n < max_attempts ─► RetryAt(now + max(backoff(n), requested) capped)
+//!  attempt n fails ─► permanent (NextAttempt::Never) ─► on_exhausted at once, whatever n
+//!                  ─► n < max_attempts ─► RetryAt(now + max(backoff(n), requested) capped)
 //!                  └► n = max_attempts ─► on_exhausted: DeadLetter │ Drop │ Block
 //! ```
 
@@ -73,6 +75,21 @@ pub enum FailureDecision {
     Block,
 }
 
+/// What a failed attempt says of the next one (the handler's error decides it: see
+/// `HandlerError::next_attempt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NextAttempt {
+    /// After the policy's back-off.
+    #[default]
+    Backoff,
+    /// No sooner than this delay: the longer of it and the back-off wins, capped by the
+    /// back-off's cap.
+    NotBefore(Duration),
+    /// Never: the failure is permanent (retrying cannot succeed), so the policy's
+    /// exhausted outcome applies at once, whatever attempts are left.
+    Never,
+}
+
 /// Attempts, back-off and the outcome when attempts are used up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -117,21 +134,28 @@ impl FailurePolicy {
         }
     }
 
-    /// Decides after the `attempts`-th failed attempt (this one included). `requested` is the
-    /// handler's own wish for a delay; the longer of it and the back-off wins, capped by the
-    /// back-off's cap (or the request itself if it is shorter than a zero cap would allow).
-    pub fn decide(
-        &self,
-        attempts: u32,
-        requested: Option<Duration>,
-        now: DateTime<Utc>,
-    ) -> FailureDecision {
+    /// Decides after the `attempts`-th failed attempt (this one included). `next` is what the
+    /// failure says of the next attempt: a permanent failure ([`NextAttempt::Never`]) takes
+    /// the exhausted outcome at once; a requested delay and the back-off, the longer wins,
+    /// capped by the back-off's cap (or the request itself if it is shorter than a zero cap
+    /// would allow).
+    ///
+    /// ```
+    /// use shardbox_core::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy, NextAttempt};
+    /// use std::time::Duration;
+    /// let p = FailurePolicy::new(5, Backoff::Fixed(Duration::from_secs(1)), ExhaustedOutcome::DeadLetter);
+    /// let now = chrono::Utc::now();
+    /// assert!(matches!(p.decide(1, NextAttempt::Backoff, now), FailureDecision::RetryAt(_)));
+    /// assert_eq!(p.decide(1, NextAttempt::Never, now), FailureDecision::DeadLetter);
+    /// ```
+    pub fn decide(&self, attempts: u32, next: NextAttempt, now: DateTime<Utc>) -> FailureDecision {
+        let requested = match next {
+            NextAttempt::Backoff => None,
+            NextAttempt::NotBefore(delay) => Some(delay),
+            NextAttempt::Never => return self.exhausted(),
+        };
         if attempts >= self.max_attempts {
-            return match self.on_exhausted {
-                ExhaustedOutcome::DeadLetter => FailureDecision::DeadLetter,
-                ExhaustedOutcome::Drop => FailureDecision::Drop,
-                ExhaustedOutcome::Block => FailureDecision::Block,
-            };
+            return self.exhausted();
         }
         let backoff = self.backoff.delay(attempts);
         let delay = requested
@@ -139,6 +163,15 @@ impl FailurePolicy {
             .min(self.backoff.cap().max(backoff));
         let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
         FailureDecision::RetryAt(now.checked_add_signed(delay).unwrap_or(now))
+    }
+
+    /// The decision once no attempt is left: the policy's exhausted outcome.
+    fn exhausted(&self) -> FailureDecision {
+        match self.on_exhausted {
+            ExhaustedOutcome::DeadLetter => FailureDecision::DeadLetter,
+            ExhaustedOutcome::Drop => FailureDecision::Drop,
+            ExhaustedOutcome::Block => FailureDecision::Block,
+        }
     }
 
     /// Checks the values; `field` prefixes the names in the error (e.g. `failure_policy`).
@@ -197,29 +230,41 @@ mod tests {
             on_exhausted: ExhaustedOutcome::Drop,
         };
         assert_eq!(
-            p.decide(1, None, t0()),
+            p.decide(1, NextAttempt::Backoff, t0()),
             FailureDecision::RetryAt(t0() + chrono::Duration::seconds(2))
         );
         assert_eq!(
-            p.decide(2, None, t0()),
+            p.decide(2, NextAttempt::Backoff, t0()),
             FailureDecision::RetryAt(t0() + chrono::Duration::seconds(2))
         );
-        assert_eq!(p.decide(3, None, t0()), FailureDecision::Drop);
+        assert_eq!(
+            p.decide(3, NextAttempt::Backoff, t0()),
+            FailureDecision::Drop
+        );
         let dl = FailurePolicy {
             on_exhausted: ExhaustedOutcome::DeadLetter,
             ..p
         };
-        assert_eq!(dl.decide(3, None, t0()), FailureDecision::DeadLetter);
+        assert_eq!(
+            dl.decide(3, NextAttempt::Backoff, t0()),
+            FailureDecision::DeadLetter
+        );
         let block = FailurePolicy {
             on_exhausted: ExhaustedOutcome::Block,
             ..p
         };
         assert!(matches!(
-            block.decide(2, None, t0()),
+            block.decide(2, NextAttempt::Backoff, t0()),
             FailureDecision::RetryAt(_)
         ));
-        assert_eq!(block.decide(3, None, t0()), FailureDecision::Block);
-        assert_eq!(block.decide(9, None, t0()), FailureDecision::Block);
+        assert_eq!(
+            block.decide(3, NextAttempt::Backoff, t0()),
+            FailureDecision::Block
+        );
+        assert_eq!(
+            block.decide(9, NextAttempt::Backoff, t0()),
+            FailureDecision::Block
+        );
     }
 
     #[test]
@@ -233,9 +278,64 @@ mod tests {
             on_exhausted: ExhaustedOutcome::DeadLetter,
         };
         let at = |s| FailureDecision::RetryAt(t0() + chrono::Duration::seconds(s));
-        assert_eq!(p.decide(1, Some(Duration::from_secs(30)), t0()), at(30));
-        assert_eq!(p.decide(3, Some(Duration::from_millis(10)), t0()), at(4));
-        assert_eq!(p.decide(1, Some(Duration::from_secs(3600)), t0()), at(60));
+        assert_eq!(
+            p.decide(1, NextAttempt::NotBefore(Duration::from_secs(30)), t0()),
+            at(30)
+        );
+        assert_eq!(
+            p.decide(3, NextAttempt::NotBefore(Duration::from_millis(10)), t0()),
+            at(4)
+        );
+        assert_eq!(
+            p.decide(1, NextAttempt::NotBefore(Duration::from_secs(3600)), t0()),
+            at(60)
+        );
+    }
+
+    /// A permanent failure takes the exhausted outcome at its first attempt, whatever
+    /// attempts are left, for every outcome; a back-off or a requested delay never applies.
+    #[test]
+    fn a_permanent_failure_takes_the_exhausted_outcome_at_once() {
+        let base = FailurePolicy {
+            max_attempts: 5,
+            backoff: Backoff::Exponential {
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(60),
+            },
+            on_exhausted: ExhaustedOutcome::DeadLetter,
+        };
+        for (outcome, decision) in [
+            (ExhaustedOutcome::DeadLetter, FailureDecision::DeadLetter),
+            (ExhaustedOutcome::Drop, FailureDecision::Drop),
+            (ExhaustedOutcome::Block, FailureDecision::Block),
+        ] {
+            let p = FailurePolicy {
+                on_exhausted: outcome,
+                ..base
+            };
+            for attempts in [1, 2, 4, 5, 9] {
+                assert_eq!(
+                    p.decide(attempts, NextAttempt::Never, t0()),
+                    decision,
+                    "{outcome:?} at attempt {attempts}"
+                );
+            }
+            assert!(
+                matches!(
+                    p.decide(1, NextAttempt::Backoff, t0()),
+                    FailureDecision::RetryAt(_)
+                ),
+                "a transient failure of the same policy is retried"
+            );
+        }
+        let single = FailurePolicy {
+            max_attempts: 1,
+            ..base
+        };
+        assert_eq!(
+            single.decide(1, NextAttempt::Never, t0()),
+            FailureDecision::DeadLetter
+        );
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! The length bounds what every backend can index: PostgreSQL's btree refuses an index row of
 //! more than about 2,700 bytes, and the Inbox's unique key (tenant, target kind, target id,
 //! signal id) holds four ids, 4 × 512 = 2,048 bytes at most. PostgreSQL `text` cannot store a
-//! NUL byte; SQLite could, but an id valid on one backend is valid on all. Ids derived from a
-//! parent signal ([`SignalId::derived`]) keep within the limit however long the chain.
+//! NUL byte; SQLite could, but an id valid on one backend is valid on all. The ids of what a
+//! handler emits ([`SignalId::emitted`]) keep within the limit however long the chain.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -227,26 +227,80 @@ impl SignalId {
         SignalId(uuid::Uuid::now_v7().to_string())
     }
 
-    /// A signal id derived from a parent signal, stable across redeliveries of the parent, so
-    /// that what a handler emits is deduplicated if the parent is handled twice.
+    /// The id of what a handler emits: the `n`-th item of `part` (`"event"`, `"command"`, ..)
+    /// that `by` emitted while handling the signal `parent`. The one derivation of every id a
+    /// handler emits, stable across redeliveries of the parent (so that what a redelivery
+    /// emits deduplicates), and distinct for every (parent, emitter, part, n): two targets
+    /// that handle one signal — two kinds, two routed instances of one kind, two tenants, or
+    /// one caller-chosen signal id sent to two aggregates — never emit the same id.
     ///
-    /// `"{parent}/{part}/{n}"`, or, when that would pass [`MAX_ID_BYTES`] (a long chain of
-    /// handlers, each deriving from the last), the parent is replaced by a stable 128-bit
-    /// digest of it, `"~{32 hex digits}/{part}/{n}"`, so that ids stay within the limit
-    /// however long the chain.
-    pub fn derived(parent: &SignalId, part: &str, n: usize) -> Self {
-        let id = format!("{}/{}/{}", parent.0, part, n);
-        if id.len() <= MAX_ID_BYTES {
-            return SignalId(id);
+    /// `"{parent}/{kind}:{id}/{part}/{n}"` (`…:{id}@{tenant}/…` when the tenant is not
+    /// empty), each of kind, id, tenant and part with `%`, `/`, `:` and `@` percent-escaped so
+    /// that no two inputs give one id. When that would pass [`MAX_ID_BYTES`] (long ids, or a
+    /// long chain of handlers, each emitting from the last) the part before `/{part}/{n}` is
+    /// replaced by a stable 128-bit digest of it, `"~{32 hex digits}/{part}/{n}"`, so that
+    /// ids stay within the limit however long the chain.
+    ///
+    /// ```
+    /// use shardbox_core::{Emitter, SignalId};
+    /// let parent = SignalId::from("cmd-7");
+    /// let by = Emitter { kind: "account", tenant: "", id: "acc-1" };
+    /// assert_eq!(SignalId::emitted(&parent, by, "event", 0).0, "cmd-7/account:acc-1/event/0");
+    /// let other = Emitter { id: "acc-2", ..by };
+    /// assert_ne!(SignalId::emitted(&parent, by, "event", 0), SignalId::emitted(&parent, other, "event", 0));
+    /// ```
+    pub fn emitted(parent: &SignalId, by: Emitter<'_>, part: &str, n: usize) -> Self {
+        let mut head = String::with_capacity(parent.0.len() + by.kind.len() + by.id.len() + 2);
+        head.push_str(&parent.0);
+        head.push('/');
+        escape_into(&mut head, by.kind);
+        head.push(':');
+        escape_into(&mut head, by.id);
+        if !by.tenant.is_empty() {
+            head.push('@');
+            escape_into(&mut head, by.tenant);
+        }
+        let mut tail = String::from("/");
+        escape_into(&mut tail, part);
+        tail.push_str(&format!("/{n}"));
+        if head.len() + tail.len() <= MAX_ID_BYTES {
+            return SignalId(head + &tail);
         }
         // Two FNV-1a hashes apart (the stable hash of shard routing, seeded differently):
-        // the same on every platform and version, as a derived id must be.
-        let p = parent.0.as_bytes();
+        // the same on every platform and version, as an emitted id must be. The digested
+        // head is itself unambiguous (escaped), and a digest form has exactly two `/`, a
+        // readable form at least three, so the two forms never meet.
+        let h = head.as_bytes();
         let (a, b) = (
-            crate::model::hash::fnv1a64(&[b"derived-a", p]),
-            crate::model::hash::fnv1a64(&[b"derived-b", p]),
+            crate::model::hash::fnv1a64(&[b"derived-a", h]),
+            crate::model::hash::fnv1a64(&[b"derived-b", h]),
         );
-        SignalId(format!("~{a:016x}{b:016x}/{part}/{n}"))
+        SignalId(format!("~{a:016x}{b:016x}{tail}"))
+    }
+}
+
+/// Who emits: the target (kind, tenant, id) whose handler handled the parent signal (see
+/// [`SignalId::emitted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Emitter<'a> {
+    /// The handling entity's kind.
+    pub kind: &'a str,
+    /// Its tenant (empty for single-tenant applications).
+    pub tenant: &'a str,
+    /// Its id.
+    pub id: &'a str,
+}
+
+/// Appends `part` with the separators of an emitted id (`/ : @`) and `%` percent-escaped.
+fn escape_into(out: &mut String, part: &str) {
+    for c in part.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            ':' => out.push_str("%3A"),
+            '@' => out.push_str("%40"),
+            c => out.push(c),
+        }
     }
 }
 
@@ -272,22 +326,89 @@ impl From<String> for SignalId {
 mod tests {
     use super::*;
 
+    fn by<'a>(kind: &'a str, tenant: &'a str, id: &'a str) -> Emitter<'a> {
+        Emitter { kind, tenant, id }
+    }
+
     #[test]
-    fn derived_signal_ids_are_stable_and_distinct() {
+    fn emitted_ids_are_stable_and_readable() {
         let parent = SignalId::from("p");
-        assert_eq!(SignalId::derived(&parent, "event", 0).0, "p/event/0");
+        let acc = by("account", "", "acc-1");
+        assert_eq!(
+            SignalId::emitted(&parent, acc, "event", 0).0,
+            "p/account:acc-1/event/0"
+        );
+        assert_eq!(
+            SignalId::emitted(&parent, by("account", "t-1", "acc-1"), "command", 2).0,
+            "p/account:acc-1@t-1/command/2"
+        );
+        assert_eq!(
+            SignalId::emitted(&parent, by("a/b", "", "x:y@z%"), "event", 0).0,
+            "p/a%2Fb:x%3Ay%40z%25/event/0",
+            "separators escaped"
+        );
+        // A fixed function: the id of a known input never changes between versions (a
+        // redelivery after an upgrade must emit what the first delivery emitted). The digest
+        // was computed independently (FNV-1a 64 of "derived-a"/"derived-b", 0xff, the head).
+        let long = SignalId("x".repeat(MAX_ID_BYTES));
+        assert_eq!(
+            SignalId::emitted(&long, acc, "event", 3).0,
+            "~295e4ee665c4e2d03d7f5fa49c5c33af/event/3"
+        );
+    }
+
+    /// Every input that differs in one part (or only in where the parts are cut) gives a
+    /// different id: parents, kinds, tenants, ids, parts, positions.
+    #[test]
+    fn emitted_ids_differ_for_every_other_emitter_part_or_position() {
+        let p = SignalId::from("p");
+        let q = SignalId::from("q");
+        let cases = [
+            SignalId::emitted(&p, by("account", "", "acc-1"), "event", 0),
+            SignalId::emitted(&q, by("account", "", "acc-1"), "event", 0),
+            SignalId::emitted(&p, by("account", "", "acc-2"), "event", 0),
+            SignalId::emitted(&p, by("ledger", "", "acc-1"), "event", 0),
+            SignalId::emitted(&p, by("account", "t", "acc-1"), "event", 0),
+            SignalId::emitted(&p, by("account", "", "acc-1"), "command", 0),
+            SignalId::emitted(&p, by("account", "", "acc-1"), "event", 1),
+            // Boundaries moved between the parts.
+            SignalId::emitted(
+                &SignalId::from("p/account:acc"),
+                by("x", "", "1"),
+                "event",
+                0,
+            ),
+            SignalId::emitted(&p, by("account:acc", "", "1"), "event", 0),
+            SignalId::emitted(&p, by("account", "", "acc-1@t"), "event", 0),
+            SignalId::emitted(&p, by("account", "acc-1", ""), "event", 0),
+            SignalId::emitted(&p, by("account", "", "acc-1/event/0"), "event", 0),
+        ];
+        let distinct: std::collections::HashSet<_> = cases.iter().collect();
+        assert_eq!(distinct.len(), cases.len(), "{cases:#?}");
+        // Digested forms tell emitters apart as well.
+        let long = SignalId("x".repeat(MAX_ID_BYTES));
         assert_ne!(
-            SignalId::derived(&parent, "event", 0),
-            SignalId::derived(&parent, "event", 1)
+            SignalId::emitted(&long, by("account", "", "acc-1"), "event", 0),
+            SignalId::emitted(&long, by("account", "", "acc-2"), "event", 0)
+        );
+        assert_ne!(
+            SignalId::emitted(&long, by("account", "", "acc-1"), "event", 0),
+            SignalId::emitted(&long, by("account", "t", "acc-1"), "event", 0)
         );
     }
 
     #[test]
-    fn derived_signal_ids_stay_within_the_limit_however_long_the_chain() {
+    fn emitted_ids_stay_within_the_limit_however_long_the_chain() {
         let mut id = SignalId::generate();
         let mut seen = std::collections::HashSet::new();
+        let target = "t".repeat(MAX_ID_BYTES);
         for hop in 0..200 {
-            id = SignalId::derived(&id, if hop % 2 == 0 { "event" } else { "command" }, 0);
+            let (part, emitter) = if hop % 2 == 0 {
+                ("event", by("account", "tenant", &target))
+            } else {
+                ("command", by("reactor", "", "r-1"))
+            };
+            id = SignalId::emitted(&id, emitter, part, 0);
             assert!(
                 validate(IdField::SignalId, &id.0).is_ok(),
                 "hop {hop}: {id}"
@@ -295,14 +416,15 @@ mod tests {
             assert!(seen.insert(id.clone()), "hop {hop} repeats an id: {id}");
         }
         let long = SignalId("x".repeat(MAX_ID_BYTES));
+        let acc = by("account", "", "acc-1");
         assert_eq!(
-            SignalId::derived(&long, "event", 3),
-            SignalId::derived(&long, "event", 3),
+            SignalId::emitted(&long, acc, "event", 3),
+            SignalId::emitted(&long, acc, "event", 3),
             "stable"
         );
         assert_ne!(
-            SignalId::derived(&long, "event", 3),
-            SignalId::derived(&SignalId("y".repeat(MAX_ID_BYTES)), "event", 3)
+            SignalId::emitted(&long, acc, "event", 3),
+            SignalId::emitted(&SignalId("y".repeat(MAX_ID_BYTES)), acc, "event", 3)
         );
     }
 

@@ -4,7 +4,7 @@
 //! A message is addressed to one target (entity kind + id). The payload is serde JSON bytes,
 //! named by `payload_type`, so that the Inbox never needs the Rust type of what it carries.
 
-use crate::model::ids::{ShardIndex, SignalId};
+use crate::model::ids::{Emitter, ShardIndex, SignalId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -141,6 +141,21 @@ impl NewMessage {
             MessageKind::CatchUp => MessageStatus::ToCatchUp,
             MessageKind::Command | MessageKind::Event => MessageStatus::ToDeliver,
         }
+    }
+
+    /// Its target as the emitter of what its handler emits (see [`SignalId::emitted`]).
+    pub fn emitter(&self) -> Emitter<'_> {
+        Emitter {
+            kind: &self.target_kind,
+            tenant: &self.tenant,
+            id: &self.target_id,
+        }
+    }
+
+    /// The id of the `n`-th `part` (`"event"`, `"command"`, ..) its target's handler emits
+    /// while handling it: [`SignalId::emitted`] of its signal and its target.
+    pub fn emitted_id(&self, part: &str, n: usize) -> SignalId {
+        SignalId::emitted(&self.signal_id, self.emitter(), part, n)
     }
 
     /// The key under which duplicates of this message are recognised.

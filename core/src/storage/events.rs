@@ -1,7 +1,7 @@
 //! The event store, read in `seq` order.
 
 use crate::model::error::StorageError;
-use crate::model::event::StoredEvent;
+use crate::model::event::{EventSource, StoredEvent};
 use crate::model::ids::SignalId;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -17,6 +17,17 @@ pub trait EventStore: Send + Sync + 'static {
         after_seq: i64,
         event_types: &[String],
         since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError>;
+
+    /// Up to `limit` events produced by `source` (kind and id) of `tenant` with
+    /// `seq > after_seq`, in `seq` order: one producer's stream (an aggregate instance's own
+    /// events). Served by an index on (tenant, source kind, source id, seq).
+    async fn read_source_events(
+        &self,
+        tenant: &str,
+        source: &EventSource,
+        after_seq: i64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StorageError>;
 

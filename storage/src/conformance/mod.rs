@@ -55,7 +55,10 @@ pub use dedup::{
     duplicate_of_delivered_row_is_ignored_until_purged, duplicate_write_is_ignored_and_counted,
     tenant_isolation,
 };
-pub use events::{entity_state_versions_and_delete, event_store_pages_by_seq_with_filters};
+pub use events::{
+    entity_state_versions_and_delete, event_store_pages_by_seq_with_filters,
+    events_of_one_source_in_seq_order,
+};
 pub use failures::{
     blocked_row_stops_only_its_target, concurrent_requeue_of_one_dead_letter_requeues_it_once,
     dead_letters_are_listed_counted_and_purged_by_filter, expired_rows_are_found_due_or_not,
@@ -107,6 +110,7 @@ macro_rules! conformance_suite {
             the_first_shard_count_claimed_is_recorded,
             members_beat_expire_and_leave,
             event_store_pages_by_seq_with_filters,
+            events_of_one_source_in_seq_order,
             entity_state_versions_and_delete,
             catch_up_lifecycle,
             concurrent_overlapping_catch_up_starts_one_wins,

@@ -34,6 +34,29 @@ macro_rules! event_units {
                 .collect()
         }
 
+        /// `EventStore::read_source_events` (by the index `events_by_source`).
+        pub(crate) fn read_source_events(
+            conn: &mut Conn,
+            tenant: String,
+            source: shardbox_core::EventSource,
+            after_seq: i64,
+            limit: usize,
+        ) -> Result<Vec<StoredEvent>, Failure> {
+            use $crate::schema::events::dsl as ev;
+            ev::events
+                .filter(ev::tenant.eq(tenant))
+                .filter(ev::source_kind.eq(source.kind))
+                .filter(ev::source_id.eq(source.id))
+                .filter(ev::seq.gt(after_seq))
+                .select(EventRow::as_select())
+                .order(ev::seq.asc())
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .load(conn)?
+                .into_iter()
+                .map(EventRow::into_event)
+                .collect()
+        }
+
         /// `EventStore::event_seqs` (by the unique index on `id`).
         pub(crate) fn event_seqs(
             conn: &mut Conn,

@@ -303,6 +303,21 @@ macro_rules! storage_impls {
                     .await
             }
 
+            async fn read_source_events(
+                &self,
+                tenant: &str,
+                source: &shardbox_core::EventSource,
+                after_seq: i64,
+                limit: usize,
+            ) -> Result<Vec<shardbox_core::StoredEvent>, shardbox_core::StorageError> {
+                let (tenant, source) = (tenant.to_owned(), source.clone());
+                self.db
+                    .run(move |conn| {
+                        $units::read_source_events(conn, tenant, source, after_seq, limit)
+                    })
+                    .await
+            }
+
             async fn last_event_seq(&self) -> Result<i64, shardbox_core::StorageError> {
                 self.db.run($units::last_event_seq).await
             }

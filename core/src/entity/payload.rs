@@ -1,0 +1,120 @@
+//! Typed reads of stored payloads: a message's, an event's or a dead letter's payload as its
+//! [`Message`] type, for operators and tests (a handler's own decoding is the adapters', in
+//! `handler`).
+//!
+//! ```text
+//!  stored type name == T::TYPE ?  no ─► PayloadError::WrongType { stored, expected }
+//!        yes ─► serde_json ─► T   or ─► PayloadError::Undecodable (the serde error kept)
+//! ```
+//!
+//! The type name is checked first, so that a payload of another type that happens to
+//! deserialize (two enums with a variant of the same name) is refused rather than misread.
+
+use crate::entity::traits::Message;
+use crate::model::error::PayloadError;
+use crate::model::event::NewEvent;
+use crate::model::message::NewMessage;
+use crate::storage::DeadLetter;
+
+/// `payload`, stored with the type name `stored`, as a `T`.
+fn payload_as<T: Message>(stored: &str, payload: &[u8]) -> Result<T, PayloadError> {
+    if stored != T::TYPE {
+        return Err(PayloadError::WrongType {
+            stored: stored.to_owned(),
+            expected: T::TYPE,
+        });
+    }
+    serde_json::from_slice(payload).map_err(|source| PayloadError::Undecodable {
+        expected: T::TYPE,
+        source,
+    })
+}
+
+impl NewMessage {
+    /// The payload as a `T`, if it was written as one (its `payload_type` is `T::TYPE`).
+    pub fn payload_as<T: Message>(&self) -> Result<T, PayloadError> {
+        payload_as(&self.payload_type, &self.payload)
+    }
+}
+
+impl NewEvent {
+    /// The event as a `T`, if it was stored as one (its `event_type` is `T::TYPE`).
+    pub fn payload_as<T: Message>(&self) -> Result<T, PayloadError> {
+        payload_as(&self.event_type, &self.payload)
+    }
+}
+
+impl DeadLetter {
+    /// The dead message's payload as a `T` (a command or event type), checked against the
+    /// stored type name; an error names both names when they differ.
+    ///
+    /// ```no_run
+    /// # fn show(dead: &shardbox_core::storage::StoredDeadLetter) -> Result<(), shardbox_core::PayloadError> {
+    /// # #[derive(serde::Serialize, serde::Deserialize, Debug)] struct Charge { amount: i64 }
+    /// # impl shardbox_core::Message for Charge { const TYPE: &'static str = "payment.charge"; }
+    /// // `dead` from `Shardbox::dead_letters(..)`.
+    /// let charge: Charge = dead.letter.payload_as()?;
+    /// println!("{charge:?}: {}", dead.letter.reason);
+    /// # Ok(()) }
+    /// ```
+    pub fn payload_as<T: Message>(&self) -> Result<T, PayloadError> {
+        self.original.message.payload_as()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Charge {
+        Card(i64),
+    }
+    impl Message for Charge {
+        const TYPE: &'static str = "payment.charge";
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Refund {
+        Card(i64),
+    }
+    impl Message for Refund {
+        const TYPE: &'static str = "payment.refund";
+    }
+
+    #[test]
+    fn a_payload_is_read_as_its_own_type_only() {
+        let bytes = serde_json::to_vec(&Charge::Card(5)).unwrap();
+        assert_eq!(
+            payload_as::<Charge>("payment.charge", &bytes).unwrap(),
+            Charge::Card(5)
+        );
+        // The same bytes would deserialize as a Refund: the type name refuses it.
+        let err = payload_as::<Refund>("payment.charge", &bytes).unwrap_err();
+        assert!(
+            matches!(&err, PayloadError::WrongType { stored, expected: "payment.refund" } if stored == "payment.charge"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("`payment.charge`") && text.contains("`payment.refund`"),
+            "{text}"
+        );
+        let err = payload_as::<Charge>("payment.charge", b"{\"Cash\":1}").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PayloadError::Undecodable {
+                    expected: "payment.charge",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            std::error::Error::source(&err).is_some(),
+            "the serde error is kept"
+        );
+    }
+}
