@@ -15,6 +15,7 @@
 //!
 //! Stations never see this folder: they get a [`StationContext`](crate::stage::context::StationContext).
 
+pub mod assign;
 pub mod cycle;
 pub mod delivery;
 pub(crate) mod due;
@@ -22,6 +23,7 @@ pub mod env;
 pub mod expiry;
 pub(crate) mod heartbeat;
 pub mod local;
+mod membership;
 pub(crate) mod sweep;
 pub(crate) mod tasks;
 mod turn;

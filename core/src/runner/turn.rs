@@ -1,7 +1,8 @@
 //! One worker's turn on a shard, and the lease it keeps between turns.
 //!
 //! ```text
-//!  serve(shard): lease kept by the last turn? ──► Delivery::serve_turn (≥ 1 stage)
+//!  serve(shard): lease kept by the last turn? ──► Delivery::serve_turn (≥ 1 stage; a shard
+//!                another live member prefers is handed back after its first stage)
 //!     drained with lease_linger ──► park the lease; spawn_release frees it after the linger
 //!                                   unless the next turn took it
 //!     otherwise the turn released it itself; the wake queue hears how the turn ended
@@ -30,19 +31,22 @@ pub(super) async fn serve(
 ) {
     let config = &delivery.env().config;
     let turn = config.poll_interval;
-    let linger = config.lease_linger;
+    let linger_for = config.lease_linger;
     let started = tokio::time::Instant::now();
-    let keep_on = || !should_yield(started.elapsed(), queue.waiting(), turn);
+    // Another live member's shard is handed back after one stage (see `assign`).
+    let keep_on =
+        || !queue.is_others(shard) && !should_yield(started.elapsed(), queue.waiting(), turn);
     let held = queue.unpark(shard, None);
+    let linger = !linger_for.is_zero() && !queue.is_others(shard);
     let served = delivery
-        .serve_turn(shard, worker, &keep_on, held, !linger.is_zero())
+        .serve_turn(shard, worker, &keep_on, held, linger)
         .await;
     let end = match served {
         Ok((report, kept)) => {
             queue.turn_succeeded(shard);
             if let Some(lease) = kept {
                 let generation = queue.park(lease);
-                spawn_release(delivery, queue, shard, generation, linger);
+                spawn_release(delivery, queue, shard, generation, linger_for);
             }
             if report.lease_lost {
                 tracing::info!(%shard, "lease lost to another worker; leaving the shard to it");
@@ -50,6 +54,9 @@ pub(super) async fn serve(
             tracing::trace!(%shard, stages = report.stages, picked_up = report.picked_up, yielded = report.yielded, "shard served");
             if !report.picked_up || report.lease_lost {
                 TurnEnd::HeldElsewhere
+            } else if report.yielded && queue.is_others(shard) {
+                tracing::debug!(%shard, "handed the shard over to its preferred owner");
+                TurnEnd::HandedOver
             } else if report.yielded {
                 TurnEnd::Yielded
             } else {
