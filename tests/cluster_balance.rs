@@ -34,7 +34,7 @@ const TARGETS: usize = SHARDS as usize * PER_SHARD;
 const LEASE: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(250);
 /// A round of one command per target every this often: each shard is written to every round.
-const ROUND_EVERY: Duration = Duration::from_millis(100);
+const ROUND_EVERY: Duration = Duration::from_millis(200);
 /// How long a balance must hold once reached.
 const HOLD: Duration = Duration::from_secs(4);
 const ENTRY: &str = "balance_node_entry";
