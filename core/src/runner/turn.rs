@@ -109,6 +109,9 @@ fn spawn_retry(
 /// Releases `shard`'s kept lease of `generation` after `linger`, unless a turn took it
 /// meanwhile or the shard is queued for one (that turn takes it). Like a turn, the release
 /// holds the shard in the wake-up states, and looks once more for rows written meanwhile.
+/// A kept lease is not renewed: if its shard waits in the queue behind busy workers, the
+/// timer looks again every `linger` and releases the lease itself once half of it is gone,
+/// so that it never runs out under a live node (which other nodes would take for a crash).
 fn spawn_release(
     delivery: &Arc<Delivery>,
     queue: &Arc<WakeQueue>,
@@ -119,35 +122,48 @@ fn spawn_release(
     let (delivery, task_queue) = (delivery.clone(), queue.clone());
     let mut stop = queue.tasks.stop_signal();
     queue.tasks.spawn(async move {
-            let queue = task_queue;
+        let queue = task_queue;
+        loop {
             tokio::select! {
                 _ = tokio::time::sleep(linger) => {}
                 // Shutdown releases every kept lease itself.
                 _ = stopped(&mut stop) => return,
             }
-            if !queue.is_parked(shard, generation) {
+            let Some(until) = queue.parked_until(shard, generation) else {
                 return;
+            };
+            if queue.start_idle(shard) {
+                break;
             }
-            if !queue.start_idle(shard) {
-                return;
-            }
-            let mut again = false;
-            if let Some(lease) = queue.unpark(shard, Some(generation)) {
-                let released = match delivery.release(&lease).await {
-                    Ok(()) => delivery.has_due_rows(shard).await,
-                    Err(e) => Err(e),
-                };
-                match released {
-                    Ok(due) => again = due,
-                    Err(e) => {
-                        tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next poll serves the shard")
+            // Queued for a turn (or being started): that turn takes the lease, unless the
+            // lease nears its end first.
+            let half = delivery.env().config.lease_span() / 2;
+            if until - delivery.env().clock.now() < half {
+                if let Some(lease) = queue.unpark(shard, Some(generation)) {
+                    if let Err(e) = delivery.release(&lease).await {
+                        tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next turn releases it");
                     }
                 }
+                return;
             }
-            queue.finish(shard, TurnEnd::Done);
-            if again {
-                queue.wake(shard);
+        }
+        let mut again = false;
+        if let Some(lease) = queue.unpark(shard, Some(generation)) {
+            let released = match delivery.release(&lease).await {
+                Ok(()) => delivery.has_due_rows(shard).await,
+                Err(e) => Err(e),
+            };
+            match released {
+                Ok(due) => again = due,
+                Err(e) => {
+                    tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next poll serves the shard")
+                }
             }
+        }
+        queue.finish(shard, TurnEnd::Done);
+        if again {
+            queue.wake(shard);
+        }
     });
 }
 

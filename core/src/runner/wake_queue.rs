@@ -101,11 +101,17 @@ impl WakeQueue {
         slot.take().map(|p| p.lease)
     }
 
-    /// Whether the lease kept for `shard` is still the one of `generation`.
-    pub(super) fn is_parked(&self, shard: ShardIndex, generation: u64) -> bool {
+    /// The end of the lease kept for `shard`, if it is still the one of `generation`.
+    pub(super) fn parked_until(
+        &self,
+        shard: ShardIndex,
+        generation: u64,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
         lock(&self.parked)
-            .get(shard.0 as usize)
-            .is_some_and(|slot| slot.as_ref().is_some_and(|p| p.generation == generation))
+            .get(shard.0 as usize)?
+            .as_ref()
+            .filter(|p| p.generation == generation)
+            .map(|p| p.lease.lease_until)
     }
 
     /// Counts a failed turn on `shard`; returns how many failed in a row.
