@@ -104,7 +104,7 @@ config_setters! {
     /// (default 30 s).
     ttl_sweep_interval => ttl_sweep_interval: Duration;
     /// How long a worker keeps a drained shard's lease for the next write (default
-    /// 0: released at once).
+    /// 50 ms; 0 releases at once).
     lease_linger => lease_linger: Duration;
     /// Targets of a page one worker handles at once (default 16).
     handler_concurrency => handler_concurrency: usize;

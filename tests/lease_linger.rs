@@ -83,3 +83,111 @@ async fn sqlite_trickle_is_served_under_kept_leases() {
     let (storage, _dir) = common::sqlite().await;
     trickle(storage).await;
 }
+
+/// An aggregate whose commands take a while: `Sleep(ms)` keeps the only worker busy.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Slow {
+    handled: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct SleepFor(u64);
+
+impl Message for SleepFor {
+    const TYPE: &'static str = "slow.sleep";
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Slept;
+
+impl Message for Slept {
+    const TYPE: &'static str = "slow.slept";
+}
+
+impl Aggregate for Slow {
+    const KIND: &'static str = "slow";
+    type Command = SleepFor;
+    type Event = Slept;
+
+    async fn handle(&self, c: &SleepFor, _: &Context<'_>) -> Result<Vec<Slept>, HandlerError> {
+        tokio::time::sleep(Duration::from_millis(c.0)).await;
+        Ok(vec![Slept])
+    }
+
+    fn apply(&mut self, _: &Slept) {
+        self.handled += 1;
+    }
+}
+
+/// A kept lease is not renewed. Its shard gets a write during the linger while the node's
+/// only worker is busy elsewhere for longer than a lease: the lease must be released before
+/// it runs out (a lease that runs out under a live node looks like a crash to other nodes,
+/// which take the shard over). Before the fix the linger timer left it to the queued turn,
+/// and the lock table showed it run out.
+async fn kept_lease_of_a_queued_shard(storage: Arc<dyn Storage>) {
+    let lease = Duration::from_millis(600);
+    let sb = Shardbox::builder()
+        .shared_storage(storage.clone())
+        .shards(4)
+        .workers(1)
+        .lease_duration(lease)
+        .poll_interval(Duration::from_millis(100))
+        .lease_linger(Duration::from_millis(50))
+        .aggregate::<Slow>()
+        .build()
+        .await
+        .expect("build");
+    let id_in = |shard_not: Option<u32>| {
+        (0..)
+            .map(|i| format!("slow-{i}"))
+            .find(|id| Some(sb.shard_of("slow", id).0) != shard_not)
+            .expect("an id")
+    };
+    let a = id_in(None);
+    let shard_a = sb.shard_of("slow", &a);
+    let b = id_in(Some(shard_a.0));
+    let node = sb.start();
+    sb.send::<Slow>(&a, &SleepFor(0)).await.expect("send");
+    while sb.metrics().delivered < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // A's lease is kept now. The worker goes to B for 3 leases; A is written to meanwhile.
+    sb.send::<Slow>(&b, &SleepFor(3 * lease.as_millis() as u64))
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    sb.send::<Slow>(&a, &SleepFor(0)).await.expect("send");
+    let watch_until = std::time::Instant::now() + 2 * lease;
+    while std::time::Instant::now() < watch_until {
+        let now = chrono::Utc::now();
+        let session = storage
+            .sessions()
+            .await
+            .expect("sessions")
+            .into_iter()
+            .find(|s| s.shard == shard_a);
+        let ran_out = session
+            .as_ref()
+            .and_then(|s| s.lease_until)
+            .is_some_and(|until| until <= now);
+        assert!(
+            !ran_out,
+            "a kept lease ran out under a live node: {session:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(node.drain(Duration::from_secs(20)).await.expect("drain"));
+    node.shutdown().await.expect("shutdown");
+    assert_eq!(sb.metrics().delivered, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_kept_lease_of_a_queued_shard_never_runs_out() {
+    kept_lease_of_a_queued_shard(common::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_kept_lease_of_a_queued_shard_never_runs_out() {
+    let (storage, _dir) = common::sqlite().await;
+    kept_lease_of_a_queued_shard(storage).await;
+}

@@ -599,5 +599,14 @@ pub async fn run(a: &Args) -> Result<Report, String> {
         "min_node_share",
         if fair > 0.0 { least / fair } else { 0.0 },
     ));
+    // Each node's share of all deliveries (of the last round with `--nodes` nodes), and the
+    // least of them (1 / nodes: even).
+    let total: f64 = delivered.iter().sum();
+    r.node_shares = many
+        .stats
+        .iter()
+        .map(|s| (s.name.clone(), s.get("delivered") / total.max(1.0)))
+        .collect();
+    r.extra.push(("least_share", least / total.max(1.0)));
     Ok(r)
 }

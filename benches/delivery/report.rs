@@ -16,6 +16,9 @@ pub struct Report {
     pub lost: u64,
     /// Extra rows (name, value) for the table and the JSON line.
     pub extra: Vec<(&'static str, f64)>,
+    /// Each node's share of the deliveries (node id, share of all), for the table and the
+    /// JSON line's `node_shares` object (the `cluster` workload).
+    pub node_shares: Vec<(String, f64)>,
 }
 
 /// Peak resident set size of this process, MiB (VmHWM), 0 if unknown.
@@ -59,11 +62,17 @@ impl Report {
         for (k, v) in &self.extra {
             rows.push((k, format!("{v:.3}")));
         }
-        println!("+----------------------+------------------+");
+        let shares: Vec<(String, String)> = self
+            .node_shares
+            .iter()
+            .map(|(node, share)| (format!("share {node}"), format!("{share:.3}")))
+            .collect();
+        rows.extend(shares.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        println!("+--------------------------+------------------+");
         for (k, v) in &rows {
-            println!("| {k:<20} | {v:>16} |");
+            println!("| {k:<24} | {v:>16} |");
         }
-        println!("+----------------------+------------------+");
+        println!("+--------------------------+------------------+");
         let mut json = format!(
             "{{\"workload\":\"{}\",\"backend\":\"{}\",\"n\":{},\"msgs_per_s\":{:.1},\"floor_per_s\":{:.1},\"ratio\":{:.4},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"peak_rss_mib\":{:.1},\"duplicates\":{},\"lost\":{}",
             self.workload,
@@ -81,6 +90,14 @@ impl Report {
         );
         for (k, v) in &self.extra {
             let _ = write!(json, ",\"{k}\":{v:.4}");
+        }
+        if !self.node_shares.is_empty() {
+            json.push_str(",\"node_shares\":{");
+            for (i, (node, share)) in self.node_shares.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "," };
+                let _ = write!(json, "{sep}\"{node}\":{share:.4}");
+            }
+            json.push('}');
         }
         json.push('}');
         println!("{json}");

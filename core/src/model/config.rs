@@ -46,11 +46,10 @@ pub struct DeliveryConfig {
     pub ttl_sweep_interval: Duration,
     /// How long a node runner's worker keeps a shard's lease after draining it, so that the
     /// next write to the shard is served without a new pick-up and release (0..=half of
-    /// `lease_duration`; 0 releases at once). Default 0 (off). Other nodes leave a leased
-    /// shard to its holder, which hears their writes too; a lease is kept only within a poll
-    /// interval of its pick-up, but under steady traffic a node still holds its shards most
-    /// of the time, so a joining node takes shards over more slowly. 50 ms suits a single
-    /// node serving a trickle of writes (see docs/performance.md).
+    /// `lease_duration`; 0 releases at once). Default 50 ms. Only a node's own shards (those
+    /// the assignment prefers it for) are kept; another member's shard is released after a
+    /// stage, so a kept lease never stands between a joining node and its share. A lease is
+    /// kept only within a poll interval of its pick-up.
     pub lease_linger: Duration,
     /// How many targets of a page one worker handles at once (1..=10,000). Default 16. Each
     /// target's batch still runs in `seq` order, one batch per target at a time.
@@ -83,7 +82,7 @@ impl Default for DeliveryConfig {
             kind_policies: HashMap::new(),
             dead_letter_expired: false,
             ttl_sweep_interval: Duration::from_secs(30),
-            lease_linger: Duration::ZERO,
+            lease_linger: Duration::from_millis(50),
             handler_concurrency: 16,
             max_in_flight_handlers: 1_024,
             handler_timeout: Duration::from_secs(60),
@@ -362,7 +361,7 @@ mod tests {
         assert_eq!(c.dedup_window, Duration::from_secs(60));
         assert_eq!(c.ttl_sweep_interval, Duration::from_secs(30));
         assert!(!c.dead_letter_expired);
-        assert_eq!(c.lease_linger, Duration::ZERO);
+        assert_eq!(c.lease_linger, Duration::from_millis(50));
         assert_eq!(c.handler_concurrency, 16);
         assert_eq!(c.max_in_flight_handlers, 1_024);
         assert_eq!(c.handler_timeout, Duration::from_secs(60));

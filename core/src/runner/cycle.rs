@@ -24,8 +24,9 @@
 //! Pure logic: the runner ([`crate::runner::local`]) feeds it the lock table and the clock, and
 //! does what it says.
 
-use crate::model::ids::{NodeId, ShardIndex};
+use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex};
 use crate::model::strategy::fnv1a64;
+use crate::runner::assign::ShardOwners;
 use crate::storage::ShardSession;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -96,15 +97,30 @@ pub struct PollPlan {
     /// Shards another node holds, with the end of its lease: wake-ups for them are ignored
     /// until then.
     pub held_elsewhere: Vec<(ShardIndex, DateTime<Utc>)>,
+    /// The shards free in this round, by shard, with their epoch (0: no row yet): the next
+    /// round's `free_before`. A shard free in two rounds under the same epoch was not picked
+    /// up for a whole poll interval.
+    pub free: Vec<Option<LeaseEpoch>>,
 }
 
-/// Plans a poll round of node `me` from the lock table at `now`: orphaned shards first, then
-/// free ones, each group in the cycle's order; leased shards are skipped (those held by
-/// another node are listed in [`PollPlan::held_elsewhere`]). With an empty `sessions` (the
-/// lock table could not be read) every shard is probed.
+/// Plans a poll round of node `me` from the lock table at `now` and the shards' preferred
+/// owners: orphaned shards first, then free ones, each group in the cycle's order.
+///
+/// - A free shard whose preferred owner is another member is left to it, unless it was
+///   free in the previous round too under the same epoch (`free_before`, the last plan's
+///   [`PollPlan::free`]): its owner let it idle for a poll interval, so this node helps.
+/// - A shard another node holds is listed in [`PollPlan::held_elsewhere`]; if this node is
+///   its preferred owner it is probed too (its holder hands it back at a stage boundary,
+///   and the probe picks it up after the release).
+/// - An orphaned shard (its lease ran out without a release) is anyone's: its holder died
+///   or stalled, and its messages have waited a lease already.
+///
+/// With an empty `sessions` (the lock table could not be read) every shard is probed.
 pub fn plan_round(
     cycle: &ShardCycle,
     sessions: &[ShardSession],
+    owners: &ShardOwners,
+    free_before: &[Option<LeaseEpoch>],
     me: &NodeId,
     now: DateTime<Utc>,
 ) -> PollPlan {
@@ -114,18 +130,32 @@ pub fn plan_round(
             *slot = Some(s);
         }
     }
-    let mut plan = PollPlan::default();
+    let mut plan = PollPlan {
+        free: vec![None; cycle.shard_count as usize],
+        ..PollPlan::default()
+    };
     let mut free = Vec::new();
     for shard in cycle.iter() {
         let session = by_shard[shard.0 as usize];
+        let others = owners.is_others(shard, me);
         match LeaseState::of(session, now) {
-            LeaseState::Free => free.push((shard, false)),
+            LeaseState::Free => {
+                let epoch = session.map_or(LeaseEpoch(0), |s| s.epoch);
+                plan.free[shard.0 as usize] = Some(epoch);
+                let idle = free_before.get(shard.0 as usize) == Some(&Some(epoch));
+                if !others || idle {
+                    free.push((shard, false));
+                }
+            }
             LeaseState::Orphaned => plan.probe.push((shard, true)),
             LeaseState::Held { until } => {
                 // Our own workers' shards are served by them; a lease of ours that no worker
                 // holds (an earlier run with the same node id) is tried again when it ends.
                 if session.and_then(|s| s.node_id.as_ref()) != Some(me) {
                     plan.held_elsewhere.push((shard, until));
+                    if !others && !owners.members().is_empty() {
+                        free.push((shard, false));
+                    }
                 }
             }
         }
@@ -215,7 +245,8 @@ impl HeldElsewhere {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ids::{LeaseEpoch, WorkerId};
+    use crate::model::ids::WorkerId;
+    use crate::runner::assign::assign;
     use std::collections::HashSet;
 
     fn t(secs: i64) -> DateTime<Utc> {
@@ -308,7 +339,7 @@ mod tests {
             session(at(3).0, "dead", Some(2)),   // orphaned
             session(at(4).0, "other", None),     // released
         ];
-        let plan = plan_round(&cycle, &sessions, &me, t(5));
+        let plan = plan_round(&cycle, &sessions, &ShardOwners::default(), &[], &me, t(5));
         assert_eq!(
             plan.probe,
             vec![
@@ -325,12 +356,57 @@ mod tests {
     fn without_the_lock_table_every_shard_is_probed() {
         let me = node("me");
         let cycle = ShardCycle::for_node(&me, 4);
-        let plan = plan_round(&cycle, &[], &me, t(0));
+        let plan = plan_round(&cycle, &[], &ShardOwners::default(), &[], &me, t(0));
         let order: Vec<_> = cycle.iter().map(|s| (s, false)).collect();
         assert_eq!(plan.probe, order);
         assert!(plan.held_elsewhere.is_empty());
         let stray = vec![session(99, "x", Some(10))];
-        assert_eq!(plan_round(&cycle, &stray, &me, t(0)).probe.len(), 4);
+        assert_eq!(
+            plan_round(&cycle, &stray, &ShardOwners::default(), &[], &me, t(0))
+                .probe
+                .len(),
+            4
+        );
+    }
+
+    #[test]
+    fn a_round_leaves_other_members_shards_to_them_unless_idle() {
+        let (me, other) = (node("me"), node("other"));
+        let owners = assign(8, &[me.clone(), other.clone()]);
+        let mine = owners.shards_of(&me);
+        let theirs = owners.shards_of(&other);
+        assert_eq!((mine.len(), theirs.len()), (4, 4));
+        let cycle = ShardCycle::for_node(&me, 8);
+        let mut sessions = vec![
+            session(mine[0].0, "other", Some(10)), // mine, held by other: probed + marked
+            session(theirs[0].0, "other", None),   // theirs, free, idle since last round
+            session(theirs[1].0, "other", None),   // theirs, free, picked up meanwhile
+            session(theirs[2].0, "other", Some(10)), // theirs, held by them
+            session(theirs[3].0, "dead", Some(2)), // theirs, orphaned: anyone's
+        ];
+        sessions[1].epoch = LeaseEpoch(4);
+        sessions[2].epoch = LeaseEpoch(7);
+        let mut before = vec![None; 8];
+        before[theirs[0].0 as usize] = Some(LeaseEpoch(4));
+        before[theirs[1].0 as usize] = Some(LeaseEpoch(6));
+        let plan = plan_round(&cycle, &sessions, &owners, &before, &me, t(5));
+        let probed: HashSet<ShardIndex> = plan.probe.iter().map(|p| p.0).collect();
+        let want: HashSet<ShardIndex> =
+            mine.iter().copied().chain([theirs[0], theirs[3]]).collect();
+        assert_eq!(probed, want, "my shards, an idle one of theirs, an orphan");
+        assert_eq!(plan.probe[0], (theirs[3], true), "the orphan first");
+        let held: HashSet<ShardIndex> = plan.held_elsewhere.iter().map(|h| h.0).collect();
+        assert_eq!(held, HashSet::from([mine[0], theirs[2]]));
+        assert_eq!(plan.free[theirs[1].0 as usize], Some(LeaseEpoch(7)));
+        assert_eq!(
+            plan.free[mine[1].0 as usize],
+            Some(LeaseEpoch(0)),
+            "no row yet"
+        );
+        assert_eq!(plan.free[theirs[2].0 as usize], None, "held");
+        // The next round: theirs[1] still free under epoch 7, now idle for a round.
+        let next = plan_round(&cycle, &sessions, &owners, &plan.free, &me, t(6));
+        assert!(next.probe.contains(&(theirs[1], false)));
     }
 
     #[test]

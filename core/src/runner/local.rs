@@ -7,7 +7,8 @@
 //!  nodes' writes, NOTIFY) ───┘      ▲                    (a turn: ≥ 1 stage, then on while
 //!  poller, every poll_interval      │ free shards         nobody waits; requeued if yielded)
 //!  (at once after missed writes) ───┘ with due rows
-//!  lease watch, every poll_interval: lock table ─► plan_round ─► free shards for the poller,
+//!  lease watch, every poll_interval: members ─► assign (preferred owners, see `membership`)
+//!     + lock table ─► plan_round ─► shards for the poller (this node's, others' idle ones),
 //!     held-elsewhere marks, take-overs of orphaned shards (now, or when a lease ends)
 //! ```
 //!
@@ -22,7 +23,12 @@
 //! a lease that ends before the next look gets a timer for the moment it ends. Workers serve a
 //! shard for a turn ([`should_yield`]), so that one busy shard does not keep a worker from the
 //! others. Idle workers wait on the queue; the poller and the lease watch sleep between rounds.
-//! With `lease_linger` set, a worker that drained its shard keeps the lease (`Parked`): the next
+//! Each shard has a preferred owner among the live members ([`crate::runner::assign`]): a node
+//! serves its own shards, leaves the others' to them (wake-ups ignored, not polled) unless
+//! they sit free with due rows for a poll interval, and a turn on another member's shard hands
+//! it back after one stage. Shutdown leaves the membership first, so that the other nodes take
+//! this node's shards as its workers release them.
+//! With `lease_linger` set (the default), a worker that drained its own shard keeps the lease (`Parked`): the next
 //! turn on the shard starts without a pick-up, and a timer releases the lease if none comes,
 //! so a trickle of writes does not pay a pick-up and a release (two write transactions) for
 //! every message.
@@ -40,6 +46,7 @@ use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::{ending_within, plan_round, ShardCycle};
 use crate::runner::delivery::Delivery;
 use crate::runner::env::DeliveryEnv;
+use crate::runner::membership::{beat_membership, OwnersView};
 use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
 use crate::runner::turn::serve;
@@ -176,7 +183,8 @@ async fn take_over(delivery: &Arc<Delivery>, queue: &Arc<WakeQueue>, shard: Shar
     }
 }
 
-/// Every poll interval: reads the lock table, marks the shards other nodes hold, takes over
+/// Every poll interval: reads the members (the shard assignment, handed to the wake queue
+/// and the turns) and the lock table, marks the shards other nodes hold, takes over
 /// orphaned shards, sets a timer for other nodes' leases that end soon, and hands the poller
 /// the free shards to probe. Kept apart from the probing, which can be slow, so that a dead
 /// node's shards are taken over one lease after its last renewal whatever else is going on.
@@ -190,12 +198,17 @@ async fn watch_leases(
     let me = &env.config.node_id;
     let interval = env.config.poll_interval;
     let cycle = ShardCycle::for_node(me, env.registry.shard_count());
+    let mut view = OwnersView::new();
+    let mut free_before = Vec::new();
     loop {
         let started = tokio::time::Instant::now();
         let now = env.clock.now();
+        let owners = view.read(&env, now).await;
+        queue.set_owners(owners.clone());
         match env.storage.sessions().await {
             Ok(sessions) => {
-                let plan = plan_round(&cycle, &sessions, me, now);
+                let plan = plan_round(&cycle, &sessions, &owners, &free_before, me, now);
+                free_before = plan.free;
                 lock(&queue.held).refresh(&plan.held_elsewhere);
                 // A lease of another node that ends before the next look or two is looked at
                 // the moment it ends: if its holder died, the shard waits one lease duration.
@@ -289,24 +302,6 @@ async fn probe(env: &DeliveryEnv, queue: &WakeQueue, shard: ShardIndex) -> bool 
     }
 }
 
-/// Every poll interval until the stop: records that this node is alive for one lease duration
-/// (`WorkRegistry::beat`), so that `Shardbox::members` lists it; a node that stops beating
-/// leaves the membership one lease after its last beat.
-async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
-    let me = &env.config.node_id;
-    loop {
-        let now = env.clock.now();
-        if let Err(e) = env.storage.beat(me, now, env.lease_until(now)).await {
-            tracing::warn!(error = %e, "membership heartbeat failed; trying again next interval");
-        }
-        tokio::select! {
-            biased;
-            _ = stopped(&mut stop) => return,
-            _ = tokio::time::sleep(env.config.poll_interval) => {}
-        }
-    }
-}
-
 /// A running node: its workers, poller, lease watch and listener, and every task they
 /// spawned (take-overs, linger releases, the TTL sweep). [`RunnerHandle::shutdown`] stops and
 /// awaits them all; a handle dropped without it is logged, and its tasks are left to end
@@ -374,6 +369,11 @@ impl RunnerHandle {
         let env = self.delivery.env().clone();
         env.request_stop();
         let _ = self.stop.send(true);
+        // Leave first: the other nodes' next round assigns this node's shards to them, and
+        // they pick them up as the workers below release them.
+        if let Err(e) = env.storage.leave(&env.config.node_id).await {
+            tracing::warn!(error = %e, "could not leave the membership; it ends one lease after the last beat");
+        }
         if let Some(listener) = &self.listener {
             listener.stop();
         }
@@ -390,6 +390,7 @@ impl RunnerHandle {
             }
         }
         env.unobserve(&self.observer);
+        // Once more: a beat that was in flight at the first leave may have re-joined.
         if let Err(e) = env.storage.leave(&env.config.node_id).await {
             tracing::warn!(error = %e, "could not leave the membership; it ends one lease after the last beat");
         }

@@ -16,6 +16,7 @@
 //!
 //! Stations never see this folder: they get a [`StationContext`](crate::stage::context::StationContext).
 
+pub mod assign;
 pub mod cycle;
 pub mod delivery;
 pub(crate) mod due;
@@ -23,6 +24,7 @@ pub mod env;
 pub mod expiry;
 pub(crate) mod heartbeat;
 pub mod local;
+mod membership;
 pub mod outcomes;
 pub(crate) mod sweep;
 pub(crate) mod tasks;

@@ -1,7 +1,8 @@
 //! One worker's turn on a shard, and the lease it keeps between turns.
 //!
 //! ```text
-//!  serve(shard): lease kept by the last turn? ──► Delivery::serve_turn (≥ 1 stage)
+//!  serve(shard): lease kept by the last turn? ──► Delivery::serve_turn (≥ 1 stage; a shard
+//!                another live member prefers is handed back after its first stage)
 //!     drained with lease_linger ──► park the lease; spawn_release frees it after the linger
 //!                                   unless the next turn took it
 //!     otherwise the turn released it itself; the wake queue hears how the turn ended
@@ -30,19 +31,22 @@ pub(super) async fn serve(
 ) {
     let config = &delivery.env().config;
     let turn = config.poll_interval;
-    let linger = config.lease_linger;
+    let linger_for = config.lease_linger;
     let started = tokio::time::Instant::now();
-    let keep_on = || !should_yield(started.elapsed(), queue.waiting(), turn);
+    // Another live member's shard is handed back after one stage (see `assign`).
+    let keep_on =
+        || !queue.is_others(shard) && !should_yield(started.elapsed(), queue.waiting(), turn);
     let held = queue.unpark(shard, None);
+    let linger = !linger_for.is_zero() && !queue.is_others(shard);
     let served = delivery
-        .serve_turn(shard, worker, &keep_on, held, !linger.is_zero())
+        .serve_turn(shard, worker, &keep_on, held, linger)
         .await;
     let end = match served {
         Ok((report, kept)) => {
             queue.turn_succeeded(shard);
             if let Some(lease) = kept {
                 let generation = queue.park(lease);
-                spawn_release(delivery, queue, shard, generation, linger);
+                spawn_release(delivery, queue, shard, generation, linger_for);
             }
             if report.lease_lost {
                 tracing::info!(%shard, "lease lost to another worker; leaving the shard to it");
@@ -50,6 +54,9 @@ pub(super) async fn serve(
             tracing::trace!(%shard, stages = report.stages, picked_up = report.picked_up, yielded = report.yielded, "shard served");
             if !report.picked_up || report.lease_lost {
                 TurnEnd::HeldElsewhere
+            } else if report.yielded && queue.is_others(shard) {
+                tracing::debug!(%shard, "handed the shard over to its preferred owner");
+                TurnEnd::HandedOver
             } else if report.yielded {
                 TurnEnd::Yielded
             } else {
@@ -103,6 +110,9 @@ fn spawn_retry(
 /// Releases `shard`'s kept lease of `generation` after `linger`, unless a turn took it
 /// meanwhile or the shard is queued for one (that turn takes it). Like a turn, the release
 /// holds the shard in the wake-up states, and looks once more for rows written meanwhile.
+/// A kept lease is not renewed: if its shard waits in the queue behind busy workers, the
+/// timer looks again every `linger` and releases the lease itself once half of it is gone,
+/// so that it never runs out under a live node (which other nodes would take for a crash).
 fn spawn_release(
     delivery: &Arc<Delivery>,
     queue: &Arc<WakeQueue>,
@@ -113,36 +123,49 @@ fn spawn_release(
     let (delivery, task_queue) = (delivery.clone(), queue.clone());
     let mut stop = queue.tasks.stop_signal();
     queue.tasks.spawn(async move {
-            let queue = task_queue;
+        let queue = task_queue;
+        loop {
             tokio::select! {
                 biased;
                 // Shutdown releases every kept lease itself.
                 _ = stopped(&mut stop) => return,
                 _ = tokio::time::sleep(linger) => {}
             }
-            if !queue.is_parked(shard, generation) {
+            let Some(until) = queue.parked_until(shard, generation) else {
                 return;
+            };
+            if queue.start_idle(shard) {
+                break;
             }
-            if !queue.start_idle(shard) {
-                return;
-            }
-            let mut again = false;
-            if let Some(lease) = queue.unpark(shard, Some(generation)) {
-                let released = match delivery.release(&lease).await {
-                    Ok(()) => delivery.has_due_rows(shard).await,
-                    Err(e) => Err(e),
-                };
-                match released {
-                    Ok(due) => again = due,
-                    Err(e) => {
-                        tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next poll serves the shard")
+            // Queued for a turn (or being started): that turn takes the lease, unless the
+            // lease nears its end first.
+            let half = delivery.env().config.lease_span() / 2;
+            if until - delivery.env().clock.now() < half {
+                if let Some(lease) = queue.unpark(shard, Some(generation)) {
+                    if let Err(e) = delivery.release(&lease).await {
+                        tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next turn releases it");
                     }
                 }
+                return;
             }
-            queue.finish(shard, TurnEnd::Done);
-            if again {
-                queue.wake(shard);
+        }
+        let mut again = false;
+        if let Some(lease) = queue.unpark(shard, Some(generation)) {
+            let released = match delivery.release(&lease).await {
+                Ok(()) => delivery.has_due_rows(shard).await,
+                Err(e) => Err(e),
+            };
+            match released {
+                Ok(due) => again = due,
+                Err(e) => {
+                    tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next poll serves the shard")
+                }
             }
+        }
+        queue.finish(shard, TurnEnd::Done);
+        if again {
+            queue.wake(shard);
+        }
     });
 }
 

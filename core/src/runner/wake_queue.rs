@@ -7,9 +7,13 @@
 //!  turn ends ──► finish(shard, how) ──► queued again if woken meanwhile or yielded
 //! ```
 //!
+//! Wake-ups from writes are ignored for shards another live member prefers (see `assign`):
+//! they are its job; the poller still queues them when they idle.
+//!
 //! It decides nothing about leases itself: a turn parks and unparks them here (see `turn`).
 
 use crate::model::ids::ShardIndex;
+use crate::runner::assign::ShardOwners;
 use crate::runner::cycle::{HeldElsewhere, Waiting};
 use crate::runner::env::DeliveryEnv;
 use crate::runner::tasks::NodeTasks;
@@ -26,6 +30,8 @@ pub(super) struct WakeQueue {
     pub(super) env: Arc<DeliveryEnv>,
     pub(super) wakeups: ShardWakeups,
     pub(super) held: Mutex<HeldElsewhere>,
+    /// The preferred owner of every shard, as the lease watch last read the members.
+    pub(super) owners: Mutex<Arc<ShardOwners>>,
     /// Shards, and whether they are orphaned (moved to the front by a take-over that found
     /// them queued).
     pub(super) queue: Mutex<VecDeque<(ShardIndex, bool)>>,
@@ -54,6 +60,7 @@ impl WakeQueue {
             env,
             wakeups: ShardWakeups::new(shards),
             held: Mutex::new(HeldElsewhere::new(shards)),
+            owners: Mutex::new(Arc::new(ShardOwners::default())),
             queue: Mutex::new(VecDeque::new()),
             ready: Notify::new(),
             poll_now: Notify::new(),
@@ -61,6 +68,17 @@ impl WakeQueue {
             failures: Mutex::new(vec![0; shards as usize]),
             tasks: NodeTasks::new(stop),
         }
+    }
+
+    /// Replaces the shard assignment (each poll round).
+    pub(super) fn set_owners(&self, owners: Arc<ShardOwners>) {
+        *lock(&self.owners) = owners;
+    }
+
+    /// Whether `shard` is preferred by another live member: this node leaves it to that
+    /// member and hands it back after a stage when it serves it.
+    pub(super) fn is_others(&self, shard: ShardIndex) -> bool {
+        lock(&self.owners).is_others(shard, &self.env.config.node_id)
     }
 
     /// Keeps `lease` for the next turn on its shard; returns the generation to release it by.
@@ -83,11 +101,17 @@ impl WakeQueue {
         slot.take().map(|p| p.lease)
     }
 
-    /// Whether the lease kept for `shard` is still the one of `generation`.
-    pub(super) fn is_parked(&self, shard: ShardIndex, generation: u64) -> bool {
+    /// The end of the lease kept for `shard`, if it is still the one of `generation`.
+    pub(super) fn parked_until(
+        &self,
+        shard: ShardIndex,
+        generation: u64,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
         lock(&self.parked)
-            .get(shard.0 as usize)
-            .is_some_and(|slot| slot.as_ref().is_some_and(|p| p.generation == generation))
+            .get(shard.0 as usize)?
+            .as_ref()
+            .filter(|p| p.generation == generation)
+            .map(|p| p.lease.lease_until)
     }
 
     /// Counts a failed turn on `shard`; returns how many failed in a row.
@@ -173,6 +197,11 @@ impl WakeQueue {
     /// the next poll round; if the worker yielded it with work left, it goes to the back of
     /// the queue; otherwise it is queued again if it was woken meanwhile.
     pub(super) fn finish(&self, shard: ShardIndex, turn: TurnEnd) {
+        if turn == TurnEnd::HandedOver {
+            // Its preferred owner hears the same writes, or finds it at its next poll.
+            self.wakeups.finish_held_elsewhere(shard);
+            return;
+        }
         if turn == TurnEnd::HeldElsewhere {
             let until = self.env.clock.now() + self.env.config.poll_span();
             lock(&self.held).mark(shard, until);
@@ -198,13 +227,17 @@ pub(super) enum TurnEnd {
     Yielded,
     /// Another worker holds it (pick-up refused or lease lost).
     HeldElsewhere,
+    /// Released after a stage for its preferred owner, another live member.
+    HandedOver,
 }
 
 impl ShardObserver for WakeQueue {
     fn on_write(&self, shards: &[ShardIndex]) {
         let now = self.env.clock.now();
         for &shard in shards {
-            if !lock(&self.held).is_held(shard, now) {
+            // Shards another node holds, or another member prefers, are theirs: they hear
+            // the same writes (or poll for them).
+            if !lock(&self.held).is_held(shard, now) && !self.is_others(shard) {
                 self.wake(shard);
             }
         }

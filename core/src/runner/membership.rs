@@ -1,0 +1,86 @@
+//! A running node's side of the membership: its heartbeat, and the shard assignment it reads
+//! from the members every poll round.
+//!
+//! ```text
+//!  beat, every poll interval ──► shardbox_nodes (a member for one lease after each beat)
+//!  lease watch, every round ──► members(now) ──► live_members ──► assign ──► ShardOwners
+//!                                  (recomputed only when the live members change)
+//! ```
+//!
+//! What the runner does with the owners: the lease watch leaves other members' free shards
+//! to them unless they idle ([`plan_round`](crate::runner::cycle::plan_round)), the wake
+//! queue ignores wake-ups for them, and a turn on one hands it back at the next stage
+//! boundary (see `turn`).
+
+use crate::model::ids::NodeId;
+use crate::runner::assign::{assign, live_members, ShardOwners};
+use crate::runner::env::DeliveryEnv;
+use crate::runner::tasks::stopped;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Every poll interval until the stop: records that this node is alive for one lease duration
+/// (`WorkRegistry::beat`), so that `Shardbox::members` lists it; a node that stops beating
+/// leaves the membership one lease after its last beat.
+pub(super) async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
+    let me = &env.config.node_id;
+    loop {
+        let now = env.clock.now();
+        if let Err(e) = env.storage.beat(me, now, env.lease_until(now)).await {
+            tracing::warn!(error = %e, "membership heartbeat failed; trying again next interval");
+        }
+        tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => return,
+            _ = tokio::time::sleep(env.config.poll_interval) => {}
+        }
+    }
+}
+
+/// How many missed beats make a member count as gone for the assignment (it stays in the
+/// membership until its `alive_until`, one lease after its last beat).
+const MISSED_BEATS: u32 = 3;
+
+/// The assignment as this node last read it: recomputed when the live members change.
+pub(super) struct OwnersView {
+    live: Vec<NodeId>,
+    owners: Arc<ShardOwners>,
+}
+
+impl OwnersView {
+    /// Before the first read: no members, so every shard counts as this node's (the runner
+    /// behaves as a lone node until the membership is read).
+    pub(super) fn new() -> Self {
+        OwnersView {
+            live: Vec::new(),
+            owners: Arc::new(ShardOwners::default()),
+        }
+    }
+
+    /// Reads the members at `now` and returns the assignment over the live ones. If the read
+    /// fails, the last assignment stays (logged).
+    pub(super) async fn read(&mut self, env: &DeliveryEnv, now: DateTime<Utc>) -> Arc<ShardOwners> {
+        let me = &env.config.node_id;
+        match env.storage.members(now).await {
+            Ok(members) => {
+                let stale = env.config.poll_interval * MISSED_BEATS;
+                let live = live_members(&members, me, now, stale);
+                if live != self.live || self.owners.members().is_empty() {
+                    let owners = assign(env.registry.shard_count(), &live);
+                    tracing::info!(
+                        members = ?live.iter().map(|n| n.0.as_str()).collect::<Vec<_>>(),
+                        preferred = owners.shards_of(me).len(),
+                        "shard assignment changed"
+                    );
+                    self.owners = Arc::new(owners);
+                    self.live = live;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the members; keeping the last shard assignment");
+            }
+        }
+        self.owners.clone()
+    }
+}

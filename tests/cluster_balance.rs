@@ -1,0 +1,331 @@
+//! Balanced assignment with hand-over, end to end on PostgreSQL with node *processes*: three
+//! nodes under steady traffic share 24 shards 8 / 8 / 8 (± 1) within lease + 3 polls of the
+//! last one starting, and keep that; a fourth joins and gets its 6 (± 1) the same way; one is
+//! killed with SIGKILL and the shards it served are served by the others within lease + poll;
+//! the three left share the shards evenly again. Every command is applied once, in order, and
+//! no two nodes ever committed under one (shard, epoch).
+//!
+//! "Holds" is read from the lock table: a shard counts for the node its session names (the
+//! holder of a live lease, or the last one — with `lease_linger`, a node's own shard is
+//! released between writes and picked up again by the same node). The nodes run with the
+//! default `lease_linger`: before the hand-over, a node holding its shards under steady
+//! traffic kept a joining node from getting any.
+//!
+//! The nodes are this test binary run again with `SHARDBOX_BALANCE_NODE` set (see
+//! `balance_node_entry`).
+
+mod common;
+
+use common::cluster::{pg_commit_log, shared_epochs, wait_for_stop_signal, CommitLog, NodeProcess};
+use common::{Tally, TallyCommand};
+use shardbox::core::storage::EntityKey;
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::{NodeId, ShardboxBuilder};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHARDS: u32 = 24;
+/// Targets per shard: every shard has traffic (ids are picked by their shard).
+const PER_SHARD: usize = 2;
+const TARGETS: usize = SHARDS as usize * PER_SHARD;
+const LEASE: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(250);
+/// A round of one command per target every this often: each shard is written to every round.
+const ROUND_EVERY: Duration = Duration::from_millis(200);
+/// How long a balance must hold once reached.
+const HOLD: Duration = Duration::from_secs(4);
+const ENTRY: &str = "balance_node_entry";
+
+fn builder(storage: Arc<dyn Storage>) -> ShardboxBuilder {
+    Shardbox::builder()
+        .shared_storage(storage)
+        .shards(SHARDS)
+        .lease_duration(LEASE)
+        .poll_interval(POLL)
+        .workers(4)
+        .aggregate::<Tally>()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A node process's main: serves the schema until stdin closes. Does nothing in a normal
+/// test run.
+#[test]
+fn balance_node_entry() {
+    let Ok(node) = std::env::var("SHARDBOX_BALANCE_NODE") else {
+        return;
+    };
+    let url = std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process");
+    let schema = std::env::var("SHARDBOX_BALANCE_SCHEMA").expect("SHARDBOX_BALANCE_SCHEMA");
+    if let Ok(filter) = std::env::var("SHARDBOX_TEST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    runtime().block_on(async {
+        let options = shardbox::storage::PostgresOptions::default()
+            .schema(schema)
+            .pool_size(6);
+        let storage = shardbox::storage::PostgresStorage::connect_with(url, options)
+            .await
+            .expect("connect");
+        let sb = builder(Arc::new(storage))
+            .node_id(NodeId(node.clone()))
+            .stations(|p| {
+                p.push(CommitLog);
+            })
+            .build()
+            .await
+            .expect("build the node");
+        let running = sb.start();
+        println!("SBX-READY {node}");
+        tokio::task::spawn_blocking(wait_for_stop_signal)
+            .await
+            .expect("stdin");
+        running.shutdown().await.expect("shutdown");
+        let m = sb.metrics();
+        println!(
+            "SBX-STOPPED {node} delivered={} stages={} pick_ups={} refusals={}",
+            m.delivered, m.stages, m.lease_pick_ups, m.lease_refusals
+        );
+    });
+}
+
+/// [`PER_SHARD`] target ids in every shard.
+fn target_ids(sb: &Shardbox) -> Vec<String> {
+    let mut per_shard = vec![0; SHARDS as usize];
+    let mut ids = Vec::with_capacity(TARGETS);
+    for t in 0.. {
+        let id = format!("bal-{t}");
+        let shard = sb.shard_of("tally", &id).0 as usize;
+        if per_shard[shard] < PER_SHARD {
+            per_shard[shard] += 1;
+            ids.push(id);
+            if ids.len() == TARGETS {
+                break;
+            }
+        }
+    }
+    ids
+}
+
+fn spawn_node(name: &str, schema: &str) -> NodeProcess {
+    let env = [
+        ("SHARDBOX_BALANCE_NODE", name.to_owned()),
+        ("SHARDBOX_BALANCE_SCHEMA", schema.to_owned()),
+    ];
+    let node = NodeProcess::spawn(name, ENTRY, &env);
+    assert!(
+        node.wait_for("SBX-READY", Duration::from_secs(60))
+            .is_some(),
+        "{name} did not start"
+    );
+    node
+}
+
+/// Shards per node, by the node the lock table names for each shard.
+async fn holders(storage: &dyn Storage) -> BTreeMap<String, usize> {
+    let mut count = BTreeMap::new();
+    for s in storage.sessions().await.expect("sessions") {
+        if let Some(node) = s.node_id {
+            *count.entry(node.0).or_default() += 1;
+        }
+    }
+    count
+}
+
+/// Whether each of `nodes` holds the fair share of the shards ± 1, and nobody else holds any.
+fn balanced(count: &BTreeMap<String, usize>, nodes: &[&str]) -> bool {
+    let fair = SHARDS as f64 / nodes.len() as f64;
+    count.keys().all(|n| nodes.contains(&n.as_str()))
+        && nodes.iter().all(|n| {
+            let c = count.get(*n).copied().unwrap_or(0) as f64;
+            (c - fair).abs() <= 1.0
+        })
+}
+
+/// Waits until `nodes` share the shards evenly and keep doing so for [`HOLD`]; the time from
+/// `from` to the start of that stretch must be at most `bound`. Returns it.
+async fn settles(
+    storage: &dyn Storage,
+    nodes: &[&str],
+    from: Instant,
+    bound: Duration,
+) -> Duration {
+    let mut since: Option<Duration> = None;
+    loop {
+        let count = holders(storage).await;
+        let at = from.elapsed();
+        if balanced(&count, nodes) {
+            let start = *since.get_or_insert(at);
+            if at - start >= HOLD {
+                eprintln!(
+                    "{nodes:?}: balanced {start:?} after the change, held {HOLD:?}: {count:?}"
+                );
+                return start;
+            }
+        } else {
+            since = None;
+            assert!(
+                at <= bound,
+                "{nodes:?} not balanced (or not for good) {bound:?} after the change: {count:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn nodes_share_the_shards_evenly_and_hand_them_over() {
+    let Some(url) = common::pg_url("nodes_share_the_shards_evenly_and_hand_them_over") else {
+        return;
+    };
+    runtime().block_on(balance(url));
+}
+
+async fn balance(url: String) {
+    let schema = common::PgSchema::new(&url, "balance");
+    let storage: Arc<dyn Storage> = Arc::new(schema.connect(4).await);
+    let sender = builder(storage.clone())
+        .node_id(NodeId("sender".into()))
+        .build()
+        .await
+        .expect("build the sender");
+
+    // Steady traffic: round n sends Record(n) to every target, every ROUND_EVERY.
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let traffic = {
+        let (sender, stop, rounds) = (sender.clone(), stop.clone(), rounds.clone());
+        tokio::spawn(async move {
+            let ids = target_ids(&sender);
+            while !stop.load(Ordering::SeqCst) {
+                let n = rounds.load(Ordering::SeqCst);
+                let commands: Vec<(&str, TallyCommand)> = ids
+                    .iter()
+                    .map(|id| (id.as_str(), TallyCommand::Record(n)))
+                    .collect();
+                sender.send_many::<Tally>(&commands).await.expect("send");
+                rounds.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(ROUND_EVERY).await;
+            }
+        })
+    };
+
+    let settle = LEASE + 3 * POLL;
+    let mut nodes: Vec<NodeProcess> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|n| spawn_node(n, &schema.name))
+        .collect();
+    let three = settles(
+        storage.as_ref(),
+        &["node-a", "node-b", "node-c"],
+        Instant::now(),
+        settle,
+    )
+    .await;
+
+    nodes.push(spawn_node("node-d", &schema.name));
+    let four = settles(
+        storage.as_ref(),
+        &["node-a", "node-b", "node-c", "node-d"],
+        Instant::now(),
+        settle,
+    )
+    .await;
+
+    // SIGKILL node-b: the shards the lock table names it for are served by the others
+    // within lease + poll (read from the commit log).
+    let before: Vec<u32> = storage
+        .sessions()
+        .await
+        .expect("sessions")
+        .into_iter()
+        .filter(|s| s.node_id.as_ref().is_some_and(|n| n.0 == "node-b"))
+        .map(|s| s.shard.0)
+        .collect();
+    assert!(!before.is_empty(), "node-b holds shards before the kill");
+    nodes[1].kill();
+    let killed = Instant::now();
+    let killed_at = chrono::Utc::now().timestamp_micros();
+    let after = settles(
+        storage.as_ref(),
+        &["node-a", "node-c", "node-d"],
+        killed,
+        settle + 3 * POLL,
+    )
+    .await;
+
+    stop.store(true, Ordering::SeqCst);
+    traffic.await.expect("traffic");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while storage.counts(None).await.expect("counts").pending() > 0 {
+        assert!(Instant::now() < deadline, "the cluster did not drain");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for n in nodes.iter_mut().filter(|n| n.name != "node-b") {
+        n.tell("stop");
+        let line = n.wait_for("SBX-STOPPED", Duration::from_secs(30));
+        assert!(line.is_some(), "{} did not stop", n.name);
+        eprintln!("{}", line.unwrap_or_default());
+        assert!(n.stop(Duration::from_secs(30)).is_some_and(|s| s.success()));
+    }
+
+    // Every command applied once, in send order.
+    let sent = rounds.load(Ordering::SeqCst);
+    let keys: Vec<EntityKey> = target_ids(&sender)
+        .into_iter()
+        .map(|id| EntityKey {
+            kind: "tally".into(),
+            tenant: String::new(),
+            id,
+        })
+        .collect();
+    let want: Vec<u64> = (0..sent).collect();
+    let states = storage.load_states(&keys).await.expect("states");
+    assert_eq!(states.len(), TARGETS);
+    for s in &states {
+        let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
+        assert_eq!(tally.applied, want, "{}: once each, in order", s.key.id);
+    }
+
+    // One committer per (shard, epoch); the dead node's shards served again in time.
+    let log = pg_commit_log(&url, &schema.name);
+    assert_eq!(shared_epochs(&log), vec![], "two owners of one epoch");
+    let bound = LEASE + POLL;
+    let mut served_again = Vec::new();
+    for shard in before {
+        let first = log
+            .iter()
+            .filter(|e| e.shard == shard && e.node != "node-b" && e.at_micros >= killed_at)
+            .map(|e| e.at_micros)
+            .min()
+            .unwrap_or_else(|| panic!("shard {shard} of node-b never served again"));
+        let took = Duration::from_micros((first - killed_at) as u64);
+        served_again.push((shard, took));
+    }
+    let mut rows: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &log {
+        *rows.entry(e.node.as_str()).or_default() += e.rows;
+    }
+    eprintln!(
+        "cluster_balance: {sent} rounds; balanced after {three:?} (3 nodes), {four:?} (a 4th \
+         joined), {after:?} (one killed); node-b's shards served again after {served_again:?} \
+         (bound {bound:?}); rows per node {rows:?}"
+    );
+    for (shard, took) in served_again {
+        assert!(
+            took <= bound,
+            "shard {shard} served again {took:?} after the kill"
+        );
+    }
+}
