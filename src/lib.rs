@@ -64,7 +64,10 @@ pub use shardbox_core::storage::{
 pub use shardbox_core as core;
 pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
-pub use shardbox_storage::{PostgresOptions, PostgresStorage, SqliteOptions, SqliteStorage};
+#[cfg(feature = "postgres")]
+pub use shardbox_storage::{PostgresOptions, PostgresStorage};
+#[cfg(feature = "sqlite")]
+pub use shardbox_storage::{SqliteOptions, SqliteStorage};
 
 /// For writing your own [`Station`]s: `#[shardbox::async_trait]` on the impl.
 pub use async_trait::async_trait;
@@ -80,10 +83,11 @@ pub use shardbox_core::{
 
 /// The names most applications need.
 pub mod prelude {
+    #[cfg(feature = "sqlite")]
+    pub use crate::SqliteStorage;
     pub use crate::{
         async_trait, Aggregate, Backoff, CatchUp, Context, Conveyor, DeadLetterFilter,
         DeliveryError, EntityKey, EventSource, ExhaustedOutcome, FailurePolicy, HandlerError,
-        Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox, SqliteStorage,
-        Station, Unblock,
+        Intent, Message, Outgoing, Projection, Reactor, SendOptions, Shardbox, Station, Unblock,
     };
 }
