@@ -17,6 +17,7 @@ use crate::runner::delivery::{Delivery, DeliveryReport};
 use crate::runner::tasks::stopped;
 use crate::stage::conveyor::{Conveyor, Intent};
 use crate::storage::{Lease, Page};
+use crate::telemetry::fates::log_settled;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,6 +86,7 @@ impl Delivery {
             }
             let (commit, mut stage) = conveyor.into_commit(env.lease_until(env.clock.now()));
             let committed = env.storage.commit_stage(commit).await?;
+            log_settled(&stage.settled);
             *lease = committed.lease;
             stage.purged = committed.purged;
             stage.elapsed = started.elapsed();

@@ -3,10 +3,12 @@
 //! ```text
 //!  monitor  DeliveryMonitor: hooks into the loop (stage started/finished, failures, stop)
 //!  metrics  DeliveryMetrics: counters and latencies, also exported via the `metrics` crate
+//!  fates    the messages a stage settled otherwise than by delivery, logged after its commit
 //! ```
 //!
 //! Both only observe: they never write to storage and never decide what is delivered (the
 //! monitor's answer to a handler failure is the one exception, obeyed by the live station).
 
+pub mod fates;
 pub mod metrics;
 pub mod monitor;
