@@ -378,6 +378,9 @@ impl RunnerHandle {
         if let Err(e) = env.storage.leave(&env.config.node_id).await {
             tracing::warn!(error = %e, "could not leave the membership; it ends one lease after the last beat");
         }
+        if let Err(e) = env.storage.node_stopped().await {
+            tracing::warn!(error = %e, "the storage could not tidy up after the node stopped");
+        }
         tracing::info!(node = %env.config.node_id, "node runner stopped");
         Ok(())
     }
