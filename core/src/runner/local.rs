@@ -43,6 +43,7 @@ use crate::runner::wake_queue::WakeQueue;
 use crate::storage::listener::{ListenerHandle, ListenerStats};
 use crate::storage::observer::ShardObserver;
 use crate::sync::lock;
+use crate::telemetry::gauges::GaugeSample;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -89,6 +90,11 @@ impl LocalRunner {
         queue
             .tasks
             .spawn(beat_membership(env.clone(), stop_rx.clone()).instrument(span));
+        // Gauges (depth, lag, leases, dead letters, catch-ups) are read every gauge_interval.
+        let span = tracing::info_span!("gauges", node = %node);
+        queue
+            .tasks
+            .spawn(report_gauges(env.clone(), stop_rx.clone()).instrument(span));
         // Messages whose TTL passes before they are due are expired by a periodic sweep.
         let span = tracing::info_span!("ttl_sweep", node = %node);
         queue
@@ -294,6 +300,32 @@ async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>)
         }
         tokio::select! {
             _ = tokio::time::sleep(env.config.poll_interval) => {}
+            _ = stopped(&mut stop) => return,
+        }
+    }
+}
+
+/// Reads the gauges every `gauge_interval` and sets them (see [`GaugeSample`]) until `stop`.
+async fn report_gauges(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
+    crate::telemetry::describe::describe_metrics();
+    let node = &env.config.node_id;
+    let mut failing = false;
+    loop {
+        let now = env.clock.now();
+        match GaugeSample::read(env.storage.as_ref(), node, env.registry.shard_count(), now).await {
+            Ok(sample) => {
+                sample.publish(node);
+                failing = false;
+            }
+            // Once per outage: the delivery's own errors say more.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "could not read the gauges; trying again next interval");
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(env.config.gauge_interval) => {}
             _ = stopped(&mut stop) => return,
         }
     }
