@@ -103,6 +103,8 @@ config_setters! {
     /// How often a running node expires messages whose TTL passed before they were due
     /// (default 30 s).
     ttl_sweep_interval => ttl_sweep_interval: Duration;
+    /// How often a running node reads the gauges from storage (default 15 s).
+    gauge_interval => gauge_interval: Duration;
     /// How long a worker keeps a drained shard's lease for the next write (default
     /// 50 ms; 0 releases at once).
     lease_linger => lease_linger: Duration;

@@ -65,7 +65,10 @@ pub use shardbox_core::storage::{
 pub use shardbox_core as core;
 pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
-pub use shardbox_storage::{PostgresOptions, PostgresStorage, SqliteOptions, SqliteStorage};
+#[cfg(feature = "postgres")]
+pub use shardbox_storage::{PostgresOptions, PostgresStorage};
+#[cfg(feature = "sqlite")]
+pub use shardbox_storage::{SqliteOptions, SqliteStorage};
 
 /// Declares an enum of event types a subscriber follows (see [`EventSet`]).
 pub use shardbox_core::event_set;
@@ -87,10 +90,12 @@ pub use shardbox_core::{
 /// The names most applications need.
 pub mod prelude {
     pub use crate::event_set;
+    #[cfg(feature = "sqlite")]
+    pub use crate::SqliteStorage;
     pub use crate::{
         async_trait, Aggregate, Backoff, CatchUp, CommandOutcome, Context, Conveyor,
         DeadLetterFilter, DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome,
         FailurePolicy, HandlerError, Intent, Message, Outgoing, ProcessActions, ProcessManager,
-        Projection, Reactor, SendOptions, Shardbox, SqliteStorage, Station, Unblock,
+        Projection, Reactor, SendOptions, Shardbox, Station, Unblock,
     };
 }

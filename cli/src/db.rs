@@ -6,9 +6,11 @@
 //! created, except by `migrate`.
 
 use shardbox_core::{Storage, StorageError};
-use shardbox_storage::{
-    MigrationMode, PostgresOptions, PostgresStorage, SqliteOptions, SqliteStorage,
-};
+use shardbox_storage::MigrationMode;
+#[cfg(feature = "postgres")]
+use shardbox_storage::{PostgresOptions, PostgresStorage};
+#[cfg(feature = "sqlite")]
+use shardbox_storage::{SqliteOptions, SqliteStorage};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -30,15 +32,35 @@ impl<'a> Target<'a> {
             Target::Sqlite(Path::new(db))
         }
     }
+
+    /// The database as it may be shown: a file path, or a URL without its password.
+    #[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
+    fn name(&self) -> String {
+        match self {
+            Target::Postgres(url) => shardbox_storage::redact(url),
+            Target::Sqlite(path) => path.display().to_string(),
+        }
+    }
+
+    /// The Cargo feature that builds this backend in.
+    #[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
+    fn feature(&self) -> &'static str {
+        match self {
+            Target::Postgres(_) => "postgres",
+            Target::Sqlite(_) => "sqlite",
+        }
+    }
 }
 
 /// Opens `db` (PostgreSQL tables in `schema` if given) with `mode`.
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))] // `schema`: PostgreSQL only
 pub async fn open(
     db: &str,
     schema: Option<&str>,
     mode: MigrationMode,
 ) -> Result<Arc<dyn Storage>, StorageError> {
     match Target::of(db) {
+        #[cfg(feature = "postgres")]
         Target::Postgres(url) => {
             // One connection does: the CLI runs one query at a time and listens to nothing.
             let mut options = PostgresOptions::default()
@@ -51,6 +73,7 @@ pub async fn open(
             }
             Ok(Arc::new(PostgresStorage::connect_with(url, options).await?))
         }
+        #[cfg(feature = "sqlite")]
         Target::Sqlite(path) => {
             if mode == MigrationMode::Verify && !path.exists() {
                 return Err(StorageError::Unavailable {
@@ -66,6 +89,15 @@ pub async fn open(
                 .migrations(mode);
             Ok(Arc::new(SqliteStorage::open_with(path, options).await?))
         }
+        #[allow(unreachable_patterns)] // when both backends are built in
+        other => Err(StorageError::Unavailable {
+            database: other.name(),
+            reason: format!(
+                "this shardbox binary was built without the `{}` feature",
+                other.feature()
+            ),
+            source: None,
+        }),
     }
 }
 

@@ -1,7 +1,8 @@
 //! `shardbox status`: the one screen an operator reads first.
 //!
 //! ```text
-//!  WorkRegistry::sessions   ─► nodes (from the leases: there is no membership table yet)
+//!  WorkRegistry::members    ─► nodes: the membership table (`shardbox_nodes`), last heartbeat
+//!  WorkRegistry::sessions   ─► nodes: leases held (also nodes that hold one but no longer beat)
 //!                           ─► shards: owner, epoch, lease
 //!  InboxStore::depths(now)  ─► depth per shard by wait, lag of the oldest due row
 //!  DeadLetterStore          ─► dead-letter count
@@ -13,12 +14,12 @@ use crate::table::Table;
 use crate::when::human;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use shardbox_core::storage::{DeadLetterFilter, ShardDepth, ShardSession};
+use shardbox_core::storage::{DeadLetterFilter, Member, ShardDepth, ShardSession};
 use shardbox_core::{CatchUpProgress, ShardIndex, Storage};
 use std::collections::BTreeMap;
 
 /// Where the node list comes from, said in both outputs.
-const NODES_SOURCE: &str = "from the lock table's leases: there is no membership table yet, so a node is listed while it holds or last held a shard lease";
+const NODES_SOURCE: &str = "the membership table's live nodes with their last heartbeat, and any other node that holds or last held a shard lease";
 
 /// Everything `status` shows.
 #[derive(Debug, Serialize)]
@@ -34,10 +35,15 @@ pub struct Status {
     running_catch_ups: Vec<CatchUpView>,
 }
 
-/// One node as the leases show it.
+/// One node: its membership (heartbeats) and its leases.
 #[derive(Debug, Serialize)]
 struct NodeView {
     node: String,
+    /// In the membership table and alive (it beat within its lease duration).
+    member: bool,
+    started_at: Option<DateTime<Utc>>,
+    last_heartbeat: Option<DateTime<Utc>>,
+    alive_until: Option<DateTime<Utc>>,
     leases_held: usize,
     last_picked_at: Option<DateTime<Utc>>,
     last_lease_until: Option<DateTime<Utc>>,
@@ -102,6 +108,7 @@ struct CatchUpView {
 
 /// Reads the status of `storage` at `now`.
 pub async fn read(storage: &dyn Storage, now: DateTime<Utc>) -> Result<Status, CliError> {
+    let members = storage.members(now).await?;
     let sessions = storage.sessions().await?;
     let depths = storage.depths(now).await?;
     let dead_letters = storage.count_dead_letters(&DeadLetterFilter::all()).await?;
@@ -137,14 +144,24 @@ pub async fn read(storage: &dyn Storage, now: DateTime<Utc>) -> Result<Status, C
         .collect();
 
     let mut nodes: BTreeMap<&str, NodeView> = BTreeMap::new();
+    let node_view = |node: &str, member: Option<&Member>| NodeView {
+        node: node.to_owned(),
+        member: member.is_some(),
+        started_at: member.map(|m| m.started_at),
+        last_heartbeat: member.map(|m| m.beat_at),
+        alive_until: member.map(|m| m.alive_until),
+        leases_held: 0,
+        last_picked_at: None,
+        last_lease_until: None,
+    };
+    for m in &members {
+        nodes.insert(&m.node_id.0, node_view(&m.node_id.0, Some(m)));
+    }
     for s in &sessions {
         let Some(node) = &s.node_id else { continue };
-        let view = nodes.entry(&node.0).or_insert_with(|| NodeView {
-            node: node.0.clone(),
-            leases_held: 0,
-            last_picked_at: None,
-            last_lease_until: None,
-        });
+        let view = nodes
+            .entry(&node.0)
+            .or_insert_with(|| node_view(&node.0, None));
         view.leases_held += usize::from(held(s));
         view.last_picked_at = view.last_picked_at.max(s.picked_at);
         view.last_lease_until = view.last_lease_until.max(s.lease_until);
@@ -203,12 +220,26 @@ impl Status {
         );
         out.push_str(&format!("nodes ({})\n", self.nodes_source));
         if self.nodes.is_empty() {
-            out.push_str("  none: no shard was ever leased\n");
+            out.push_str("  none: no node is alive and no shard was ever leased\n");
         } else {
-            let mut t = Table::new(["node", "leases held", "last pick-up", "last lease end"]);
+            let mut t = Table::new([
+                "node",
+                "last heartbeat",
+                "member since",
+                "leases held",
+                "last pick-up",
+                "last lease end",
+            ]);
             for n in &self.nodes {
+                let heartbeat = if n.member {
+                    ago(n.last_heartbeat, now)
+                } else {
+                    "- (not a member)".into()
+                };
                 t.row(vec![
                     n.node.clone(),
+                    heartbeat,
+                    ago(n.started_at, now),
                     n.leases_held.to_string(),
                     ago(n.last_picked_at, now),
                     lease_end(n.last_lease_until, now),

@@ -65,8 +65,20 @@ fn once(outcome: ExhaustedOutcome) -> FailurePolicy {
 }
 
 /// Seeds `storage`: ledger/l-1 dead-lettered, vault/v-1 blocked with one message parked
-/// behind it, ledger/l-2 delayed by an hour, ledger/l-3 due.
+/// behind it, ledger/l-2 delayed by an hour, ledger/l-3 due; two nodes in the membership
+/// table (`cli-test-node`, which leased the shards, and `cli-idle-node`, which holds none).
 async fn seed(storage: Arc<dyn Storage>) -> Shardbox {
+    let now = chrono::Utc::now();
+    for node in ["cli-test-node", "cli-idle-node"] {
+        storage
+            .beat(
+                &shardbox::NodeId(node.into()),
+                now,
+                now + chrono::TimeDelta::minutes(10),
+            )
+            .await
+            .expect("beat");
+    }
     let sb = Shardbox::builder()
         .shared_storage(storage)
         .shards(4)
@@ -148,12 +160,33 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
     assert!(status["nodes_source"]
         .as_str()
         .expect("source")
-        .contains("no membership table"));
-    assert_eq!(status["nodes"][0]["node"], "cli-test-node");
+        .contains("membership table"));
+    // The nodes come from the membership table, sorted by id, with their heartbeats; the one
+    // that leased the shards also shows it.
+    let nodes = status["nodes"].as_array().expect("nodes");
+    let names: Vec<&str> = nodes.iter().filter_map(|n| n["node"].as_str()).collect();
+    assert_eq!(names, ["cli-idle-node", "cli-test-node"], "{status}");
+    for n in nodes {
+        assert_eq!(n["member"], true, "{n}");
+        assert!(n["last_heartbeat"].is_string(), "{n}");
+    }
+    assert!(
+        nodes[0]["last_picked_at"].is_null(),
+        "the idle node leased nothing"
+    );
+    assert!(
+        nodes[1]["last_picked_at"].is_string(),
+        "the test node leased shards"
+    );
     let text = run(db, schema, &["status"]);
     assert_eq!(code(&text), 0);
     let text = stdout(&text);
-    assert!(text.contains("no membership table yet"), "{text}");
+    assert!(text.contains("last heartbeat"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("cli-idle-node") && l.contains(" ago")),
+        "the idle node with its heartbeat's age: {text}"
+    );
     assert!(
         text.contains("dead letters: 1   blocked targets: 1"),
         "{text}"

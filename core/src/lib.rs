@@ -90,6 +90,8 @@ pub use storage::{
     CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, Lease, ListenerHandle,
     ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
 };
+pub use telemetry::describe::describe_metrics;
+pub use telemetry::gauges::GaugeSample;
 pub use telemetry::metrics::{DeliveryMetrics, LatencySummary, MetricsSnapshot};
 pub use telemetry::monitor::{
     DeliveryMonitor, FailureAction, FailureInfo, NoopMonitor, StageInfo, StageReport,

@@ -135,7 +135,7 @@ impl<C: R2D2Connection + Send + 'static> ManageConnection for Manager<C> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::*;
     use crate::conformance::pg_url;

@@ -42,15 +42,19 @@ mod error;
 mod inspect;
 mod migrate;
 mod pool;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod redact;
 mod rows;
 mod schema;
 mod sql;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use inspect::Inspect;
 pub use migrate::MigrationMode;
+#[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStorage, POSTGRES_MIGRATIONS};
 pub use redact::{redact, RedactedError};
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStorage, SQLITE_MIGRATIONS};

@@ -49,6 +49,7 @@ pub(crate) type Connect<C> = Box<dyn Fn() -> Result<C, StorageError> + Send + Sy
 
 /// The one connection a database's write transactions run on, in turn (see
 /// [`Db::gate_writers`]).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // only SQLite gates its writers
 pub(crate) struct WriterGate<C> {
     /// The connection, opened at the first write and again after one left it broken.
     writer: Mutex<Option<C>>,
@@ -57,6 +58,7 @@ pub(crate) struct WriterGate<C> {
 
 impl<C: R2D2Connection> WriterGate<C> {
     /// Runs `write` on the writer connection, holding it.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // only SQLite gates its writers
     fn run<T>(&self, write: impl FnOnce(&mut C) -> Result<T, Failure>) -> Result<T, Failure> {
         let mut slot = self.writer.lock().unwrap_or_else(|poisoned| {
             // A writer panicked, maybe inside its transaction: its connection is not used
@@ -83,6 +85,7 @@ impl<C: R2D2Connection> WriterGate<C> {
 /// Runs `write` (a write transaction): on the writer connection of the current unit of
 /// work's database if it has one (waiting for its turn), else on `conn`. A nested call, or
 /// one inside the writer's own work, finds the gate taken and runs on `conn` at once.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // only SQLite gates its writers
 pub(crate) fn gated<C: R2D2Connection + 'static, T>(
     conn: &mut C,
     write: impl FnOnce(&mut C) -> Result<T, Failure>,
@@ -159,6 +162,7 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
     /// - the writer's page cache stays warm. A connection drops its whole cache when it
     ///   starts a transaction after another connection wrote, so writes spread over the pool
     ///   each began by reading their B-tree pages again.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // only SQLite gates its writers
     pub(crate) fn gate_writers(mut self, connect: Connect<C>) -> Self {
         self.writers = Some(Arc::new(WriterGate {
             writer: Mutex::new(None),
@@ -173,6 +177,7 @@ impl<C: R2D2Connection + Send + 'static> Db<C> {
     }
 
     /// The database's name and secrets.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn db_name(&self) -> &DbName {
         &self.name
     }
@@ -220,7 +225,7 @@ where
         .map_err(|e| StorageError::Task(e.to_string()))?
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::*;
     use diesel::connection::SimpleConnection;

@@ -24,10 +24,14 @@ use std::sync::Arc;
 const SECRET_KEYS: &[&str] = &["password", "sslpassword"];
 
 /// Characters that split a password into the pieces libpq may quote on their own.
+// Only the PostgreSQL backend names databases by URL.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 const PIECE_SEPARATORS: &[char] = &['/', '?', '#', '@', ':', '&', '=', '%', '\'', '"'];
 
 /// Pieces shorter than this are not scrubbed on their own: a piece of one or two characters
 /// would turn every message into asterisks and gives away little of the password.
+// Only the PostgreSQL backend names databases by URL.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 const MIN_PIECE: usize = 3;
 
 /// A database URL or connection string with its password replaced by `***`, fit for logs and
@@ -70,6 +74,7 @@ impl std::fmt::Display for DbName {
 
 impl DbName {
     /// The name of the database at `url` (or connection string).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn url(url: &str) -> Self {
         let Parsed { shown, secrets } = parse(url);
         let mut all: Vec<String> = Vec::new();
@@ -97,6 +102,7 @@ impl DbName {
     }
 
     /// The name of a database that has no secrets (a file path).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // only SQLite names files
     pub(crate) fn path(path: impl Into<String>) -> Self {
         DbName {
             shown: path.into().into(),
@@ -161,6 +167,7 @@ impl std::error::Error for RedactedError {}
 /// What [`parse`] found: the text to show and the raw secrets.
 struct Parsed {
     shown: String,
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     secrets: Vec<String>,
 }
 
@@ -420,6 +427,8 @@ fn find_secret_key(s: &str) -> Option<usize> {
 
 /// `s` with its valid `%XX` escapes decoded (invalid ones left as they are), as libpq would
 /// send it; bytes that are not UTF-8 become U+FFFD.
+// Only the PostgreSQL backend names databases by URL.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -3,6 +3,7 @@
 //!
 //! Needs `SHARDBOX_PG_URL`. Each test names its connections with an `application_name` of its
 //! own and terminates only those backends.
+#![cfg(feature = "postgres")]
 
 mod common;
 

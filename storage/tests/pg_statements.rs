@@ -5,6 +5,7 @@
 //! instrumentation, which other tests running alongside would add to.
 //!
 //! Needs `SHARDBOX_PG_URL`.
+#![cfg(feature = "postgres")]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! unblock beside a stage commit in flight.
 //!
 //! Needs `SHARDBOX_PG_URL` (except the unreachable-server case); each test uses its own schema.
+#![cfg(feature = "postgres")]
 
 mod common;
 

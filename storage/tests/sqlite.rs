@@ -1,5 +1,6 @@
 //! SQLite-specific behaviour beyond the conformance suite: opening, schema versions, errors,
 //! several handles on one file, and the query plans that keep a stage O(page).
+#![cfg(feature = "sqlite")]
 
 mod common;
 

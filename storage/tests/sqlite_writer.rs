@@ -1,6 +1,7 @@
 //! SQLite's writes run on one connection of their own (its page cache stays warm between
 //! writes), whatever pooled connection the unit of work that writes holds. A binary of its own:
 //! diesel's instrumentation, which tells the connections apart here, is process-wide.
+#![cfg(feature = "sqlite")]
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
 use shardbox_core::sync::lock;

@@ -44,6 +44,11 @@ pub struct DeliveryConfig {
     /// no other node holds (10 ms..=24 h). Default 30 s. Due messages are expired as soon as a
     /// stage reads them, whatever this says.
     pub ttl_sweep_interval: Duration,
+    /// How often a running node reads the gauges (inbox depth by state, lag per shard, leases
+    /// held, dead letters, blocked targets, catch-up progress) from storage and sets them
+    /// through the `metrics` facade (100 ms..=24 h). Default 15 s. Four queries per node per
+    /// interval, off the delivery path.
+    pub gauge_interval: Duration,
     /// How long a node runner's worker keeps a shard's lease after draining it, so that the
     /// next write to the shard is served without a new pick-up and release (0..=half of
     /// `lease_duration`; 0 releases at once). Default 50 ms. Only a node's own shards (those
@@ -82,6 +87,7 @@ impl Default for DeliveryConfig {
             kind_policies: HashMap::new(),
             dead_letter_expired: false,
             ttl_sweep_interval: Duration::from_secs(30),
+            gauge_interval: Duration::from_secs(15),
             lease_linger: Duration::from_millis(50),
             handler_concurrency: 16,
             max_in_flight_handlers: 1_024,
@@ -201,6 +207,15 @@ impl DeliveryConfig {
                 "must be 10ms..=24h (each sweep costs one query per node)",
             ));
         }
+        if self.gauge_interval < Duration::from_millis(100)
+            || self.gauge_interval > Duration::from_secs(24 * 3600)
+        {
+            return Err(invalid(
+                "gauge_interval",
+                self.gauge_interval,
+                "must be 100ms..=24h (each reading costs four queries per node)",
+            ));
+        }
         if self.catch_up_retention > MAX_RETENTION {
             return Err(invalid(
                 "catch_up_retention",
@@ -312,6 +327,8 @@ impl DeliveryConfigBuilder {
         dead_letter_expired: bool);
     setter!(/// Sets [`DeliveryConfig::ttl_sweep_interval`].
         ttl_sweep_interval: Duration);
+    setter!(/// Sets [`DeliveryConfig::gauge_interval`].
+        gauge_interval: Duration);
     setter!(/// Sets [`DeliveryConfig::lease_linger`].
         lease_linger: Duration);
     setter!(/// Sets [`DeliveryConfig::handler_concurrency`].
@@ -408,6 +425,10 @@ mod tests {
                 "poll_interval",
             ),
             (b().workers(0), "workers"),
+            (
+                b().gauge_interval(Duration::from_millis(5)),
+                "gauge_interval",
+            ),
             (
                 b().ttl_sweep_interval(Duration::from_millis(5)),
                 "ttl_sweep_interval",

@@ -19,9 +19,11 @@ use crate::model::error::{DeliveryError, StorageError};
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::env::DeliveryEnv;
 use crate::runner::heartbeat::Heartbeat;
+use crate::runner::lease_loss::log_lease_lost;
 use crate::stage::conveyor::Conveyor;
 use crate::stage::station::Station;
 use crate::storage::Lease;
+use crate::telemetry::fates::log_settled;
 use crate::telemetry::monitor::{StageInfo, StageReport};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -155,7 +157,15 @@ impl Delivery {
                 Err(e) if e.is_lease_lost() => {
                     env.metrics.record_lease_lost();
                     env.monitor.on_lease_lost(shard, epoch);
-                    tracing::warn!(%shard, %epoch, node = %env.config.node_id, "lease lost (taken over, or re-fenced by a catch-up starting or completing); stage not committed, the next owner redelivers");
+                    log_lease_lost(
+                        env.storage.as_ref(),
+                        shard,
+                        epoch,
+                        &env.config.node_id,
+                        worker,
+                        env.clock.now(),
+                    )
+                    .await;
                     report.lease_lost = true;
                     return Ok((report, None));
                 }
@@ -384,6 +394,7 @@ impl Delivery {
         if decided {
             env.outcomes_decided(shard);
         }
+        log_settled(&report.settled);
         report.purged = committed.purged;
         if committed.catch_ups_purged > 0 {
             tracing::info!(

@@ -37,7 +37,9 @@ impl Heartbeat {
                         tracing::trace!(shard = %lease.shard, epoch = %lease.epoch, "lease renewed")
                     }
                     Err(StorageError::LeaseLost { current, .. }) => {
-                        tracing::warn!(shard = %lease.shard, epoch = %lease.epoch, ?current, "heartbeat found the lease lost");
+                        // The stage then ends with the loss, logged once with its cause
+                        // (`lease_loss`): a catch-up's re-fence is routine.
+                        tracing::debug!(shard = %lease.shard, epoch = %lease.epoch, ?current, "heartbeat found the lease lost");
                         flag.store(true, Ordering::SeqCst);
                         return;
                     }

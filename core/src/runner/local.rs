@@ -54,6 +54,7 @@ use crate::runner::wake_queue::WakeQueue;
 use crate::storage::listener::{ListenerHandle, ListenerStats};
 use crate::storage::observer::ShardObserver;
 use crate::sync::lock;
+use crate::telemetry::gauges::GaugeSample;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -100,6 +101,11 @@ impl LocalRunner {
         queue
             .tasks
             .spawn(beat_membership(env.clone(), stop_rx.clone()).instrument(span));
+        // Gauges (depth, lag, leases, dead letters, catch-ups) are read every gauge_interval.
+        let span = tracing::info_span!("gauges", node = %node);
+        queue
+            .tasks
+            .spawn(report_gauges(env.clone(), stop_rx.clone()).instrument(span));
         // Messages whose TTL passes before they are due are expired by a periodic sweep.
         let span = tracing::info_span!("ttl_sweep", node = %node);
         queue
@@ -302,6 +308,33 @@ async fn probe(env: &DeliveryEnv, queue: &WakeQueue, shard: ShardIndex) -> bool 
     }
 }
 
+/// Reads the gauges every `gauge_interval` and sets them (see [`GaugeSample`]) until `stop`.
+async fn report_gauges(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
+    crate::telemetry::describe::describe_metrics();
+    let node = &env.config.node_id;
+    let mut failing = false;
+    loop {
+        let now = env.clock.now();
+        match GaugeSample::read(env.storage.as_ref(), node, env.registry.shard_count(), now).await {
+            Ok(sample) => {
+                sample.publish(node);
+                failing = false;
+            }
+            // Once per outage: the delivery's own errors say more.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "could not read the gauges; trying again next interval");
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => return,
+            _ = tokio::time::sleep(env.config.gauge_interval) => {}
+        }
+    }
+}
+
 /// A running node: its workers, poller, lease watch and listener, and every task they
 /// spawned (take-overs, linger releases, the TTL sweep). [`RunnerHandle::shutdown`] stops and
 /// awaits them all; a handle dropped without it is logged, and its tasks are left to end
@@ -393,6 +426,9 @@ impl RunnerHandle {
         // Once more: a beat that was in flight at the first leave may have re-joined.
         if let Err(e) = env.storage.leave(&env.config.node_id).await {
             tracing::warn!(error = %e, "could not leave the membership; it ends one lease after the last beat");
+        }
+        if let Err(e) = env.storage.node_stopped().await {
+            tracing::warn!(error = %e, "the storage could not tidy up after the node stopped");
         }
         tracing::info!(node = %env.config.node_id, "node runner stopped");
         Ok(())

@@ -6,6 +6,7 @@
 //!  turn      one worker's turn on a shard: keeps, parks and releases its lease
 //!  delivery  Delivery: stages over a held lease (read page, stations, fenced commit)
 //!  heartbeat renews the lease while a stage runs
+//!  lease_loss  a lost lease: a takeover (WARN) or a catch-up's re-fence (DEBUG)
 //!  wake_queue, wakeups, cycle   who serves which shard next (pure decisions in cycle/wakeups)
 //!  due, expiry                  timers for delayed rows, TTL sweep requests
 //!  sweep     the periodic TTL sweep and the purge of idle shards
@@ -23,6 +24,7 @@ pub(crate) mod due;
 pub mod env;
 pub mod expiry;
 pub(crate) mod heartbeat;
+pub(crate) mod lease_loss;
 pub mod local;
 mod membership;
 pub mod outcomes;

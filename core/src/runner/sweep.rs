@@ -17,6 +17,7 @@ use crate::runner::delivery::{Delivery, DeliveryReport};
 use crate::runner::tasks::stopped;
 use crate::stage::conveyor::{Conveyor, Intent};
 use crate::storage::{Lease, Page};
+use crate::telemetry::fates::log_settled;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,6 +90,7 @@ impl Delivery {
             if decided {
                 env.outcomes_decided(lease.shard);
             }
+            log_settled(&stage.settled);
             *lease = committed.lease;
             stage.purged = committed.purged;
             stage.elapsed = started.elapsed();

@@ -20,6 +20,7 @@ use crate::storage::{
     CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, HoldRelease, Lease, Page, RowChange,
     RowUpdate, StageCommit, WriteBatch,
 };
+use crate::telemetry::fates::{Fate, Settled};
 use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -231,6 +232,11 @@ impl Conveyor {
         };
         let mut updates = Vec::with_capacity(self.page.len());
         report.dead_lettered += self.extra_dead_letters.len();
+        report.settled.extend(
+            self.extra_dead_letters
+                .iter()
+                .map(|d| Settled::of(&d.original, d.attempts, Fate::DeadLettered, &d.reason)),
+        );
         let mut dead_letters = self.extra_dead_letters;
         let mut release_holds = Vec::new();
         for (index, (message, intent)) in self.page.into_iter().zip(self.intents).enumerate() {
@@ -279,6 +285,12 @@ impl Conveyor {
                 }
                 Some(Intent::DeadLetter { reason }) => {
                     report.dead_lettered += 1;
+                    report.settled.push(Settled::of(
+                        &message,
+                        message.attempts.saturating_add(1),
+                        Fate::DeadLettered,
+                        &reason,
+                    ));
                     dead_letters.push(DeadLetter {
                         attempts: message.attempts.saturating_add(1),
                         reason,
@@ -290,13 +302,12 @@ impl Conveyor {
                 }
                 Some(Intent::Block { reason }) => {
                     report.blocked += 1;
-                    tracing::warn!(
-                        seq = message.seq,
-                        target = %message.message.target_id,
-                        kind = %message.message.target_kind,
-                        %reason,
-                        "message blocked its target; an operator must requeue or drop it"
-                    );
+                    report.settled.push(Settled::of(
+                        &message,
+                        message.attempts.saturating_add(1),
+                        Fate::Blocked,
+                        &reason,
+                    ));
                     RowChange::Block {
                         attempts: message.attempts.saturating_add(1),
                         error: reason,
@@ -304,17 +315,24 @@ impl Conveyor {
                 }
                 Some(Intent::Drop { reason }) => {
                     report.dropped += 1;
-                    tracing::warn!(
-                        seq = message.seq,
-                        target = %message.message.target_id,
-                        kind = %message.message.target_kind,
-                        %reason,
-                        "message dropped by failure policy"
-                    );
+                    report.settled.push(Settled::of(
+                        &message,
+                        message.attempts.saturating_add(1),
+                        Fate::Dropped,
+                        &reason,
+                    ));
                     RowChange::Remove
                 }
                 Some(Intent::Expired) => {
                     report.expired += 1;
+                    report.settled.push(Settled::of(
+                        &message,
+                        message.attempts,
+                        Fate::Expired {
+                            dead_lettered: dead_letter_expired,
+                        },
+                        EXPIRED_REASON,
+                    ));
                     // A row in retry back-off expired before its retry: the rows held behind
                     // it until that retry go on now, in their order (not at the retry time,
                     // when later rows of the target would already have overtaken them).
@@ -529,6 +547,7 @@ mod tests {
 
         let lease_until = t0() + secs(45);
         let (commit, report) = c.into_commit(lease_until);
+        let settled_dead = Settled::of(&dead, 5, Fate::DeadLettered, "gave up");
 
         let change = |seq: i64, change: RowChange| RowUpdate { seq, change };
         assert_eq!(
@@ -587,6 +606,23 @@ mod tests {
                 purged: 0,
                 fanned_out: 0,
                 elapsed: Duration::ZERO,
+                settled: vec![
+                    settled_dead,
+                    Settled::of(
+                        &row(6, MessageStatus::ToDeliver, 0),
+                        1,
+                        Fate::Dropped,
+                        "dropped"
+                    ),
+                    Settled::of(
+                        &row(7, MessageStatus::ToDeliver, 0),
+                        0,
+                        Fate::Expired {
+                            dead_lettered: false
+                        },
+                        EXPIRED_REASON
+                    ),
+                ],
             }
         );
         assert_eq!(commit.lease, lease());

@@ -40,6 +40,7 @@ pub use registry::{Lease, Member, ShardSession, WorkRegistry};
 pub use write::{WriteBatch, WriteReport};
 
 /// Every storage capability together: what a delivery needs from a backend.
+#[async_trait::async_trait]
 pub trait Storage:
     InboxStore + WorkRegistry + EventStore + EntityStore + CatchUpStore + DeadLetterStore
 {
@@ -51,5 +52,13 @@ pub trait Storage:
     /// found by polling.
     fn write_listener(&self) -> Option<&dyn WriteListener> {
         None
+    }
+
+    /// Called at the end of a node's clean shutdown (`shutdown().await`), after its workers
+    /// stopped and its leases were released: the backend's chance to leave its files tidy
+    /// (SQLite copies the write-ahead log into the database file and truncates it). The
+    /// default does nothing. An error is logged by the node, not returned.
+    async fn node_stopped(&self) -> Result<(), crate::model::error::StorageError> {
+        Ok(())
     }
 }

@@ -119,6 +119,7 @@ fn add(counter: &AtomicU64, name: &'static str, node: &str, n: u64) {
 impl DeliveryMetrics {
     /// Zeroed counters for `node`.
     pub fn new(node: &NodeId) -> Self {
+        crate::telemetry::describe::describe_metrics();
         DeliveryMetrics {
             node: node.0.clone(),
             delivered: AtomicU64::new(0),

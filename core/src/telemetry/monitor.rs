@@ -6,6 +6,7 @@
 use crate::entity::traits::HandlerError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex};
 use crate::model::message::InboxMessage;
+use crate::telemetry::fates::Settled;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -49,6 +50,10 @@ pub struct StageReport {
     pub fanned_out: usize,
     /// Time the stage took.
     pub elapsed: Duration,
+    /// The messages this stage dead-lettered, dropped, blocked their target or expired, in
+    /// page order: logged once the stage committed (see [`crate::telemetry::fates`]). Not
+    /// summed by [`StageReport::add`].
+    pub settled: Vec<Settled>,
 }
 
 impl StageReport {

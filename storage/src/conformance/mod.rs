@@ -28,8 +28,10 @@
 //! ```
 
 pub mod fixtures;
+#[cfg(feature = "postgres")]
 mod pg_schema;
 
+#[cfg(feature = "postgres")]
 pub use pg_schema::{explain, pg_url, terminate_backends, TestSchema};
 
 mod catch_up;

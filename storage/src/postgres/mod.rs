@@ -140,6 +140,11 @@ impl PostgresStorage {
         self.listen
             .then_some(self as &dyn shardbox_core::WriteListener)
     }
+
+    /// Nothing to tidy: the server keeps its own files.
+    async fn node_stopped_backend(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
 }
 
 /// `LISTEN`s on a connection of its own, on a thread of its own, for the notifications every

@@ -14,7 +14,10 @@ use shardbox_core::{InboxMessage, MessageKind, MessageStatus, NewMessage, Signal
 /// An inbox row as read.
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = inbox_messages)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct InboxRow {
     pub seq: i64,
     pub shard: i32,
@@ -112,7 +115,10 @@ impl NewInboxRow {
 /// A dead letter as read, with its id.
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = dead_letters)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct StoredDeadLetterRow {
     pub id: i64,
     #[diesel(embed)]
@@ -133,7 +139,10 @@ impl StoredDeadLetterRow {
 #[derive(Debug, Insertable, Queryable, Selectable)]
 #[diesel(table_name = dead_letters)]
 #[diesel(treat_none_as_default_value = false)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct DeadLetterRow {
     pub original_seq: i64,
     pub shard: i32,

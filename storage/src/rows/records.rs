@@ -14,7 +14,10 @@ use shardbox_core::{
 /// An event as read.
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = events)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct EventRow {
     pub seq: i64,
     #[diesel(embed)]
@@ -47,7 +50,10 @@ impl EventRow {
 #[derive(Debug, Insertable, Queryable, Selectable)]
 #[diesel(table_name = events)]
 #[diesel(treat_none_as_default_value = false)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct NewEventRow {
     pub id: String,
     pub event_type: String,
@@ -78,7 +84,10 @@ impl NewEventRow {
 /// An entity state as read.
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = entity_states)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct EntityStateRow {
     pub kind: String,
     pub tenant: String,
@@ -120,7 +129,10 @@ pub(crate) struct NewEntityStateRow<'a> {
 /// A row of the lock table as read.
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = shard_sessions)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct SessionRow {
     pub shard: i32,
     pub node_id: Option<String>,
@@ -154,7 +166,10 @@ pub(crate) fn worker(n: i64) -> Result<WorkerId, Failure> {
 /// A catch-up job as read.
 #[derive(Debug, Queryable, Selectable)]
 #[diesel(table_name = catch_ups)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct CatchUpRow {
     pub id: i64,
     #[diesel(embed)]
@@ -209,7 +224,10 @@ impl CatchUpRow {
 #[derive(Debug, Insertable, Queryable, Selectable, AsChangeset)]
 #[diesel(table_name = catch_ups)]
 #[diesel(treat_none_as_default_value = false, treat_none_as_null = true)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
+#[cfg_attr(
+    all(feature = "sqlite", feature = "postgres"),
+    diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))
+)]
 pub(crate) struct NewCatchUpRow {
     pub projection_kind: String,
     pub tenant: String,

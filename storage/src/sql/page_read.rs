@@ -189,7 +189,7 @@ impl QueryId for PageRead {
 
 impl<Conn> RunQueryDsl<Conn> for PageRead {}
 
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::{PagePart, PageRead};
     use crate::conformance::{explain, pg_url, TestSchema};

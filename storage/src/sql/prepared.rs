@@ -37,10 +37,12 @@ pub(crate) trait OrFail {
     const OR_FAIL: &'static str;
 }
 
+#[cfg(feature = "sqlite")]
 impl OrFail for diesel::sqlite::Sqlite {
     const OR_FAIL: &'static str = " OR FAIL";
 }
 
+#[cfg(feature = "postgres")]
 impl OrFail for diesel::pg::Pg {
     const OR_FAIL: &'static str = "";
 }

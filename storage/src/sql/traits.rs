@@ -8,8 +8,9 @@
 /// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (a struct with a
 /// `db: Db<Conn>` field and
 /// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —,
-/// `decided_backend(&[ShardIndex])` — told of every commit that decided command outcomes —
-/// and `write_listener_backend()` methods) over the unit functions of module `$units`.
+/// `decided_backend(&[ShardIndex])` — told of every commit that decided command outcomes —,
+/// `write_listener_backend()` and `async node_stopped_backend()` methods) over the unit
+/// functions of module `$units`.
 macro_rules! storage_impls {
     ($storage:ty, $units:ident) => {
         #[async_trait::async_trait]
@@ -423,6 +424,7 @@ macro_rules! storage_impls {
             }
         }
 
+        #[async_trait::async_trait]
         impl shardbox_core::Storage for $storage {
             fn describe(&self) -> String {
                 self.describe_backend()
@@ -430,6 +432,10 @@ macro_rules! storage_impls {
 
             fn write_listener(&self) -> Option<&dyn shardbox_core::WriteListener> {
                 self.write_listener_backend()
+            }
+
+            async fn node_stopped(&self) -> Result<(), shardbox_core::StorageError> {
+                self.node_stopped_backend().await
             }
         }
 

@@ -7,6 +7,8 @@
 //!  thread  ─► every interval: PRAGMA wal_checkpoint(PASSIVE) on its own connection
 //!             (copies committed pages into the database file and syncs it, never waiting
 //!             for readers or the writer); stops when the storage is dropped
+//!  node stop ─► PRAGMA wal_checkpoint(TRUNCATE) on a pooled connection: the WAL copied
+//!              and cut to zero bytes (see `SqliteStorage::node_stopped_backend`)
 //! ```
 //!
 //! SQLite's default runs a checkpoint inside the commit that pushes the WAL past 1,000 pages:
@@ -16,6 +18,7 @@
 //! and pages rewritten between two checkpoints are copied once.
 
 use super::options::Pragmas;
+use crate::error::Failure;
 use diesel::connection::Connection;
 use diesel::sql_types::Integer;
 use diesel::{QueryableByName, RunQueryDsl, SqliteConnection};
@@ -28,16 +31,40 @@ use std::time::Duration;
 
 /// The row `PRAGMA wal_checkpoint` returns.
 #[derive(QueryableByName)]
-struct CheckpointRow {
+pub(crate) struct CheckpointRow {
     /// 1 when another checkpoint held the checkpointer lock.
     #[diesel(sql_type = Integer)]
-    busy: i32,
+    pub(crate) busy: i32,
     /// Pages in the WAL.
     #[diesel(sql_type = Integer)]
-    log: i32,
+    pub(crate) log: i32,
     /// Pages of the WAL now in the database file.
     #[diesel(sql_type = Integer)]
-    checkpointed: i32,
+    pub(crate) checkpointed: i32,
+}
+
+/// How often a truncating checkpoint is tried while it finds the database busy, and the
+/// pause between tries: the background thread's checkpoint holds the checkpointer lock for a
+/// few milliseconds, and a TRUNCATE that meets it returns busy at once (SQLite invokes no busy
+/// handler for that lock).
+const TRUNCATE_TRIES: u32 = 50;
+const TRUNCATE_PAUSE: Duration = Duration::from_millis(20);
+
+/// `PRAGMA wal_checkpoint(TRUNCATE)` on `conn`: copies the whole WAL into the database file
+/// (waiting, within the busy timeout, for readers and the writer) and truncates it to zero
+/// bytes; tried again while busy, up to a second. For a node's stop, not for the running
+/// system (it waits where PASSIVE does not). The last row says whether it succeeded.
+pub(crate) fn truncate(conn: &mut SqliteConnection) -> Result<CheckpointRow, Failure> {
+    let mut tries = 1;
+    loop {
+        let row = diesel::sql_query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .get_result::<CheckpointRow>(conn)?;
+        if row.busy == 0 || tries >= TRUNCATE_TRIES {
+            return Ok(row);
+        }
+        tries += 1;
+        std::thread::sleep(TRUNCATE_PAUSE);
+    }
 }
 
 /// A thread running passive checkpoints every interval until dropped.

@@ -113,6 +113,22 @@ impl SqliteStorage {
         // SQLite has no notification channel between processes.
         None
     }
+
+    /// A node stopped: the WAL is copied into the database file and truncated, so that a
+    /// stopped application leaves no large `-wal` file behind (the background checkpoints
+    /// copy it but never shrink it). Waits up to `busy_timeout` for other connections'
+    /// readers and writers; if another process keeps the database busy, the WAL is left as
+    /// it is (logged), to be truncated at a later stop.
+    async fn node_stopped_backend(&self) -> Result<(), StorageError> {
+        let database = self.db.name().to_owned();
+        let row = self.db.run(checkpoint::truncate).await?;
+        if row.busy != 0 {
+            tracing::info!(%database, wal_pages = row.log, checkpointed = row.checkpointed, "WAL not truncated at shutdown: the database is busy (another process?)");
+        } else {
+            tracing::debug!(%database, wal_pages = row.log, "WAL checkpointed and truncated at shutdown");
+        }
+        Ok(())
+    }
 }
 
 fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage, StorageError> {

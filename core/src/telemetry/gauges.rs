@@ -1,0 +1,139 @@
+//! Gauges: how deep the Inbox is, how far behind each shard is, and the operator's counts,
+//! read from storage by a running node every `gauge_interval` and set through the `metrics`
+//! facade — never on the delivery path.
+//!
+//! ```text
+//!  GaugeSample::read(storage, node, now)   InboxStore::depths, WorkRegistry::sessions,
+//!                                          DeadLetterStore::count_dead_letters,
+//!                                          CatchUpStore::running_catch_ups (4 queries)
+//!  GaugeSample::publish(node)              metrics::gauge!(…).set(…), labelled `node`
+//! ```
+//!
+//! The Inbox, dead letters and catch-ups are the whole database's, so every node reports the
+//! same values (aggregate them with `max without (node)`); `shardbox_leases_held` is the
+//! reporting node's own.
+
+use crate::catch_up::CatchUpProgress;
+use crate::model::error::StorageError;
+use crate::model::ids::{NodeId, ShardIndex};
+use crate::storage::{DeadLetterFilter, ShardDepth, Storage};
+use chrono::{DateTime, Utc};
+
+/// One reading of every gauge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaugeSample {
+    /// The depth of every shard `0..shard_count` (empty shards included).
+    pub shards: Vec<ShardDepth>,
+    /// The depths of all shards added up.
+    pub totals: ShardDepth,
+    /// When it was read (lags are measured from here).
+    pub now: DateTime<Utc>,
+    /// Leases the reporting node holds at `now`.
+    pub leases_held: u64,
+    /// Dead letters stored.
+    pub dead_letters: u64,
+    /// Running catch-ups: (job id, projection kind, events replayed, total estimate).
+    pub catch_ups: Vec<(i64, String, i64, i64)>,
+}
+
+impl GaugeSample {
+    /// Reads the gauges of `shard_count` shards from `storage` at `now`, for `node`.
+    pub async fn read(
+        storage: &dyn Storage,
+        node: &NodeId,
+        shard_count: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Self, StorageError> {
+        let depths = storage.depths(now).await?;
+        let sessions = storage.sessions().await?;
+        let dead_letters = storage.count_dead_letters(&DeadLetterFilter::all()).await?;
+        let jobs = storage.running_catch_ups().await?;
+
+        let mut shards: Vec<ShardDepth> = (0..shard_count)
+            .map(|s| ShardDepth::empty(ShardIndex(s)))
+            .collect();
+        let mut totals = ShardDepth::empty(ShardIndex(0));
+        for d in &depths {
+            totals.absorb(d);
+            if let Some(slot) = shards.get_mut(d.shard.0 as usize) {
+                *slot = *d;
+            }
+        }
+        let leases_held = sessions
+            .iter()
+            .filter(|s| s.node_id.as_ref() == Some(node) && s.lease_until.is_some_and(|u| u > now))
+            .count() as u64;
+        let catch_ups = jobs
+            .iter()
+            .map(|job| {
+                let p = CatchUpProgress::of(job, now);
+                (
+                    job.id,
+                    job.spec.projection_kind.clone(),
+                    p.replayed,
+                    p.total_estimate,
+                )
+            })
+            .collect();
+        Ok(GaugeSample {
+            shards,
+            totals,
+            now,
+            leases_held,
+            dead_letters,
+            catch_ups,
+        })
+    }
+
+    /// Blocked targets: each holds exactly one blocking row.
+    pub fn blocked_targets(&self) -> u64 {
+        self.totals.blocked
+    }
+
+    /// Sets every gauge through the `metrics` facade, labelled with `node`.
+    pub fn publish(&self, node: &NodeId) {
+        let node = node.0.clone();
+        let t = &self.totals;
+        for (state, value) in [
+            ("due", t.due),
+            ("delayed", t.delayed),
+            ("retrying", t.retrying),
+            ("parked", t.parked),
+            ("replay", t.replay),
+            ("blocked", t.blocked),
+            ("delivered", t.delivered),
+        ] {
+            metrics::gauge!("shardbox_inbox_depth", "node" => node.clone(), "state" => state)
+                .set(value as f64);
+        }
+        let mut oldest = 0.0_f64;
+        for d in &self.shards {
+            let lag = d.lag(self.now).num_milliseconds() as f64 / 1000.0;
+            oldest = oldest.max(lag);
+            metrics::gauge!(
+                "shardbox_shard_lag_seconds",
+                "node" => node.clone(),
+                "shard" => d.shard.0.to_string()
+            )
+            .set(lag);
+        }
+        metrics::gauge!("shardbox_lag_seconds", "node" => node.clone()).set(oldest);
+        metrics::gauge!("shardbox_leases_held", "node" => node.clone())
+            .set(self.leases_held as f64);
+        metrics::gauge!("shardbox_dead_letters", "node" => node.clone())
+            .set(self.dead_letters as f64);
+        metrics::gauge!("shardbox_blocked_targets", "node" => node.clone())
+            .set(self.blocked_targets() as f64);
+        metrics::gauge!("shardbox_catch_ups_running", "node" => node.clone())
+            .set(self.catch_ups.len() as f64);
+        for (id, projection, replayed, total) in &self.catch_ups {
+            let labels = [
+                ("node", node.clone()),
+                ("job", id.to_string()),
+                ("projection", projection.clone()),
+            ];
+            metrics::gauge!("shardbox_catch_up_replayed", &labels).set(*replayed as f64);
+            metrics::gauge!("shardbox_catch_up_total", &labels).set(*total as f64);
+        }
+    }
+}
