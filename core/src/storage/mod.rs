@@ -22,6 +22,7 @@ mod inbox;
 pub mod listener;
 pub mod observer;
 mod registry;
+mod schema;
 mod write;
 
 pub use listener::{ListenerHandle, ListenerStats, WriteListener};
@@ -37,6 +38,7 @@ pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
 pub use registry::{Lease, Member, ShardSession, WorkRegistry};
+pub use schema::SchemaCheck;
 pub use write::{WriteBatch, WriteReport};
 
 /// Every storage capability together: what a delivery needs from a backend.
@@ -50,6 +52,12 @@ pub trait Storage:
     /// (PostgreSQL: `LISTEN`/`NOTIFY`). The default has none: other processes' writes are
     /// found by polling.
     fn write_listener(&self) -> Option<&dyn WriteListener> {
+        None
+    }
+
+    /// The backend's check that the database's schema is still the one this binary expects,
+    /// if it has a schema (SQL backends). The default has none.
+    fn schema_check(&self) -> Option<&dyn SchemaCheck> {
         None
     }
 }

@@ -5,7 +5,8 @@
 //! unit of work of the backend's `units` module.
 
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
-/// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (a struct with a
+/// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (which implements
+/// `SchemaCheck` itself; a struct with a
 /// `db: Db<Conn>` field and
 /// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —
 /// and `write_listener_backend()` methods) over the unit functions of module `$units`.
@@ -399,6 +400,10 @@ macro_rules! storage_impls {
 
             fn write_listener(&self) -> Option<&dyn shardbox_core::WriteListener> {
                 self.write_listener_backend()
+            }
+
+            fn schema_check(&self) -> Option<&dyn shardbox_core::storage::SchemaCheck> {
+                Some(self)
             }
         }
 
