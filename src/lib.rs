@@ -45,6 +45,10 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+/// The admin HTTP surface (health, Prometheus metrics, JSON API, web dashboard) to mount
+/// in an application: `admin` feature.
+#[cfg(feature = "admin")]
+pub mod admin;
 mod builder;
 mod catch_up;
 mod failures;

@@ -1,12 +1,12 @@
-//! `shardbox blocked list|unblock`, over the library's `DeadLetterStore`.
+//! `shardbox blocked list|unblock`: the shared blocked-target views and action
+//! (`shardbox_admin::views::blocked`) printed as tables or JSON.
 
 use crate::cli::{BlockedCommand, UnblockAction};
 use crate::error::CliError;
 use crate::output::print_json;
 use crate::table::Table;
 use chrono::{DateTime, Utc};
-use serde_json::json;
-use shardbox_core::storage::{EntityKey, Unblock};
+use shardbox_admin::views::blocked::{self, UnblockRequest};
 use shardbox_core::Storage;
 
 /// Runs one `blocked` subcommand.
@@ -23,34 +23,37 @@ pub async fn run(
             id,
             tenant,
             action,
-        } => unblock(storage, EntityKey { kind, tenant, id }, action, json, now).await,
+        } => {
+            let request = UnblockRequest {
+                kind,
+                id,
+                tenant,
+                action: match action {
+                    UnblockAction::Requeue => blocked::UnblockAction::Requeue,
+                    UnblockAction::Drop => blocked::UnblockAction::Drop,
+                    UnblockAction::DeadLetter => blocked::UnblockAction::DeadLetter,
+                },
+            };
+            let report = blocked::unblock(storage, &request, now).await?;
+            if json {
+                return print_json(&report);
+            }
+            println!(
+                "{}/{}: {} blocked message {:?}, {} parked behind it released; running nodes go on at their next poll",
+                request.kind, request.id, report.unblocked, request.action.to_library(), report.released
+            );
+            Ok(())
+        }
     }
 }
 
 /// `blocked list`.
 async fn list(storage: &dyn Storage, limit: usize, json: bool) -> Result<(), CliError> {
-    let blocked = storage.blocked_targets(limit).await?;
+    let list = blocked::list(storage, limit).await?;
     if json {
-        let rows: Vec<_> = blocked
-            .iter()
-            .map(|b| {
-                json!({
-                    "kind": b.target.kind,
-                    "tenant": b.target.tenant,
-                    "id": b.target.id,
-                    "shard": b.shard.0,
-                    "seq": b.seq,
-                    "signal_id": b.signal_id.0,
-                    "attempts": b.attempts,
-                    "last_error": b.last_error,
-                    "first_failed_at": b.first_failed_at,
-                    "blocked_at": b.blocked_at,
-                })
-            })
-            .collect();
-        return print_json(&json!({ "blocked": rows }));
+        return print_json(&list);
     }
-    if blocked.is_empty() {
+    if list.blocked.is_empty() {
         println!("no blocked targets");
         return Ok(());
     }
@@ -62,10 +65,10 @@ async fn list(storage: &dyn Storage, limit: usize, json: bool) -> Result<(), Cli
         "blocked at",
         "last error",
     ]);
-    for b in &blocked {
+    for b in &list.blocked {
         t.row(vec![
-            format!("{}/{}", b.target.kind, b.target.id),
-            b.target.tenant.clone(),
+            format!("{}/{}", b.kind, b.id),
+            b.tenant.clone(),
             b.shard.to_string(),
             b.attempts.to_string(),
             b.blocked_at
@@ -74,36 +77,5 @@ async fn list(storage: &dyn Storage, limit: usize, json: bool) -> Result<(), Cli
         ]);
     }
     print!("{}", t.render());
-    Ok(())
-}
-
-/// `blocked unblock KIND ID`.
-async fn unblock(
-    storage: &dyn Storage,
-    target: EntityKey,
-    action: UnblockAction,
-    json: bool,
-    now: DateTime<Utc>,
-) -> Result<(), CliError> {
-    let action = match action {
-        UnblockAction::Requeue => Unblock::Requeue,
-        UnblockAction::Drop => Unblock::Drop,
-        UnblockAction::DeadLetter => Unblock::DeadLetter,
-    };
-    let report = storage.unblock_target(&target, action, now).await?;
-    if json {
-        print_json(&json!({ "unblocked": report.unblocked, "released": report.released }))?;
-    } else {
-        println!(
-            "{}/{}: {} blocked message {:?}, {} parked behind it released; running nodes go on at their next poll",
-            target.kind, target.id, report.unblocked, action, report.released
-        );
-    }
-    if report.unblocked == 0 {
-        return Err(CliError::NotFound(format!(
-            "{}/{} (tenant {:?}) was not blocked",
-            target.kind, target.id, target.tenant
-        )));
-    }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `shardbox catch-up list|progress [--follow]`.
+//! `shardbox catch-up list|progress [--follow]`: the shared catch-up views
+//! (`shardbox_admin::views::catch_ups`) as tables, JSON or a live progress bar.
 //!
 //! Starting a catch-up needs the projection's code (its kind, event types and handler),
 //! which only the application has: it calls `Shardbox::catch_up`. The library has no
@@ -11,25 +12,12 @@ use crate::table::Table;
 use crate::when::human;
 use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{json, Value};
-use shardbox_core::storage::CatchUpStatus;
-use shardbox_core::{CatchUpProgress, Storage};
+use shardbox_admin::views::catch_ups::{self, CatchUpView};
+use shardbox_core::Storage;
 use std::time::Duration;
 
 /// How often `--follow` reads the job.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
-
-fn view(p: &CatchUpProgress, kind: &str) -> Value {
-    json!({
-        "id": p.id,
-        "projection_kind": kind,
-        "status": p.status.as_str(),
-        "replayed": p.replayed,
-        "total_estimate": p.total_estimate,
-        "rate": p.rate,
-        "eta_s": p.eta.map(|d| d.as_secs_f64()),
-    })
-}
 
 /// Runs one `catch-up` subcommand.
 pub async fn run(
@@ -45,16 +33,11 @@ pub async fn run(
 
 /// `catch-up list`.
 async fn list(storage: &dyn Storage, json: bool) -> Result<(), CliError> {
-    let now = Utc::now();
-    let jobs = storage.running_catch_ups().await?;
+    let list = catch_ups::running(storage, Utc::now()).await?;
     if json {
-        let rows: Vec<Value> = jobs
-            .iter()
-            .map(|j| view(&CatchUpProgress::of(j, now), &j.spec.projection_kind))
-            .collect();
-        return print_json(&json!({ "running": rows }));
+        return print_json(&list);
     }
-    if jobs.is_empty() {
+    if list.running.is_empty() {
         println!("no running catch-ups");
         return Ok(());
     }
@@ -67,42 +50,25 @@ async fn list(storage: &dyn Storage, json: bool) -> Result<(), CliError> {
         "rate/s",
         "ETA",
     ]);
-    for j in &jobs {
-        let p = CatchUpProgress::of(j, now);
+    for p in &list.running {
         t.row(vec![
-            j.id.to_string(),
-            j.spec.projection_kind.clone(),
-            p.status.as_str().into(),
+            p.id.to_string(),
+            p.projection_kind.clone(),
+            p.status.into(),
             p.replayed.to_string(),
             p.total_estimate.to_string(),
             format!("{:.0}", p.rate),
-            eta(&p),
+            eta(p),
         ]);
     }
     print!("{}", t.render());
     Ok(())
 }
 
-fn eta(p: &CatchUpProgress) -> String {
-    p.eta
-        .and_then(|d| chrono::TimeDelta::from_std(d).ok())
+fn eta(p: &CatchUpView) -> String {
+    p.eta_s
+        .and_then(|s| chrono::TimeDelta::from_std(Duration::from_secs_f64(s)).ok())
         .map_or("-".into(), human)
-}
-
-/// Reads job `id` now, or says it is not there.
-async fn progress_of(
-    storage: &dyn Storage,
-    id: i64,
-) -> Result<(CatchUpProgress, String), CliError> {
-    let job = storage.catch_up(id).await?.ok_or_else(|| {
-        CliError::NotFound(format!(
-            "no catch-up job {id} (completed jobs are purged after catch_up_retention)"
-        ))
-    })?;
-    Ok((
-        CatchUpProgress::of(&job, Utc::now()),
-        job.spec.projection_kind,
-    ))
 }
 
 /// `catch-up progress ID [--follow]`.
@@ -112,7 +78,8 @@ async fn progress(
     follow: bool,
     json: bool,
 ) -> Result<(), CliError> {
-    let (mut p, kind) = progress_of(storage, id).await?;
+    let read = || catch_ups::progress(storage, id, Utc::now());
+    let mut p = read().await?;
     if follow && !json {
         let bar = ProgressBar::new(p.total_estimate.max(p.replayed).max(0).unsigned_abs());
         bar.set_style(
@@ -120,22 +87,17 @@ async fn progress(
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
-        bar.set_prefix(format!("catch-up {id} of {kind}"));
+        bar.set_prefix(format!("catch-up {id} of {}", p.projection_kind));
         loop {
             // Events appended since the start are replayed too: the total may grow.
             bar.set_length(p.total_estimate.max(p.replayed).max(0).unsigned_abs());
             bar.set_position(p.replayed.max(0).unsigned_abs());
-            bar.set_message(format!(
-                "{} {:.0}/s ETA {}",
-                p.status.as_str(),
-                p.rate,
-                eta(&p)
-            ));
-            if p.status == CatchUpStatus::Completed {
+            bar.set_message(format!("{} {:.0}/s ETA {}", p.status, p.rate, eta(&p)));
+            if p.completed() {
                 break;
             }
             tokio::time::sleep(FOLLOW_EVERY).await;
-            p = progress_of(storage, id).await?.0;
+            p = read().await?;
         }
         bar.finish();
         return Ok(());
@@ -143,20 +105,21 @@ async fn progress(
     if follow {
         // JSON lines, one per read, the last one completed.
         loop {
-            println!("{}", view(&p, &kind));
-            if p.status == CatchUpStatus::Completed {
+            println!("{}", serde_json::to_string(&p)?);
+            if p.completed() {
                 return Ok(());
             }
             tokio::time::sleep(FOLLOW_EVERY).await;
-            p = progress_of(storage, id).await?.0;
+            p = read().await?;
         }
     }
     if json {
-        return print_json(&view(&p, &kind));
+        return print_json(&p);
     }
     println!(
-        "catch-up {id} of {kind}: {} — {} of ~{} replayed, {:.0}/s, ETA {}",
-        p.status.as_str(),
+        "catch-up {id} of {}: {} — {} of ~{} replayed, {:.0}/s, ETA {}",
+        p.projection_kind,
+        p.status,
         p.replayed,
         p.total_estimate,
         p.rate,

@@ -1,11 +1,9 @@
 //! The command line as clap sees it: the global options and one subcommand per operator
 //! task. Parsing only; what each command does lives in its own module.
-//!
-//! A `serve` subcommand (the admin HTTP surface) is planned beside these; it takes the same
-//! `--db` and needs nothing from this file but a new variant of [`Command`].
 
 use crate::when::Since;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
 
 /// Operate a Shardbox database: see the shards and their depth, handle dead letters and
 /// blocked targets, watch catch-ups, migrate the schema.
@@ -54,6 +52,20 @@ pub enum Command {
         /// Only say whether the schema is current (exit 1 if not); change nothing.
         #[arg(long)]
         check: bool,
+    },
+    /// Serves the admin HTTP surface over the database until interrupted: the web dashboard
+    /// at /, /health/live, /health/ready, /metrics (Prometheus text) and the JSON API at
+    /// /api/. Prints "listening on http://ADDR/" once it accepts connections.
+    Serve {
+        /// Where to listen. Loopback by default: another address shows the database's
+        /// contents to whoever reaches it (put it behind an authenticating proxy). Port 0
+        /// picks a free port.
+        #[arg(long, default_value = "127.0.0.1:9187")]
+        listen: SocketAddr,
+        /// Serve the operator actions (requeue, purge, unblock); without this flag they are
+        /// refused with 403 and the dashboard is read-only.
+        #[arg(long)]
+        allow_actions: bool,
     },
 }
 

@@ -1,5 +1,6 @@
 //! What can go wrong in a command, and the exit code each means.
 
+use shardbox_admin::AdminError;
 use shardbox_core::StorageError;
 use std::process::ExitCode;
 use thiserror::Error;
@@ -34,6 +35,17 @@ impl CliError {
             CliError::Storage(_) => 3,
             CliError::Output(_) => 1,
         })
+    }
+}
+
+impl From<AdminError> for CliError {
+    fn from(e: AdminError) -> Self {
+        match e {
+            AdminError::NotFound(text) => CliError::NotFound(text),
+            AdminError::Refused(text) => CliError::Usage(text),
+            AdminError::Storage(e) => CliError::Storage(e),
+            other => CliError::Usage(other.to_string()),
+        }
     }
 }
 

@@ -6,12 +6,15 @@
 //!                                    blocked list|unblock
 //!                                    catch-up list|progress [--follow]
 //!                                    migrate [--check]
+//!                                    serve [--listen ADDR] [--allow-actions]
 //! ```
 //!
 //! Each command opens the database (see [`db`]), calls the storage traits of
 //! `shardbox-core` that the library itself uses, prints a table or JSON, and exits with a
-//! code that means something (see [`error::CliError::exit_code`]). It runs no delivery:
-//! requeued and unblocked messages are delivered by the application's nodes.
+//! code that means something (see [`error::CliError::exit_code`]). What each read shows,
+//! and each action does, is the shared view of `shardbox_admin::views`, which `serve` also
+//! offers over HTTP. It runs no delivery: requeued and unblocked messages are delivered by
+//! the application's nodes.
 #![forbid(unsafe_code)]
 
 mod blocked;
@@ -22,6 +25,7 @@ mod dead_letters;
 mod error;
 mod migrate;
 mod output;
+mod serve;
 mod status;
 mod table;
 mod when;
@@ -62,11 +66,11 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Migrate { check } => migrate::run(db, schema, check, json).await,
         Command::Status => {
-            let status = status::read(&*verified().await?, now).await?;
+            let status = shardbox_admin::views::status::read(&*verified().await?, now).await?;
             if json {
                 output::print_json(&status)
             } else {
-                print!("{}", status.render());
+                print!("{}", status::render(&status));
                 Ok(())
             }
         }
@@ -75,5 +79,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Blocked(command) => blocked::run(&*verified().await?, command, json, now).await,
         Command::CatchUp(command) => catch_up::run(&*verified().await?, command, json).await,
+        Command::Serve {
+            listen,
+            allow_actions,
+        } => serve::run(verified().await?, listen, allow_actions).await,
     }
 }

@@ -80,6 +80,7 @@ pub use runner::delivery::Delivery;
 pub use runner::delivery::DeliveryReport;
 #[doc(hidden)]
 pub use runner::env::DeliveryEnv;
+pub use runner::liveness::{Liveness, NodeLiveness};
 pub use runner::local::{LocalRunner, RunnerHandle};
 pub use send::inbox::{Inbox, SendOptions, SendReceipt};
 pub use send::outcome::OutcomeWait;

@@ -356,6 +356,13 @@ impl RunnerHandle {
         self.listener.as_ref().map(ListenerHandle::stats)
     }
 
+    /// A watch on this node's workers, poller and lease watch, for a readiness probe that
+    /// outlives a borrow of the handle (see [`NodeLiveness`](crate::NodeLiveness)).
+    pub fn liveness(&self) -> crate::NodeLiveness {
+        let tasks = self.tasks.iter().map(JoinHandle::abort_handle).collect();
+        crate::NodeLiveness::new(tasks, self.stop.subscribe())
+    }
+
     /// Runs `task` as one of this node's tasks: its handle is kept and awaited at shutdown
     /// (the facade's catch-up resume).
     #[doc(hidden)]

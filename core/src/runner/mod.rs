@@ -3,6 +3,7 @@
 //! ```text
 //!  local     LocalRunner / RunnerHandle: workers, poller, lease watch, listener; every task
 //!            it spawns is owned by the handle and awaited at shutdown
+//!  liveness  whether those tasks still run (readiness probes)
 //!  turn      one worker's turn on a shard: keeps, parks and releases its lease
 //!  delivery  Delivery: stages over a held lease (read page, stations, fenced commit)
 //!  heartbeat renews the lease while a stage runs
@@ -25,6 +26,7 @@ pub mod env;
 pub mod expiry;
 pub(crate) mod heartbeat;
 pub(crate) mod lease_loss;
+pub mod liveness;
 pub mod local;
 mod membership;
 pub mod outcomes;

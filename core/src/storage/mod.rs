@@ -22,6 +22,7 @@ mod inbox;
 pub mod listener;
 pub mod observer;
 mod registry;
+mod schema;
 mod write;
 
 pub use listener::{ListenerHandle, ListenerStats, WriteListener};
@@ -37,6 +38,7 @@ pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
 pub use registry::{Lease, Member, ShardSession, WorkRegistry};
+pub use schema::SchemaCheck;
 pub use write::{WriteBatch, WriteReport};
 
 /// Every storage capability together: what a delivery needs from a backend.
@@ -60,5 +62,11 @@ pub trait Storage:
     /// default does nothing. An error is logged by the node, not returned.
     async fn node_stopped(&self) -> Result<(), crate::model::error::StorageError> {
         Ok(())
+    }
+
+    /// The backend's check that the database's schema is still the one this binary expects,
+    /// if it has a schema (SQL backends). The default has none.
+    fn schema_check(&self) -> Option<&dyn SchemaCheck> {
+        None
     }
 }

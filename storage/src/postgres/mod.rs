@@ -346,4 +346,24 @@ mod units {
     crate::sql::units!();
 }
 
+/// The schema check of a readiness probe: the migrations applied, read on a pooled
+/// connection, against those this binary embeds (no migration is run).
+#[async_trait::async_trait]
+impl shardbox_core::storage::SchemaCheck for PostgresStorage {
+    async fn check_schema(&self) -> Result<(), StorageError> {
+        let name = self.db.name().to_owned();
+        self.db
+            .run(move |conn| {
+                migrate(
+                    conn,
+                    &POSTGRES_MIGRATIONS,
+                    crate::MigrationMode::Verify,
+                    &name,
+                )
+                .map(drop)
+            })
+            .await
+    }
+}
+
 crate::sql::storage_impls!(PostgresStorage, units);

@@ -5,7 +5,8 @@
 //! unit of work of the backend's `units` module.
 
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
-/// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (a struct with a
+/// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (which implements
+/// `SchemaCheck` itself; a struct with a
 /// `db: Db<Conn>` field and
 /// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —,
 /// `decided_backend(&[ShardIndex])` — told of every commit that decided command outcomes —,
@@ -436,6 +437,10 @@ macro_rules! storage_impls {
 
             async fn node_stopped(&self) -> Result<(), shardbox_core::StorageError> {
                 self.node_stopped_backend().await
+            }
+
+            fn schema_check(&self) -> Option<&dyn shardbox_core::storage::SchemaCheck> {
+                Some(self)
             }
         }
 

@@ -292,4 +292,24 @@ mod units {
     crate::sql::units!();
 }
 
+/// The schema check of a readiness probe: the migrations applied, read on a pooled
+/// connection, against those this binary embeds (no migration is run).
+#[async_trait::async_trait]
+impl shardbox_core::storage::SchemaCheck for SqliteStorage {
+    async fn check_schema(&self) -> Result<(), StorageError> {
+        let name = self.db.name().to_owned();
+        self.db
+            .run(move |conn| {
+                migrate(
+                    conn,
+                    &SQLITE_MIGRATIONS,
+                    crate::MigrationMode::Verify,
+                    &name,
+                )
+                .map(drop)
+            })
+            .await
+    }
+}
+
 crate::sql::storage_impls!(SqliteStorage, units);

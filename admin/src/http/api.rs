@@ -1,0 +1,209 @@
+//! The JSON API: the views of [`crate::views`] as GET routes and the operator actions as
+//! POST routes, refused with 403 unless the state allows actions.
+//!
+//! ```text
+//!  GET  /api/admin                    {actions_allowed, node}
+//!  GET  /api/status                   views::status::Status
+//!  GET  /api/dead-letters?kind=&target=&tenant=&since=&until=&after=&limit=
+//!  GET  /api/dead-letters/{id}        one dead letter whole
+//!  POST /api/dead-letters/requeue     body: DeadLetterQuery (JSON) → RequeueOutcome
+//!  POST /api/dead-letters/purge       body: DeadLetterQuery (JSON) → PurgeOutcome
+//!  GET  /api/blocked?limit=
+//!  POST /api/blocked/unblock          body: {kind, id, tenant?, action?} → UnblockOutcome
+//!  GET  /api/catch-ups                running jobs
+//!  GET  /api/catch-ups/{id}           one job's progress
+//! ```
+//!
+//! Errors are `{"error": "…"}`: 400 for a request that is refused or does not parse (the
+//! text names the field), 403 for an action while actions are off, 404 for nothing
+//! matched, 503 for a database that cannot be reached, 500 for another storage failure.
+
+use crate::error::AdminError;
+use crate::http::state::AdminState;
+use crate::views::blocked::UnblockRequest;
+use crate::views::dead_letters::DeadLetterQuery;
+use crate::views::{blocked, catch_ups, dead_letters, status};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::json;
+use shardbox_core::storage::StoredDeadLetter;
+use shardbox_core::{ShardIndex, StorageError};
+
+/// Dead letters listed when no limit is given.
+const DEFAULT_LIST: usize = 50;
+/// Blocked targets listed when no limit is given.
+const DEFAULT_BLOCKED: usize = 100;
+
+/// An API failure as a response.
+#[derive(Debug)]
+pub struct ApiError(StatusCode, String);
+
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> Self {
+        let code = match &e {
+            AdminError::NotFound(_) => StatusCode::NOT_FOUND,
+            AdminError::Refused(_) => StatusCode::BAD_REQUEST,
+            AdminError::Storage(StorageError::Unavailable { .. }) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            AdminError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError(code, e.to_string())
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        AdminError::from(e).into()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(e: JsonRejection) -> Self {
+        ApiError(StatusCode::BAD_REQUEST, e.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        ApiError(StatusCode::BAD_REQUEST, e.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok(value: impl serde::Serialize) -> ApiResult {
+    Ok(Json(value).into_response())
+}
+
+/// Refuses an action while actions are off.
+fn allowed(state: &AdminState) -> Result<(), ApiError> {
+    if state.actions {
+        Ok(())
+    } else {
+        Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "operator actions are off: start the server with --allow-actions (or mount it with AdminState::allow_actions(true))".into(),
+        ))
+    }
+}
+
+/// `GET /api/admin`: what this surface allows.
+pub async fn admin(State(state): State<AdminState>) -> ApiResult {
+    ok(json!({
+        "actions_allowed": state.actions,
+        "node": state.node.as_ref().map(|n| n.node_id()),
+        "database": state.storage.describe(),
+    }))
+}
+
+/// `GET /api/status`.
+pub async fn status(State(state): State<AdminState>) -> ApiResult {
+    ok(status::read(&*state.storage, Utc::now()).await?)
+}
+
+/// `GET /api/dead-letters`.
+pub async fn dead_letters(
+    State(state): State<AdminState>,
+    query: Result<Query<DeadLetterQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(mut query) = query?;
+    query.limit = Some(query.limit.unwrap_or(DEFAULT_LIST));
+    ok(dead_letters::list(&*state.storage, &query, Utc::now()).await?)
+}
+
+/// `GET /api/dead-letters/{id}`.
+pub async fn dead_letter(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+    ok(dead_letters::show(&*state.storage, id).await?)
+}
+
+/// `POST /api/dead-letters/requeue`: into the mounted node's shard for each target, or the
+/// shard each died in; the node's workers are woken.
+pub async fn requeue(
+    State(state): State<AdminState>,
+    body: Result<Json<DeadLetterQuery>, JsonRejection>,
+) -> ApiResult {
+    allowed(&state)?;
+    let Json(query) = body?;
+    let node = state.node.clone();
+    let place = move |d: &StoredDeadLetter| -> ShardIndex {
+        let m = &d.letter.original.message;
+        node.as_ref().map_or(d.letter.original.shard, |n| {
+            n.shard_of(&m.target_kind, &m.target_id)
+        })
+    };
+    let outcome = dead_letters::requeue(&*state.storage, &query, &place, Utc::now()).await?;
+    if outcome.nothing_matched() {
+        return Err(AdminError::NotFound("no dead letters match".into()).into());
+    }
+    if let Some(node) = &state.node {
+        let shards: Vec<ShardIndex> = outcome.shards.iter().map(|s| ShardIndex(*s)).collect();
+        node.requeued(outcome.requeued, &shards);
+    }
+    ok(outcome)
+}
+
+/// `POST /api/dead-letters/purge`.
+pub async fn purge(
+    State(state): State<AdminState>,
+    body: Result<Json<DeadLetterQuery>, JsonRejection>,
+) -> ApiResult {
+    allowed(&state)?;
+    let Json(query) = body?;
+    let outcome = dead_letters::purge(&*state.storage, &query, Utc::now()).await?;
+    if outcome.purged == 0 {
+        return Err(AdminError::NotFound("no dead letters match".into()).into());
+    }
+    ok(outcome)
+}
+
+/// The `limit` of a list.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    limit: Option<usize>,
+}
+
+/// `GET /api/blocked`.
+pub async fn blocked(
+    State(state): State<AdminState>,
+    query: Result<Query<Limit>, QueryRejection>,
+) -> ApiResult {
+    let Query(Limit { limit }) = query?;
+    ok(blocked::list(&*state.storage, limit.unwrap_or(DEFAULT_BLOCKED)).await?)
+}
+
+/// `POST /api/blocked/unblock`.
+pub async fn unblock(
+    State(state): State<AdminState>,
+    body: Result<Json<UnblockRequest>, JsonRejection>,
+) -> ApiResult {
+    allowed(&state)?;
+    let Json(request) = body?;
+    let outcome = blocked::unblock(&*state.storage, &request, Utc::now()).await?;
+    if let Some(node) = &state.node {
+        node.unblocked(outcome.unblocked, &outcome.report.shards);
+    }
+    ok(outcome)
+}
+
+/// `GET /api/catch-ups`.
+pub async fn catch_ups(State(state): State<AdminState>) -> ApiResult {
+    ok(catch_ups::running(&*state.storage, Utc::now()).await?)
+}
+
+/// `GET /api/catch-ups/{id}`.
+pub async fn catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+    ok(catch_ups::progress(&*state.storage, id, Utc::now()).await?)
+}

@@ -1,0 +1,90 @@
+//! The admin HTTP surface: one axum [`Router`] an application mounts (or `shardbox serve`
+//! runs alone).
+//!
+//! ```text
+//!  /               the dashboard (one HTML page, inline JS and CSS, polls /api/*)
+//!  /health/live    200 while the process answers
+//!  /health/ready   storage, schema, workers (health)            200 | 503
+//!  /metrics        Prometheus text: gauges from the database, the node's counters
+//!  /api/*          the JSON API (api): views, and actions when allowed
+//! ```
+//!
+//! Nothing here decides what to show: the views do (see [`crate::views`]).
+
+pub mod api;
+mod dashboard;
+pub mod health;
+pub mod prometheus;
+pub mod state;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use state::AdminState;
+
+/// The router over `state`. Mount it as it is (`app.merge(router(state))`) or under a
+/// prefix (`app.nest("/admin", router(state))`); the dashboard finds its API relative to
+/// its own address.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/health/live", get(live))
+        .route("/health/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/api/admin", get(api::admin))
+        .route("/api/status", get(api::status))
+        .route("/api/dead-letters", get(api::dead_letters))
+        .route("/api/dead-letters/requeue", post(api::requeue))
+        .route("/api/dead-letters/purge", post(api::purge))
+        .route("/api/dead-letters/{id}", get(api::dead_letter))
+        .route("/api/blocked", get(api::blocked))
+        .route("/api/blocked/unblock", post(api::unblock))
+        .route("/api/catch-ups", get(api::catch_ups))
+        .route("/api/catch-ups/{id}", get(api::catch_up))
+        .with_state(state)
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(dashboard::PAGE)
+}
+
+async fn live() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "live": true }))
+}
+
+async fn ready(State(state): State<AdminState>) -> Response {
+    let readiness = health::readiness(&state).await;
+    let code = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(readiness)).into_response()
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let mut out = String::new();
+    match crate::views::status::read(&*state.storage, chrono::Utc::now()).await {
+        Ok(status) => prometheus::render_gauges(&mut out, &status),
+        Err(e) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("# the database could not be read: {e}\n"),
+            )
+                .into_response()
+        }
+    }
+    if let Some(node) = &state.node {
+        prometheus::render_counters(&mut out, &node.node_id(), &node.metrics());
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}

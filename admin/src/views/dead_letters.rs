@@ -1,0 +1,341 @@
+//! The dead-letter views and actions (list, show, requeue, purge) over the library's
+//! `DeadLetterStore` and `DeadLetterFilter`, shared by the CLI and the HTTP API.
+//!
+//! ```text
+//!  DeadLetterQuery ─► check (scope, target needs kind) ─► DeadLetterFilter
+//!    list/show  ─► list_dead_letters + count_dead_letters ─► DeadLetterList / Detail
+//!    requeue    ─► pages of REQUEUE_BATCH ─► place each in a shard ─► requeue_dead_letters
+//!    purge      ─► purge_dead_letters
+//! ```
+//!
+//! A write over every dead letter is refused unless the query says `all`. Where a requeued
+//! letter goes is the caller's choice (`place`): the shard it died in, the stable hash for
+//! another shard count, or a running application's own strategy.
+
+use crate::error::AdminError;
+use crate::views::since::Since;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use shardbox_core::storage::{
+    DeadLetterFilter, DeadLetterId, Requeue, RequeueReport, StoredDeadLetter,
+};
+use shardbox_core::{Metadata, ShardIndex, Storage};
+
+/// Dead letters requeued per storage call (as the library does).
+const REQUEUE_BATCH: usize = 500;
+
+/// Which dead letters: the library's filter, as an operator gives it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeadLetterQuery {
+    /// Only these ids.
+    pub ids: Vec<i64>,
+    /// Only of this target kind.
+    pub kind: Option<String>,
+    /// Only of this target id (needs `kind`).
+    pub target: Option<String>,
+    /// Only of this tenant.
+    pub tenant: Option<String>,
+    /// Only dead-lettered at or after this time.
+    pub since: Option<Since>,
+    /// Only dead-lettered before this time.
+    pub until: Option<Since>,
+    /// Only ids greater than this one (paging).
+    pub after: Option<i64>,
+    /// At most this many.
+    pub limit: Option<usize>,
+    /// Required to requeue or purge every dead letter when no condition is set.
+    pub all: bool,
+}
+
+impl DeadLetterQuery {
+    /// The library's filter at `now`, or why the query is refused.
+    pub fn to_filter(&self, now: DateTime<Utc>) -> Result<DeadLetterFilter, AdminError> {
+        if self.target.is_some() && self.kind.is_none() {
+            return Err(AdminError::Refused(
+                "a target id needs its kind: give kind too".into(),
+            ));
+        }
+        Ok(DeadLetterFilter {
+            target_kind: self.kind.clone(),
+            target_id: self.target.clone(),
+            tenant: self.tenant.clone(),
+            since: self.since.map(|s| s.at(now)),
+            until: self.until.map(|s| s.at(now)),
+            ids: self.ids.iter().copied().map(DeadLetterId).collect(),
+            after: self.after.map(DeadLetterId),
+            limit: self.limit,
+        })
+    }
+
+    /// Whether any condition narrows the query.
+    pub fn narrows(&self) -> bool {
+        !self.ids.is_empty()
+            || self.kind.is_some()
+            || self.tenant.is_some()
+            || self.since.is_some()
+            || self.until.is_some()
+            || self.after.is_some()
+    }
+
+    /// Refuses a write over every dead letter without `all`.
+    fn check_scope(&self, verb: &str) -> Result<(), AdminError> {
+        if self.narrows() || self.all {
+            Ok(())
+        } else {
+            Err(AdminError::Refused(format!(
+                "{verb} every dead letter? Give a filter (ids, kind, tenant, since, …) or all"
+            )))
+        }
+    }
+}
+
+/// One dead letter as listed.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetterView {
+    /// Its id.
+    pub id: i64,
+    /// The target's kind.
+    pub target_kind: String,
+    /// The target's id.
+    pub target_id: String,
+    /// The target's tenant.
+    pub tenant: String,
+    /// The message's signal id.
+    pub signal_id: String,
+    /// `command`, `event` or `catch_up`.
+    pub kind: &'static str,
+    /// The shard it died in.
+    pub shard: u32,
+    /// Failed attempts.
+    pub attempts: u32,
+    /// When the first attempt failed.
+    pub first_attempt_at: Option<DateTime<Utc>>,
+    /// When it was dead-lettered.
+    pub last_attempt_at: DateTime<Utc>,
+    /// Why.
+    pub reason: String,
+}
+
+impl DeadLetterView {
+    /// The view of `d`.
+    pub fn of(d: &StoredDeadLetter) -> Self {
+        let m = &d.letter.original.message;
+        DeadLetterView {
+            id: d.id.0,
+            target_kind: m.target_kind.clone(),
+            target_id: m.target_id.clone(),
+            tenant: m.tenant.clone(),
+            signal_id: m.signal_id.0.clone(),
+            kind: m.kind.as_str(),
+            shard: d.letter.original.shard.0,
+            attempts: d.letter.attempts,
+            first_attempt_at: d.letter.first_attempt_at,
+            last_attempt_at: d.letter.last_attempt_at,
+            reason: d.letter.reason.clone(),
+        }
+    }
+}
+
+/// A page of dead letters and how many match in all.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetterList {
+    /// How many match the query without its limit.
+    pub matching: u64,
+    /// The page, oldest first.
+    pub dead_letters: Vec<DeadLetterView>,
+}
+
+/// One dead letter whole: origin, reason, payload, metadata.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetterDetail {
+    /// What the list shows.
+    pub dead_letter: DeadLetterView,
+    /// Its Inbox sequence number.
+    pub seq: i64,
+    /// The payload's type name.
+    pub payload_type: String,
+    /// The payload as text when it is UTF-8 (JSON payloads are), else `hex:…`.
+    pub payload: String,
+    /// The message's metadata.
+    pub metadata: Metadata,
+    /// When the Inbox received it.
+    pub received_at: DateTime<Utc>,
+    /// Its TTL, if any.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The last error recorded on the row.
+    pub last_error: Option<String>,
+}
+
+/// What a requeue did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RequeueOutcome {
+    /// Put back into the Inbox.
+    pub requeued: usize,
+    /// Already in the Inbox (same target and signal): removed from the dead letters.
+    pub already_in_inbox: usize,
+    /// Gone before the requeue (requeued or purged meanwhile).
+    pub missing: usize,
+    /// Left alone (see `RequeueReport::skipped`).
+    pub skipped: usize,
+    /// The shards that got rows.
+    pub shards: Vec<u32>,
+}
+
+impl RequeueOutcome {
+    /// Whether no dead letter matched at all.
+    pub fn nothing_matched(&self) -> bool {
+        self.requeued + self.already_in_inbox + self.missing + self.skipped == 0
+    }
+
+    fn of(report: &RequeueReport) -> Self {
+        RequeueOutcome {
+            requeued: report.requeued,
+            already_in_inbox: report.already_in_inbox,
+            missing: report.missing,
+            skipped: report.skipped,
+            shards: report.shards.iter().map(|s| s.0).collect(),
+        }
+    }
+}
+
+/// What a purge did.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PurgeOutcome {
+    /// Dead letters deleted.
+    pub purged: u64,
+}
+
+/// The dead letters matching `query` (at most `query.limit`), and how many match in all.
+pub async fn list(
+    storage: &dyn Storage,
+    query: &DeadLetterQuery,
+    now: DateTime<Utc>,
+) -> Result<DeadLetterList, AdminError> {
+    let filter = query.to_filter(now)?;
+    let letters = storage.list_dead_letters(&filter).await?;
+    let matching = storage
+        .count_dead_letters(&DeadLetterFilter {
+            limit: None,
+            ..filter
+        })
+        .await?;
+    Ok(DeadLetterList {
+        matching,
+        dead_letters: letters.iter().map(DeadLetterView::of).collect(),
+    })
+}
+
+/// Dead letter `id` whole, or [`AdminError::NotFound`].
+pub async fn show(storage: &dyn Storage, id: i64) -> Result<DeadLetterDetail, AdminError> {
+    let found = storage
+        .list_dead_letters(&DeadLetterFilter::ids([DeadLetterId(id)]))
+        .await?;
+    let d = found
+        .first()
+        .ok_or_else(|| AdminError::NotFound(format!("no dead letter {id}")))?;
+    let o = &d.letter.original;
+    let m = &o.message;
+    Ok(DeadLetterDetail {
+        dead_letter: DeadLetterView::of(d),
+        seq: o.seq,
+        payload_type: m.payload_type.clone(),
+        payload: text_or_hex(&m.payload),
+        metadata: m.metadata.clone(),
+        received_at: m.received_at,
+        expires_at: m.expires_at,
+        last_error: o.last_error.clone(),
+    })
+}
+
+/// Puts the dead letters matching `query` back into the Inbox, each into the shard `place`
+/// gives it; refused without a condition or `all`.
+pub async fn requeue(
+    storage: &dyn Storage,
+    query: &DeadLetterQuery,
+    place: &(dyn Fn(&StoredDeadLetter) -> ShardIndex + Send + Sync),
+    now: DateTime<Utc>,
+) -> Result<RequeueOutcome, AdminError> {
+    query.check_scope("requeue")?;
+    let filter = query.to_filter(now)?;
+    let mut report = RequeueReport::default();
+    let mut remaining = filter.limit.unwrap_or(usize::MAX);
+    let mut after = filter.after;
+    while remaining > 0 {
+        let page = storage
+            .list_dead_letters(&DeadLetterFilter {
+                after,
+                limit: Some(remaining.min(REQUEUE_BATCH)),
+                ..filter.clone()
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id);
+        remaining = remaining.saturating_sub(page.len());
+        let batch = page
+            .iter()
+            .map(|d| Requeue {
+                id: d.id,
+                shard: place(d),
+            })
+            .collect();
+        report.merge(storage.requeue_dead_letters(batch, now).await?);
+    }
+    Ok(RequeueOutcome::of(&report))
+}
+
+/// Deletes the dead letters matching `query` for good; refused without a condition or
+/// `all`.
+pub async fn purge(
+    storage: &dyn Storage,
+    query: &DeadLetterQuery,
+    now: DateTime<Utc>,
+) -> Result<PurgeOutcome, AdminError> {
+    query.check_scope("purge")?;
+    let purged = storage.purge_dead_letters(&query.to_filter(now)?).await?;
+    Ok(PurgeOutcome { purged })
+}
+
+/// A payload as text when it is UTF-8 (JSON payloads are), else as `hex:…`.
+pub fn text_or_hex(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            format!("hex:{hex}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_print_as_text_or_hex() {
+        assert_eq!(text_or_hex(b"{\"a\":1}"), "{\"a\":1}");
+        assert_eq!(text_or_hex(&[0xff, 0x01]), "hex:ff01");
+    }
+
+    #[test]
+    fn writes_over_everything_need_all_and_a_target_needs_its_kind() {
+        let everything = DeadLetterQuery::default();
+        assert!(matches!(
+            everything.check_scope("purge"),
+            Err(AdminError::Refused(m)) if m.contains("purge every dead letter")
+        ));
+        let all = DeadLetterQuery {
+            all: true,
+            ..Default::default()
+        };
+        assert!(all.check_scope("purge").is_ok());
+        let orphan = DeadLetterQuery {
+            target: Some("a-1".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            orphan.to_filter(Utc::now()),
+            Err(AdminError::Refused(m)) if m.contains("needs its kind")
+        ));
+    }
+}

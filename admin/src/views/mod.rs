@@ -1,0 +1,20 @@
+//! The operator's views and actions, one source for each: the CLI prints them as tables or
+//! JSON, the HTTP API serves them as JSON, the dashboard draws them.
+//!
+//! ```text
+//!  status        nodes, shards with lease and depth, lag, counts, running catch-ups
+//!  dead_letters  list, show, requeue, purge (with the library's filters)
+//!  blocked       list, unblock
+//!  catch_ups     running jobs, one job's progress
+//!  since         the time forms operators write (RFC 3339 or an age)
+//! ```
+//!
+//! Every function takes the narrow `&dyn Storage` and a `now`; none prints or knows HTTP.
+
+pub mod blocked;
+pub mod catch_ups;
+pub mod dead_letters;
+pub mod since;
+pub mod status;
+
+pub use since::Since;

@@ -1,0 +1,205 @@
+//! The status view: the one screen an operator reads first (`shardbox status`, the HTTP
+//! API's `/api/status`, the dashboard's top half).
+//!
+//! ```text
+//!  WorkRegistry::members    ─► nodes: the membership table (`shardbox_nodes`), last heartbeat
+//!  WorkRegistry::sessions   ─► nodes: leases held (also nodes that hold one but no longer beat)
+//!                           ─► shards: owner, epoch, lease
+//!  InboxStore::depths(now)  ─► depth per shard by wait, lag of the oldest due row
+//!  DeadLetterStore          ─► dead-letter count
+//!  CatchUpStore             ─► running catch-ups with their progress
+//! ```
+//!
+//! Reading only: how it is printed (a text table, JSON, HTML) is up to the caller.
+
+use crate::views::catch_ups::CatchUpView;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use shardbox_core::storage::{DeadLetterFilter, Member, ShardDepth, ShardSession};
+use shardbox_core::{ShardIndex, Storage, StorageError};
+use std::collections::BTreeMap;
+
+/// Where the node list comes from, said in every output.
+pub const NODES_SOURCE: &str = "the membership table's live nodes with their last heartbeat, and any other node that holds or last held a shard lease";
+
+/// Everything the status view shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The database, as the storage describes it (no secrets).
+    pub database: String,
+    /// When it was read.
+    pub now: DateTime<Utc>,
+    /// Where the node list comes from.
+    pub nodes_source: &'static str,
+    /// The live members, and any other node that holds or held a lease.
+    pub nodes: Vec<NodeView>,
+    /// Every shard with a lease row or a row in the Inbox, in shard order.
+    pub shards: Vec<ShardView>,
+    /// The depths of all shards added up (the lag is the largest).
+    pub totals: DepthView,
+    /// Dead letters stored.
+    pub dead_letters: u64,
+    /// Targets stopped by a blocked message.
+    pub blocked_targets: u64,
+    /// Catch-up jobs not completed.
+    pub running_catch_ups: Vec<CatchUpView>,
+}
+
+/// One node: its membership (heartbeats) and its leases.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeView {
+    /// Its id.
+    pub node: String,
+    /// In the membership table and alive (it beat within its lease duration).
+    pub member: bool,
+    /// Its first beat since it (re)joined, if a member.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Its last beat, if a member.
+    pub last_heartbeat: Option<DateTime<Utc>>,
+    /// A member until then unless it beats again, if a member.
+    pub alive_until: Option<DateTime<Utc>>,
+    /// Leases it holds now (not expired).
+    pub leases_held: usize,
+    /// Its latest pick-up of a shard.
+    pub last_picked_at: Option<DateTime<Utc>>,
+    /// The latest end of a lease it held.
+    pub last_lease_until: Option<DateTime<Utc>>,
+}
+
+/// One shard: its lease and its depth.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardView {
+    /// The shard.
+    pub shard: u32,
+    /// The node holding or last holding its lease.
+    pub owner: Option<String>,
+    /// That node's worker.
+    pub worker: Option<u32>,
+    /// The lease's fencing epoch (0 if never leased).
+    pub epoch: i64,
+    /// Whether a node holds the lease now.
+    pub held: bool,
+    /// When the lease was picked up.
+    pub picked_at: Option<DateTime<Utc>>,
+    /// When the lease ends or ended.
+    pub lease_until: Option<DateTime<Utc>>,
+    /// Milliseconds since the pick-up.
+    pub lease_age_ms: Option<i64>,
+    /// Its rows by what they wait for.
+    #[serde(flatten)]
+    pub depth: DepthView,
+}
+
+/// A depth, with its lag in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DepthView {
+    /// Due now.
+    pub due: u64,
+    /// Waiting for a delay.
+    pub delayed: u64,
+    /// Waiting for a retry.
+    pub retrying: u64,
+    /// Parked behind a catch-up or a blocked message.
+    pub parked: u64,
+    /// Replayed history waiting for a catch-up.
+    pub replay: u64,
+    /// Blocked, waiting for an operator.
+    pub blocked: u64,
+    /// Delivered, kept for deduplication.
+    pub delivered: u64,
+    /// When the oldest due row became due.
+    pub oldest_due_at: Option<DateTime<Utc>>,
+    /// Milliseconds since then (0 when nothing is due).
+    pub lag_ms: i64,
+}
+
+impl DepthView {
+    /// The view of `d` at `now`.
+    pub fn of(d: &ShardDepth, now: DateTime<Utc>) -> Self {
+        DepthView {
+            due: d.due,
+            delayed: d.delayed,
+            retrying: d.retrying,
+            parked: d.parked,
+            replay: d.replay,
+            blocked: d.blocked,
+            delivered: d.delivered,
+            oldest_due_at: d.oldest_due_at,
+            lag_ms: d.lag(now).num_milliseconds(),
+        }
+    }
+}
+
+/// Reads the status of `storage` at `now`.
+pub async fn read(storage: &dyn Storage, now: DateTime<Utc>) -> Result<Status, StorageError> {
+    let members = storage.members(now).await?;
+    let sessions = storage.sessions().await?;
+    let depths = storage.depths(now).await?;
+    let dead_letters = storage.count_dead_letters(&DeadLetterFilter::all()).await?;
+    let jobs = storage.running_catch_ups().await?;
+
+    let mut by_shard: BTreeMap<ShardIndex, (Option<&ShardSession>, ShardDepth)> = BTreeMap::new();
+    for s in &sessions {
+        by_shard.insert(s.shard, (Some(s), ShardDepth::empty(s.shard)));
+    }
+    let mut totals = ShardDepth::empty(ShardIndex(0));
+    for d in &depths {
+        totals.absorb(d);
+        by_shard.entry(d.shard).or_insert((None, *d)).1 = *d;
+    }
+    let held = |s: &ShardSession| s.node_id.is_some() && s.lease_until.is_some_and(|u| u > now);
+    let shards = by_shard
+        .values()
+        .map(|(session, depth)| ShardView {
+            shard: depth.shard.0,
+            owner: session
+                .and_then(|s| s.node_id.as_ref())
+                .map(|n| n.0.clone()),
+            worker: session.and_then(|s| s.worker_id).map(|w| w.0),
+            epoch: session.map_or(0, |s| s.epoch.0),
+            held: session.is_some_and(held),
+            picked_at: session.and_then(|s| s.picked_at),
+            lease_until: session.and_then(|s| s.lease_until),
+            lease_age_ms: session
+                .and_then(|s| s.picked_at)
+                .map(|p| (now - p).num_milliseconds()),
+            depth: DepthView::of(depth, now),
+        })
+        .collect();
+
+    let mut nodes: BTreeMap<&str, NodeView> = BTreeMap::new();
+    let node_view = |node: &str, member: Option<&Member>| NodeView {
+        node: node.to_owned(),
+        member: member.is_some(),
+        started_at: member.map(|m| m.started_at),
+        last_heartbeat: member.map(|m| m.beat_at),
+        alive_until: member.map(|m| m.alive_until),
+        leases_held: 0,
+        last_picked_at: None,
+        last_lease_until: None,
+    };
+    for m in &members {
+        nodes.insert(&m.node_id.0, node_view(&m.node_id.0, Some(m)));
+    }
+    for s in &sessions {
+        let Some(node) = &s.node_id else { continue };
+        let view = nodes
+            .entry(&node.0)
+            .or_insert_with(|| node_view(&node.0, None));
+        view.leases_held += usize::from(held(s));
+        view.last_picked_at = view.last_picked_at.max(s.picked_at);
+        view.last_lease_until = view.last_lease_until.max(s.lease_until);
+    }
+
+    Ok(Status {
+        database: storage.describe(),
+        now,
+        nodes_source: NODES_SOURCE,
+        nodes: nodes.into_values().collect(),
+        shards,
+        blocked_targets: totals.blocked,
+        totals: DepthView::of(&totals, now),
+        dead_letters,
+        running_catch_ups: jobs.iter().map(|j| CatchUpView::of(j, now)).collect(),
+    })
+}

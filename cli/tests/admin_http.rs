@@ -1,0 +1,424 @@
+//! The admin HTTP surface without a browser: `shardbox serve` run as a process over a
+//! seeded database (read-only, then with --allow-actions), and the router mounted beside a
+//! running node; on SQLite, and on PostgreSQL when SHARDBOX_PG_URL is set (skipped loudly
+//! without).
+
+mod support;
+
+use diesel::connection::{Connection, SimpleConnection};
+use serde_json::{json, Value};
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::storage::conformance::{pg_url, TestSchema};
+use shardbox::{DeadLetterFilter, PostgresStorage};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use support::http::{call, Reply};
+use support::seed::{self, Ledger};
+use support::serve::Served;
+
+async fn get(addr: &str, path: &str) -> Reply {
+    call(addr, "GET", path, None).await
+}
+
+async fn post(addr: &str, path: &str, body: Value) -> Reply {
+    call(addr, "POST", path, Some(&body.to_string())).await
+}
+
+/// Asserts `reply` is `status` with a JSON error containing `words`.
+fn refused(reply: &Reply, status: u16, words: &str) {
+    assert_eq!(reply.status, status, "{}", reply.body);
+    let error = reply.json()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains(words), "{error:?} should say {words:?}");
+}
+
+/// Health, metrics, every view and the refusal of actions, on a read-only server.
+async fn read_only(sb: &Shardbox, addr: &str) {
+    let live = get(addr, "/health/live").await;
+    assert_eq!((live.status, live.json()), (200, json!({ "live": true })));
+    let ready = get(addr, "/health/ready").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    let ready = ready.json();
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["schema"]["detail"], "current");
+    assert!(ready["workers"]["detail"]
+        .as_str()
+        .expect("detail")
+        .contains("standalone"));
+
+    let metrics = get(addr, "/metrics").await;
+    assert_eq!(metrics.status, 200);
+    assert!(metrics
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")));
+    let text = &metrics.body;
+    let due_shard = sb.shard_of(Ledger::KIND, "l-5").0;
+    for line in [
+        "# TYPE shardbox_inbox_depth gauge".to_owned(),
+        format!("shardbox_inbox_depth{{shard=\"{due_shard}\",state=\"due\"}} 1"),
+        "shardbox_dead_letters 1".to_owned(),
+        "shardbox_blocked_targets 1".to_owned(),
+        format!("shardbox_leases_held{{node=\"{}\"}} 0", seed::NODE),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+    }
+    assert!(text.contains(&format!(
+        "shardbox_shard_lag_seconds{{shard=\"{due_shard}\"}} "
+    )));
+    assert!(
+        !text.contains("shardbox_delivered_total"),
+        "a standalone server has no node counters"
+    );
+
+    let status = get(addr, "/api/status").await.json();
+    let totals = &status["totals"];
+    assert_eq!(
+        [
+            &totals["due"],
+            &totals["delayed"],
+            &totals["parked"],
+            &totals["blocked"],
+            &totals["delivered"]
+        ],
+        [
+            &json!(1),
+            &json!(1),
+            &json!(1),
+            &json!(1),
+            &json!(seed::DELIVERED)
+        ],
+        "{status}"
+    );
+    assert_eq!(status["dead_letters"], seed::DEAD_LETTERS);
+    assert_eq!(status["blocked_targets"], seed::BLOCKED);
+    assert_eq!(status["nodes"][0]["node"], seed::NODE);
+    assert_eq!(
+        status["shards"].as_array().map(Vec::len),
+        Some(seed::SHARDS as usize)
+    );
+
+    let list = get(addr, "/api/dead-letters").await.json();
+    assert_eq!(list["matching"], 1);
+    assert_eq!(list["dead_letters"][0]["target_id"], "l-9");
+    assert_eq!(list["dead_letters"][0]["reason"], "ledger closed");
+    let id = list["dead_letters"][0]["id"].as_i64().expect("id");
+    let none = get(addr, "/api/dead-letters?kind=vault").await.json();
+    assert_eq!(none["matching"], 0);
+    assert_eq!(
+        get(addr, "/api/dead-letters?since=1h").await.json()["matching"],
+        1
+    );
+    refused(
+        &get(addr, "/api/dead-letters?since=5w").await,
+        400,
+        "unit of an age",
+    );
+    refused(
+        &get(addr, "/api/dead-letters?target=l-9").await,
+        400,
+        "needs its kind",
+    );
+    let shown = get(addr, &format!("/api/dead-letters/{id}")).await.json();
+    assert_eq!(shown["payload"], "\"Flaky\"");
+    assert_eq!(shown["dead_letter"]["id"], id);
+    refused(
+        &get(addr, "/api/dead-letters/999999").await,
+        404,
+        "no dead letter 999999",
+    );
+    let blocked = get(addr, "/api/blocked").await.json();
+    assert_eq!(blocked["blocked"][0]["id"], "v-1");
+    assert_eq!(blocked["blocked"][0]["last_error"], "poison pill");
+    assert_eq!(
+        get(addr, "/api/catch-ups").await.json(),
+        json!({ "running": [] })
+    );
+    refused(
+        &get(addr, "/api/catch-ups/12345").await,
+        404,
+        "no catch-up job 12345",
+    );
+    assert_eq!(
+        get(addr, "/api/admin").await.json()["actions_allowed"],
+        false
+    );
+
+    // Actions are refused, and nothing is written.
+    let ids = json!({ "ids": [id] });
+    refused(
+        &post(addr, "/api/dead-letters/requeue", ids.clone()).await,
+        403,
+        "--allow-actions",
+    );
+    refused(
+        &post(addr, "/api/dead-letters/purge", ids).await,
+        403,
+        "--allow-actions",
+    );
+    refused(
+        &post(
+            addr,
+            "/api/blocked/unblock",
+            json!({ "kind": "vault", "id": "v-1" }),
+        )
+        .await,
+        403,
+        "--allow-actions",
+    );
+    assert_eq!(
+        sb.count_dead_letters(DeadLetterFilter::all())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(sb.blocked_targets().await.unwrap().len(), 1);
+
+    let page = get(addr, "/").await;
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/html")));
+    assert!(page.body.contains("id=\"count-dead-letters\""));
+}
+
+/// The actions on a server started with --allow-actions; then a node delivers the requeued
+/// message.
+async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
+    assert_eq!(
+        get(addr, "/api/admin").await.json()["actions_allowed"],
+        true
+    );
+    refused(
+        &post(addr, "/api/dead-letters/requeue", json!({})).await,
+        400,
+        "requeue every dead letter",
+    );
+    refused(
+        &post(addr, "/api/dead-letters/requeue", json!({ "idz": [1] })).await,
+        400,
+        "idz",
+    );
+    let id = get(addr, "/api/dead-letters").await.json()["dead_letters"][0]["id"].clone();
+    let requeued = post(addr, "/api/dead-letters/requeue", json!({ "ids": [id] })).await;
+    assert_eq!(requeued.status, 200, "{}", requeued.body);
+    assert_eq!(requeued.json()["requeued"], 1);
+    refused(
+        &post(addr, "/api/dead-letters/requeue", json!({ "ids": [id] })).await,
+        404,
+        "no dead letters match",
+    );
+    let unblocked = post(
+        addr,
+        "/api/blocked/unblock",
+        json!({ "kind": "vault", "id": "v-1", "action": "drop" }),
+    )
+    .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(unblocked.json(), json!({ "unblocked": 1, "released": 1 }));
+    refused(
+        &post(
+            addr,
+            "/api/blocked/unblock",
+            json!({ "kind": "vault", "id": "v-1" }),
+        )
+        .await,
+        404,
+        "was not blocked",
+    );
+    refused(
+        &post(addr, "/api/dead-letters/purge", json!({ "all": true })).await,
+        404,
+        "no dead letters match",
+    );
+
+    gate.0.store(true, Ordering::SeqCst);
+    sb.deliver_all().await.expect("deliver");
+    let l9 = sb.aggregate_state::<Ledger>("l-9").await.unwrap();
+    assert_eq!(
+        l9.map(|l| l.applied),
+        Some(1),
+        "the requeued command applied"
+    );
+    let status = get(addr, "/api/status").await.json();
+    assert_eq!(status["dead_letters"], 0);
+    assert_eq!(status["totals"]["due"], 0, "{status}");
+}
+
+/// Records a migration this binary does not know, as a newer Shardbox would.
+const NEWER_SCHEMA: &str =
+    "INSERT INTO __diesel_schema_migrations (version) VALUES ('99991231000000')";
+
+/// Both servers' checks; then a schema migrated by a newer binary makes the server unready.
+async fn standalone(
+    storage: Arc<dyn Storage>,
+    db: &str,
+    schema: Option<&str>,
+    migrate_newer: impl FnOnce(),
+) {
+    let (sb, gate) = seed::seed(storage).await;
+    let server = Served::start(db, schema, &[]);
+    read_only(&sb, &server.addr).await;
+    drop(server);
+    let server = Served::start(db, schema, &["--allow-actions"]);
+    act(&sb, &gate, &server.addr).await;
+
+    migrate_newer();
+    let ready = get(&server.addr, "/health/ready").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    let ready = ready.json();
+    assert_eq!(
+        (&ready["ready"], &ready["schema"]["ok"]),
+        (&json!(false), &json!(false))
+    );
+    assert_eq!(ready["storage"]["ok"], true);
+    let detail = ready["schema"]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("newer Shardbox"), "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_server_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("admin.db");
+    let storage = SqliteStorage::open(&path).await.expect("open");
+    let newer = || {
+        let url = path.to_str().expect("utf-8");
+        let mut raw = diesel::SqliteConnection::establish(url).expect("raw connection");
+        raw.batch_execute(NEWER_SCHEMA).expect("insert");
+    };
+    standalone(
+        Arc::new(storage),
+        path.to_str().expect("utf-8"),
+        None,
+        newer,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_server_on_postgres() {
+    let Some(url) = pg_url("standalone_server_on_postgres") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "admin_serve");
+    let storage = PostgresStorage::connect_with(url.clone(), schema.options(4))
+        .await
+        .expect("connect");
+    let newer = || schema.raw().batch_execute(NEWER_SCHEMA).expect("insert");
+    standalone(Arc::new(storage), &url, Some(&schema.name), newer).await;
+}
+
+/// Serves `app` on a free loopback port in this runtime; returns host:port.
+async fn mount(app: shardbox::admin::axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move { shardbox::admin::axum::serve(listener, app).await });
+    addr
+}
+
+/// The router mounted beside a running node: readiness follows the node, the metrics carry
+/// its counters, a requeue is delivered by its woken workers, and its shutdown makes it
+/// unready.
+async fn mounted(storage: Arc<dyn Storage>) {
+    let (sb, gate) = seed::seed(storage).await;
+    let node = sb.start();
+    assert!(
+        node.drain(Duration::from_secs(10)).await.unwrap(),
+        "l-5 delivered"
+    );
+    let read_only = mount(shardbox::admin::router(sb.admin_state(&node))).await;
+    let actions = mount(shardbox::admin::router(
+        sb.admin_state(&node).allow_actions(true),
+    ))
+    .await;
+
+    let ready = get(&read_only, "/health/ready").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    let workers = ready.json()["workers"]["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(workers.ends_with("node tasks running"), "{workers}");
+    let metrics = get(&read_only, "/metrics").await.body;
+    let node_id = seed::NODE;
+    assert!(
+        metrics.contains(&format!("shardbox_delivered_total{{node=\"{node_id}\"}} ")),
+        "{metrics}"
+    );
+    assert!(metrics.contains("shardbox_dead_letters 1"));
+    assert_eq!(get(&read_only, "/api/admin").await.json()["node"], node_id);
+    let id = get(&read_only, "/api/dead-letters").await.json()["dead_letters"][0]["id"].clone();
+    refused(
+        &post(
+            &read_only,
+            "/api/dead-letters/requeue",
+            json!({ "ids": [id] }),
+        )
+        .await,
+        403,
+        "allow_actions",
+    );
+
+    gate.0.store(true, Ordering::SeqCst);
+    let requeued = post(
+        &actions,
+        "/api/dead-letters/requeue",
+        json!({ "ids": [id] }),
+    )
+    .await;
+    assert_eq!(requeued.status, 200, "{}", requeued.body);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let l9 = sb.aggregate_state::<Ledger>("l-9").await.unwrap();
+        if l9.is_some_and(|l| l.applied == 1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the running node delivered the requeued command"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let requeued_counter = format!("shardbox_requeued_total{{node=\"{node_id}\"}} 1");
+    assert!(get(&actions, "/metrics")
+        .await
+        .body
+        .contains(&requeued_counter));
+
+    node.shutdown().await.expect("shutdown");
+    let ready = get(&read_only, "/health/ready").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    let ready = ready.json();
+    assert_eq!(ready["ready"], false);
+    assert_eq!(ready["workers"]["ok"], false);
+    assert!(ready["workers"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("shutting down"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounted_router_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = SqliteStorage::open(dir.path().join("mounted.db"))
+        .await
+        .expect("open");
+    mounted(Arc::new(storage)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounted_router_on_postgres() {
+    let Some(url) = pg_url("mounted_router_on_postgres") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "admin_mount");
+    let storage = PostgresStorage::connect_with(url.clone(), schema.options(4))
+        .await
+        .expect("connect");
+    mounted(Arc::new(storage)).await;
+}

@@ -1,0 +1,8 @@
+//! Helpers of the admin tests: a seeded database, a plain HTTP client, a WebDriver client,
+//! and the `shardbox serve` process. Not every test file uses every helper.
+#![allow(dead_code)]
+
+pub mod http;
+pub mod seed;
+pub mod serve;
+pub mod webdriver;
