@@ -77,6 +77,7 @@ pub use shardbox_core::{
     SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
     StageReport, Station, StationContext, StorageError, SystemClock, MAX_ID_BYTES,
 };
+pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 
 /// The names most applications need.
 pub mod prelude {

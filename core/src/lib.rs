@@ -70,6 +70,7 @@ pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };
 pub use model::strategy::{ShardStrategy, StableHashStrategy};
+pub use model::time_limits::{InvalidTime, TimeField, MAX_SPAN};
 #[doc(hidden)]
 pub use runner::delivery::Delivery;
 pub use runner::delivery::DeliveryReport;

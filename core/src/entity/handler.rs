@@ -462,12 +462,19 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
                                 .enumerate()
                                 .map(|(n, out)| {
                                     let id = SignalId::derived(&m.message.signal_id, "command", n);
-                                    let c = out.into_message(
-                                        id,
-                                        &m.message.tenant,
-                                        &m.message.metadata,
-                                        run.now,
-                                    );
+                                    let invalid = |e: &dyn std::fmt::Display| {
+                                        HandlerError::new(format!(
+                                            "reacted with an invalid command: {e}"
+                                        ))
+                                    };
+                                    let c = out
+                                        .into_message(
+                                            id,
+                                            &m.message.tenant,
+                                            &m.message.metadata,
+                                            run.now,
+                                        )
+                                        .map_err(|e| invalid(&e))?;
                                     validate_address(
                                         &c.tenant,
                                         &c.target_kind,
@@ -475,11 +482,7 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
                                         &c.signal_id,
                                     )
                                     .map(|()| c)
-                                    .map_err(|e| {
-                                        HandlerError::new(format!(
-                                            "reacted with an invalid command: {e}"
-                                        ))
-                                    })
+                                    .map_err(|e| invalid(&e))
                                 })
                                 .collect::<Result<Vec<_>, _>>()?;
                             result.commands.extend(commands);

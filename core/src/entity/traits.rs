@@ -44,6 +44,7 @@ use crate::entity::services::Services;
 use crate::model::event::EventSource;
 use crate::model::ids::SignalId;
 use crate::model::message::{Metadata, NewMessage};
+use crate::model::time_limits::{self, InvalidTime, TimeField};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -264,21 +265,29 @@ impl Outgoing {
         })
     }
 
-    /// Delays delivery of the command by `delay`.
+    /// Delays delivery of the command by `delay`, at most 100 years
+    /// ([`crate::model::time_limits::MAX_SPAN`]). A longer one fails the reaction (its
+    /// failure policy decides) with an error naming `Outgoing::delayed`: never a panic, never
+    /// "no delay".
     pub fn delayed(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
     }
 
-    /// The message this becomes, sent on behalf of `parent`.
+    /// The message this becomes, sent on behalf of `parent`; its delay checked against the
+    /// time limits.
     pub(crate) fn into_message(
         self,
         signal_id: SignalId,
         tenant: &str,
         metadata: &Metadata,
         now: DateTime<Utc>,
-    ) -> NewMessage {
-        NewMessage {
+    ) -> Result<NewMessage, InvalidTime> {
+        let deliver_after = self
+            .delay
+            .map(|d| time_limits::after(now, d, TimeField::OutgoingDelay))
+            .transpose()?;
+        Ok(NewMessage {
             signal_id,
             kind: crate::model::message::MessageKind::Command,
             target_kind: self.target_kind,
@@ -288,12 +297,9 @@ impl Outgoing {
             payload_type: self.payload_type,
             metadata: metadata.clone(),
             received_at: now,
-            deliver_after: self
-                .delay
-                .and_then(|d| chrono::Duration::from_std(d).ok())
-                .map(|d| now + d),
+            deliver_after,
             expires_at: None,
-        }
+        })
     }
 }
 

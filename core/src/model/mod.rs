@@ -19,3 +19,4 @@ pub mod ids;
 pub mod message;
 pub mod parked;
 pub mod strategy;
+pub mod time_limits;
