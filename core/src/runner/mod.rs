@@ -10,6 +10,7 @@
 //!  due, expiry                  timers for delayed rows, TTL sweep requests
 //!  sweep     the periodic TTL sweep and the purge of idle shards
 //!  unreleased leases whose release failed, released again by a retry
+//!  worker    a worker task under a supervisor that restarts and counts it if it dies
 //!  env       DeliveryEnv: the runtime services (storage, timers, observers, stop flag)
 //! ```
 //!
@@ -28,3 +29,4 @@ mod turn;
 pub(crate) mod unreleased;
 mod wake_queue;
 pub mod wakeups;
+mod worker;

@@ -10,6 +10,7 @@
 //! A parked lease is owned by exactly one of: the wake queue's slot, the turn that unparked
 //! it, or the release task that unparked it — never two, so a lease is released once.
 
+use crate::entity::handler::CatchUnwind;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::should_yield;
 use crate::runner::delivery::Delivery;
@@ -34,9 +35,26 @@ pub(super) async fn serve(
     let started = tokio::time::Instant::now();
     let keep_on = || !should_yield(started.elapsed(), queue.waiting(), turn);
     let held = queue.unpark(shard, None);
-    let served = delivery
-        .serve_turn(shard, worker, &keep_on, held, !linger.is_zero())
-        .await;
+    let served = CatchUnwind(Box::pin(delivery.serve_turn(
+        shard,
+        worker,
+        &keep_on,
+        held,
+        !linger.is_zero(),
+    )))
+    .await;
+    let served = match served {
+        Ok(served) => served,
+        Err(panic) => {
+            // A panic outside the handlers (a user station): the shard is retried like after
+            // a failed turn (its lease was kept for a release, see `unreleased`), then the
+            // panic goes on, so that the worker's supervisor counts and restarts the worker.
+            let after = retry_delay(queue.turn_failed(shard), turn);
+            spawn_retry(delivery, queue, shard, after);
+            queue.finish(shard, TurnEnd::Done);
+            std::panic::resume_unwind(panic);
+        }
+    };
     let end = match served {
         Ok((report, kept)) => {
             queue.turn_succeeded(shard);
