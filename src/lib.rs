@@ -90,6 +90,7 @@ pub use shardbox_core::{
     StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError, SystemClock,
     MAX_ID_BYTES,
 };
+pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 
 /// The names most applications need.
 pub mod prelude {

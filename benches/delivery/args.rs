@@ -3,11 +3,12 @@
 /// How to run the benchmark.
 pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
-[--workload live|latency|scale|catch-up|cluster] [--n N] [--targets T] [--shards S] \
+[--workload live|latency|scale|catch-up|cluster|jobs] [--n N] [--targets T] [--shards S] \
 [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
-[--cache-capacity C (default: the framework's)]";
+[--cache-capacity C (default: the framework's)] [--handler-concurrency C (jobs: total, over \
+4 workers, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -33,6 +34,7 @@ pub enum Workload {
     Scale,
     CatchUp,
     Cluster,
+    Jobs,
 }
 
 impl Workload {
@@ -43,6 +45,7 @@ impl Workload {
             Workload::Scale => "scale",
             Workload::CatchUp => "catch-up",
             Workload::Cluster => "cluster",
+            Workload::Jobs => "jobs",
         }
     }
 }
@@ -68,6 +71,10 @@ pub struct Args {
     pub batch: usize,
     /// Entries of the deduplication cache (`None`: the framework's default).
     pub cache_capacity: Option<u64>,
+    /// `jobs`: handler calls in flight on the node (over its 4 workers).
+    pub handler_concurrency: usize,
+    /// `jobs`: milliseconds each handler awaits.
+    pub work_ms: f64,
     /// Hidden: run as one node process of the `cluster` workload, with this node id (see
     /// the `cluster` module), instead of running a workload.
     pub node_process: Option<String>,
@@ -98,6 +105,8 @@ impl Args {
             rounds: 2,
             batch: 0,
             cache_capacity: None,
+            handler_concurrency: 64,
+            work_ms: 1.0,
             node_process: None,
             schema: None,
         };
@@ -120,6 +129,7 @@ impl Args {
                         Some("scale") => Workload::Scale,
                         Some("catch-up") => Workload::CatchUp,
                         Some("cluster") => Workload::Cluster,
+                        Some("jobs") => Workload::Jobs,
                         other => return Err(format!("--workload: unknown workload {other:?}")),
                     }
                 }
@@ -132,6 +142,10 @@ impl Args {
                 "--secs" => a.secs = number("--secs", it.next())?,
                 "--warmup" => a.warmup = number("--warmup", it.next())?,
                 "--rounds" => a.rounds = number("--rounds", it.next())?,
+                "--handler-concurrency" => {
+                    a.handler_concurrency = number("--handler-concurrency", it.next())?
+                }
+                "--work-ms" => a.work_ms = number("--work-ms", it.next())?,
                 "--batch" => a.batch = number("--batch", it.next())?,
                 "--cache-capacity" => {
                     a.cache_capacity = Some(number("--cache-capacity", it.next())?)
@@ -156,9 +170,11 @@ impl Args {
             || a.page_size == 0
             || a.nodes == 0
             || a.rounds == 0
+            || a.handler_concurrency == 0
+            || !(a.work_ms >= 0.0 && a.work_ms <= 60_000.0)
         {
             return Err(
-                "--n, --targets, --shards, --page-size, --nodes and --rounds must be > 0".into(),
+                "--n, --targets, --shards, --page-size, --nodes, --rounds and --handler-concurrency must be > 0, --work-ms 0..=60000".into(),
             );
         }
         Ok(a)

@@ -33,7 +33,13 @@ impl Db {
                     "--backend postgres needs SHARDBOX_PG_URL (e.g. postgres://postgres@127.0.0.1:5432/test)"
                         .to_owned()
                 })?;
-                let schema = format!("sbx_bench_{}", std::process::id());
+                // One schema per Db of this process (the jobs workload opens two).
+                static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let schema = match k {
+                    0 => format!("sbx_bench_{}", std::process::id()),
+                    k => format!("sbx_bench_{}_{k}", std::process::id()),
+                };
                 db.pg = Some((url, schema));
             }
         }

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench delivery -- --backend sqlite --workload live [--n 100000]
 //!     [--targets 1000] [--shards 16] [--page-size 256] [--nodes 3] [--rate 1000] [--secs 10]
+//!     [--handler-concurrency 64] [--work-ms 1]   (the `jobs` workload)
 //! ```
 //!
 //! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
@@ -16,6 +17,7 @@ mod args;
 mod backend;
 mod cluster;
 mod floor;
+mod jobs;
 mod model;
 mod report;
 mod statements;
@@ -59,6 +61,7 @@ fn main() {
             Workload::Scale => workloads::scale(&args).await,
             Workload::CatchUp => workloads::catch_up(&args).await,
             Workload::Cluster => workloads::cluster(&args).await,
+            Workload::Jobs => jobs::jobs(&args).await,
         }
     });
     match result {

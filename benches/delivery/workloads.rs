@@ -1,4 +1,4 @@
-//! The workloads: live, latency, scale, catch-up, cluster.
+//! The workloads: live, latency, scale, catch-up, cluster (jobs: see `jobs`).
 
 use crate::args::{Args, Backend};
 use crate::backend::Db;
@@ -112,8 +112,9 @@ pub(crate) async fn check(sb: &Shardbox, n: usize, targets: usize) -> Result<(u6
 }
 
 /// What one live run measured.
-struct LiveRun {
-    rate: f64,
+pub(crate) struct LiveRun {
+    /// Messages per second, first send to last commit.
+    pub(crate) rate: f64,
     lost: u64,
     duplicates: u64,
     /// Messages delivered per committed stage (how full the pages were).
@@ -123,7 +124,7 @@ struct LiveRun {
 }
 
 /// One live run on `storage`: msgs/s from the first send to the last commit.
-async fn live_run(storage: Arc<dyn Storage>, a: &Args) -> Result<LiveRun, String> {
+pub(crate) async fn live_run(storage: Arc<dyn Storage>, a: &Args) -> Result<LiveRun, String> {
     let sb = shardbox(storage, a, "bench-0").await?;
     let node = sb.start();
     let started = Instant::now();

@@ -75,6 +75,7 @@ pub use model::message::{
 };
 pub use model::outcome::{CommandOutcome, OutcomeLookup, OutcomeRecord};
 pub use model::strategy::{ShardStrategy, StableHashStrategy};
+pub use model::time_limits::{InvalidTime, TimeField, MAX_SPAN};
 #[doc(hidden)]
 pub use runner::delivery::Delivery;
 pub use runner::delivery::DeliveryReport;

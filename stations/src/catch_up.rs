@@ -23,6 +23,7 @@
 //! the home shard. The job list is read at each pick-up of a shard (starting a job re-fences
 //! its shards, forcing a new pick-up) and at every stage while jobs run.
 
+use crate::batches::{run_batches, Batch, InFlight};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use shardbox_core::catch_up::{
@@ -32,7 +33,7 @@ use shardbox_core::catch_up::{
 use shardbox_core::storage::{CatchUpJob, EntityKey, EntityStateWrite};
 use shardbox_core::sync::lock;
 use shardbox_core::{
-    BatchRun, Conveyor, DeliveryError, EntityHandler, InboxMessage, InboxWrite, Intent, LeaseEpoch,
+    Conveyor, DeliveryError, EntityHandler, InboxMessage, InboxWrite, Intent, LeaseEpoch,
     MessageKind, MessageOutcome, MessageStatus, NewMessage, ShardIndex, SignalId, Station,
     StationContext,
 };
@@ -66,12 +67,15 @@ pub fn tick_message(
 
 /// Applies replayed `rows` straight to their targets' states (one load of all states, one
 /// handler call per target, the states written with the stage) instead of writing them to the
-/// Inbox. Returns the rows back, recording nothing, if any message is not handled or anything
-/// is emitted: the caller then writes them, so that the failure policy applies to them.
+/// Inbox. The targets run concurrently, as in live delivery (`run_batches`: at most
+/// `handler_concurrency` at a time, each target's events in order). Returns the rows back,
+/// recording nothing, if any message is not handled or anything is emitted: the caller then
+/// writes them, so that the failure policy applies to them.
 async fn apply_directly(
     conveyor: &mut Conveyor,
-    env: &StationContext,
-    handler: &dyn EntityHandler,
+    env: &Arc<StationContext>,
+    in_flight: &InFlight,
+    handler: &Arc<dyn EntityHandler>,
     rows: Vec<InboxWrite>,
     now: DateTime<Utc>,
 ) -> Result<Option<Vec<InboxWrite>>, DeliveryError> {
@@ -95,17 +99,17 @@ async fn apply_directly(
             states.insert(s.key, s.state);
         }
     }
+    let batches = groups
+        .iter()
+        .map(|(key, messages)| Batch {
+            handler: handler.clone(),
+            state: states.remove(key),
+            messages: messages.clone(),
+        })
+        .collect();
+    let results = run_batches(env, in_flight, batches, now).await;
     let mut writes = Vec::with_capacity(groups.len());
-    for (key, messages) in &groups {
-        let batch: Vec<&InboxMessage> = messages.iter().collect();
-        let run = BatchRun {
-            now,
-            services: env.registry().services(),
-            timeout: env.config().handler_timeout_of(handler.kind()),
-        };
-        let result = handler
-            .handle_batch(states.get(key).map(Vec::as_slice), &batch, run)
-            .await;
+    for (key, result) in keys.iter().zip(results) {
         let handled = result
             .outcomes
             .iter()
@@ -151,6 +155,9 @@ pub struct CatchUpStation {
     /// known under another epoch, are looked up.
     spilled: Mutex<HashMap<i64, (LeaseEpoch, bool)>>,
     last_purge: Mutex<Option<DateTime<Utc>>>,
+    /// The bound on the direct replay's handler calls in flight over every worker
+    /// (`max_in_flight_handlers`, apart from live delivery's).
+    in_flight: InFlight,
 }
 
 impl std::fmt::Debug for CatchUpStation {
@@ -316,7 +323,7 @@ impl CatchUpStation {
                 .await;
                 let rows =
                     if !rows.is_empty() && self.may_apply_directly(conveyor, &env, &job).await? {
-                        apply_directly(conveyor, &env, handler.as_ref(), rows, now)
+                        apply_directly(conveyor, &env, &self.in_flight, &handler, rows, now)
                             .await?
                             .unwrap_or_default()
                     } else {

@@ -101,6 +101,9 @@ pub(crate) fn gated<C: R2D2Connection + 'static, T>(
     result
 }
 
+/// The longest wait for a connection (or for SQLite's lock): a day.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
 /// An r2d2 pool builder with the values r2d2 would panic on clamped (at least one connection,
 /// no more idle connections than connections, a positive checkout timeout), reporting the
 /// pool's background connection failures through `tracing`. Connections idle for a while are
@@ -116,7 +119,9 @@ pub(crate) fn pool_builder<C: R2D2Connection + Send + 'static>(
     Pool::builder()
         .max_size(size)
         .min_idle(min_idle.map(|idle| idle.min(size)))
-        .connection_timeout(connection_timeout.max(Duration::from_millis(1)))
+        // r2d2 adds the timeout to `Instant::now()`, which panics on a huge one: a wait of
+        // more than a day is taken as a day.
+        .connection_timeout(connection_timeout.clamp(Duration::from_millis(1), MAX_WAIT))
         .test_on_check_out(true)
         .error_handler(Box::new(TracePoolErrors {
             database: database.clone(),

@@ -139,8 +139,9 @@ fn panicked(kind: &str, panic: &(dyn Any + Send)) -> HandlerError {
 }
 
 /// A future that turns a panic while it is polled into an error (what `catch_unwind` is for
-/// a closure). Boxed so that it needs no pin projection (and no `unsafe`).
-struct CatchUnwind<F>(Pin<Box<F>>);
+/// a closure). Boxed so that it needs no pin projection (and no `unsafe`). Also the runner's
+/// guard around a worker's turn.
+pub(crate) struct CatchUnwind<F>(pub(crate) Pin<Box<F>>);
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn Any + Send>>;

@@ -47,6 +47,7 @@ use crate::model::event::EventSource;
 use crate::model::failure::NextAttempt;
 use crate::model::ids::SignalId;
 use crate::model::message::{Metadata, NewMessage};
+use crate::model::time_limits::{self, TimeField};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -368,15 +369,18 @@ impl Outgoing {
         })
     }
 
-    /// Delays delivery of the command by `delay`. A delay that does not fit the calendar
-    /// (beyond year 262,143) fails the handling that sent it; it never panics.
+    /// Delays delivery of the command by `delay`, at most 100 years
+    /// ([`crate::model::time_limits::MAX_SPAN`]). A longer one fails the reaction (its
+    /// failure policy decides) with an error naming `Outgoing::delayed`: never a panic, never
+    /// "no delay".
     pub fn delayed(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
     }
 
-    /// The message this becomes, sent on behalf of the message with `signal_id`'s parent; an
-    /// out-of-range delay is an error naming it.
+    /// The message this becomes, sent on behalf of the message with `signal_id`'s parent; its
+    /// delay checked against the time limits (an error naming the target kind and
+    /// `Outgoing::delayed`).
     pub(crate) fn into_message(
         self,
         signal_id: SignalId,
@@ -384,20 +388,16 @@ impl Outgoing {
         metadata: &Metadata,
         now: DateTime<Utc>,
     ) -> Result<NewMessage, HandlerError> {
-        let deliver_after = match self.delay {
-            None => None,
-            Some(delay) => Some(
-                chrono::Duration::from_std(delay)
-                    .ok()
-                    .and_then(|d| now.checked_add_signed(d))
-                    .ok_or_else(|| {
-                        HandlerError::new(format!(
-                            "delay of {delay:?} for a command to `{}` is out of range",
-                            self.target_kind
-                        ))
-                    })?,
-            ),
-        };
+        let deliver_after = self
+            .delay
+            .map(|d| time_limits::after(now, d, TimeField::OutgoingDelay))
+            .transpose()
+            .map_err(|e| {
+                HandlerError::new(format!(
+                    "a command to `{}` is out of range: {e}",
+                    self.target_kind
+                ))
+            })?;
         Ok(NewMessage {
             signal_id,
             kind: crate::model::message::MessageKind::Command,

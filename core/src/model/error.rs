@@ -1,6 +1,7 @@
 //! The errors of shardbox-core. Each message says what went wrong and what to do about it.
 
 use crate::model::ids::{InvalidId, LeaseEpoch, ShardIndex};
+use crate::model::time_limits::InvalidTime;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -258,6 +259,10 @@ pub enum DeliveryError {
     /// written.
     #[error("invalid input, nothing was written: {0}")]
     InvalidInput(#[from] InvalidId),
+    /// A duration or time given to a send or a post (delay, due time, TTL) is outside its
+    /// limits (see [`crate::model::time_limits`]); nothing was written.
+    #[error("invalid input, nothing was written: {0}")]
+    InvalidTime(#[from] InvalidTime),
     /// A message was sent to an entity kind that nobody registered.
     #[error("entity kind `{kind}` is not registered; register it with the builder (`.aggregate::<T>()`, `.projection::<T>()` or `.reactor::<T>()`) before sending to it")]
     UnknownKind {

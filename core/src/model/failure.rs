@@ -12,6 +12,7 @@
 //! ```
 
 use crate::model::error::ConfigError;
+use crate::model::time_limits::MAX_SPAN;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -190,6 +191,13 @@ impl FailurePolicy {
                 reason: "a fixed back-off must be longer than zero, or a failing message burns all its attempts at once",
             });
         }
+        if self.backoff.cap() > MAX_SPAN {
+            return Err(ConfigError::Invalid {
+                field,
+                value: format!("backoff = {:?}", self.backoff),
+                reason: "a back-off must be at most 100 years (36525 days)",
+            });
+        }
         if let Backoff::Exponential { base, cap } = self.backoff {
             if base.is_zero() || cap < base {
                 return Err(ConfigError::Invalid {
@@ -363,5 +371,32 @@ mod tests {
         };
         assert!(p.validate("failure_policy").is_err());
         assert!(FailurePolicy::default().validate("failure_policy").is_ok());
+    }
+
+    #[test]
+    fn a_backoff_past_the_time_limit_is_refused_not_a_retry_now() {
+        // Before: Fixed(Duration::MAX) overflowed in `decide` and meant "retry at once".
+        for backoff in [
+            Backoff::Fixed(Duration::MAX),
+            Backoff::Exponential {
+                base: Duration::from_secs(1),
+                cap: Duration::MAX,
+            },
+        ] {
+            let p = FailurePolicy {
+                backoff,
+                ..FailurePolicy::default()
+            };
+            let err = p.validate("failure_policy").unwrap_err().to_string();
+            assert!(err.contains("100 years"), "{err}");
+        }
+        let p = FailurePolicy {
+            backoff: Backoff::Fixed(MAX_SPAN),
+            ..FailurePolicy::default()
+        };
+        assert!(p.validate("failure_policy").is_ok());
+        assert!(
+            matches!(p.decide(1, NextAttempt::Backoff, t0()), FailureDecision::RetryAt(at) if at > t0())
+        );
     }
 }

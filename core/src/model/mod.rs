@@ -21,3 +21,4 @@ pub mod message;
 pub mod outcome;
 pub mod parked;
 pub mod strategy;
+pub mod time_limits;

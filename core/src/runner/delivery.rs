@@ -149,10 +149,12 @@ impl Delivery {
             report.picked_up = true;
             let epoch = lease.epoch;
             let mut next_due = None;
-            let end = match self
+            let lost = env.unreleased.keep_if_lost(&lease);
+            let drained = self
                 .drain(&mut lease, &mut report, keep_on, linger, &mut next_due)
-                .await
-            {
+                .await;
+            lost.disarm();
+            let end = match drained {
                 Ok(end) => end,
                 Err(e) if e.is_lease_lost() => {
                     env.metrics.record_lease_lost();

@@ -51,6 +51,7 @@ use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
 use crate::runner::turn::serve;
 use crate::runner::wake_queue::WakeQueue;
+use crate::runner::worker::supervise;
 use crate::storage::listener::{ListenerHandle, ListenerStats};
 use crate::storage::observer::ShardObserver;
 use crate::sync::lock;
@@ -81,7 +82,8 @@ impl LocalRunner {
             let worker = WorkerId(w as u32);
             let span = tracing::info_span!("worker", node = %node, worker = %worker);
             tasks.push(tokio::spawn(
-                work(delivery.clone(), queue.clone(), stop_rx.clone(), worker).instrument(span),
+                supervise(delivery.clone(), queue.clone(), stop_rx.clone(), worker)
+                    .instrument(span),
             ));
         }
         let cycle = ShardCycle::for_node(&node, env.registry.shard_count());
@@ -142,28 +144,6 @@ fn listen(env: &DeliveryEnv, queue: Arc<WakeQueue>) -> Option<ListenerHandle> {
             None
         }
     }
-}
-
-async fn work(
-    delivery: Arc<Delivery>,
-    queue: Arc<WakeQueue>,
-    mut stop: watch::Receiver<bool>,
-    worker: WorkerId,
-) {
-    loop {
-        let shard = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            shard = queue.next() => shard,
-        };
-        if *stop.borrow() {
-            break;
-        }
-        if queue.wakeups.start(shard) {
-            serve(&delivery, &queue, shard, worker).await;
-        }
-    }
-    tracing::debug!("worker stopped");
 }
 
 /// Takes over `shard`, whose holder's lease ran out, if it has due rows: served at once on

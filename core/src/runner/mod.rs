@@ -13,6 +13,7 @@
 //!  sweep     the periodic TTL sweep and the purge of idle shards
 //!  unreleased leases whose release failed, released again by a retry
 //!  outcomes  wakes the senders waiting for their commands' outcomes
+//!  worker    a worker task under a supervisor that restarts and counts it if it dies
 //!  env       DeliveryEnv: the runtime services (storage, timers, observers, stop flag)
 //! ```
 //!
@@ -36,3 +37,4 @@ mod turn;
 pub(crate) mod unreleased;
 mod wake_queue;
 pub mod wakeups;
+mod worker;

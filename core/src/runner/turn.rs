@@ -11,6 +11,7 @@
 //! A parked lease is owned by exactly one of: the wake queue's slot, the turn that unparked
 //! it, or the release task that unparked it — never two, so a lease is released once.
 
+use crate::entity::handler::CatchUnwind;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::should_yield;
 use crate::runner::delivery::Delivery;
@@ -38,9 +39,22 @@ pub(super) async fn serve(
         || !queue.is_others(shard) && !should_yield(started.elapsed(), queue.waiting(), turn);
     let held = queue.unpark(shard, None);
     let linger = !linger_for.is_zero() && !queue.is_others(shard);
-    let served = delivery
-        .serve_turn(shard, worker, &keep_on, held, linger)
-        .await;
+    let served = CatchUnwind(Box::pin(
+        delivery.serve_turn(shard, worker, &keep_on, held, linger),
+    ))
+    .await;
+    let served = match served {
+        Ok(served) => served,
+        Err(panic) => {
+            // A panic outside the handlers (a user station): the shard is retried like after
+            // a failed turn (its lease was kept for a release, see `unreleased`), then the
+            // panic goes on, so that the worker's supervisor counts and restarts the worker.
+            let after = retry_delay(queue.turn_failed(shard), turn);
+            spawn_retry(delivery, queue, shard, after);
+            queue.finish(shard, TurnEnd::Done);
+            std::panic::resume_unwind(panic);
+        }
+    };
     let end = match served {
         Ok((report, kept)) => {
             queue.turn_succeeded(shard);

@@ -46,6 +46,40 @@ impl UnreleasedLeases {
     }
 }
 
+/// The lease of a stage in progress, kept for a release if the stage never returns: its task
+/// panicked (a user station) and the future was dropped. Without it the shard stayed leased to
+/// this node, with nobody working on it, until the lease ran out. Disarmed when the stage
+/// returns, whatever its result (those paths release the lease themselves).
+pub(crate) struct KeepIfLost<'a> {
+    leases: &'a UnreleasedLeases,
+    lease: Option<Lease>,
+}
+
+impl UnreleasedLeases {
+    /// Keeps `lease` for a release unless the returned guard is disarmed.
+    pub(crate) fn keep_if_lost(&self, lease: &Lease) -> KeepIfLost<'_> {
+        KeepIfLost {
+            leases: self,
+            lease: Some(lease.clone()),
+        }
+    }
+}
+
+impl KeepIfLost<'_> {
+    /// The stage returned: its own path releases the lease.
+    pub(crate) fn disarm(mut self) {
+        self.lease = None;
+    }
+}
+
+impl Drop for KeepIfLost<'_> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.leases.keep(lease);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +108,11 @@ mod tests {
             kept.take(ShardIndex(1), now(1)).map(|l| l.epoch),
             Some(LeaseEpoch(5))
         );
+        // A guard dropped without disarming keeps its lease; a disarmed one does not.
+        drop(kept.keep_if_lost(&lease(3, 1, 30)));
+        kept.keep_if_lost(&lease(4, 1, 30)).disarm();
+        assert!(kept.take(ShardIndex(3), now(1)).is_some());
+        assert!(kept.take(ShardIndex(4), now(1)).is_none());
         assert_eq!(kept.take(ShardIndex(1), now(1)), None);
         kept.keep(lease(2, 1, 30));
         assert_eq!(

@@ -5,7 +5,9 @@
 //!
 //! Every id a call takes (target, tenant, signal, event source, and the ids subscribers route
 //! an event to) is checked against the id limits of [`crate::model::ids`] before anything is
-//! written: a bad one is [`DeliveryError::InvalidInput`] naming the field.
+//! written: a bad one is [`DeliveryError::InvalidInput`] naming the field. So are the delay,
+//! due time and TTL, against the limits of [`crate::model::time_limits`]: an out-of-range one
+//! is [`DeliveryError::InvalidTime`] naming the field.
 
 use crate::entity::traits::{Aggregate, Message};
 use crate::model::error::DeliveryError;
@@ -13,6 +15,7 @@ use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::ShardIndex;
 use crate::model::ids::{validate, validate_address, IdField, SignalId};
 use crate::model::message::{InboxWrite, MessageKind, Metadata, NewMessage};
+use crate::model::time_limits::{self, InvalidTime, TimeField};
 use crate::runner::env::DeliveryEnv;
 use crate::send::write_queue::WriteQueue;
 use crate::storage::{EntityKey, WriteBatch, WriteReport};
@@ -86,21 +89,39 @@ impl SendOptions {
         }
     }
 
-    fn deliver_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let delayed = self.delay.map(|d| now + to_chrono(d));
-        match (delayed, self.due_at) {
+    /// When a row sent with these options at `now` becomes due: the later of `now + delay`
+    /// and `due_at`, each checked against the time limits.
+    fn deliver_after(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, InvalidTime> {
+        let delayed = self
+            .delay
+            .map(|d| time_limits::after(now, d, TimeField::Delay))
+            .transpose()?;
+        let due = self
+            .due_at
+            .map(|at| time_limits::check(at, TimeField::DueAt))
+            .transpose()?;
+        Ok(match (delayed, due) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
-        }
+        })
     }
 
-    fn expires_at(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.ttl.map(|d| now + to_chrono(d))
+    fn expires_at(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, InvalidTime> {
+        self.ttl
+            .map(|d| time_limits::after(now, d, TimeField::Ttl))
+            .transpose()
     }
 }
 
-fn to_chrono(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX / 2)
+/// Checks the times of an already built message (`send_message`).
+fn validate_times(message: &NewMessage) -> Result<(), InvalidTime> {
+    if let Some(at) = message.deliver_after {
+        time_limits::check(at, TimeField::DeliverAfter)?;
+    }
+    if let Some(at) = message.expires_at {
+        time_limits::check(at, TimeField::ExpiresAt)?;
+    }
+    Ok(())
 }
 
 /// What a send or post did.
@@ -151,8 +172,8 @@ fn new_command<A: Aggregate>(
         payload_type: <A::Command as Message>::TYPE.to_owned(),
         metadata: options.metadata.clone(),
         received_at: now,
-        deliver_after: options.deliver_after(now),
-        expires_at: options.expires_at(now),
+        deliver_after: options.deliver_after(now)?,
+        expires_at: options.expires_at(now)?,
     })
 }
 
@@ -238,6 +259,7 @@ impl Inbox {
 
     /// Sends an already serialized command. The target kind must be registered.
     pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
+        validate_times(&message)?;
         validate_address(
             &message.tenant,
             &message.target_kind,
@@ -340,8 +362,8 @@ impl Inbox {
         let failures = self.env.registry.fan_out(
             event,
             now,
-            options.deliver_after(now),
-            options.expires_at(now),
+            options.deliver_after(now)?,
+            options.expires_at(now)?,
             messages,
         );
         match failures.into_iter().next() {

@@ -12,7 +12,7 @@
 //! `shardbox_stages_total`, `shardbox_purged_total`, `shardbox_written_total`,
 //! `shardbox_lease_pick_ups_total`, `shardbox_lease_takeovers_total` (pick-ups of a lease
 //! that had expired without a release), `shardbox_lease_refusals_total`,
-//! `shardbox_lease_losses_total`, and the histogram `shardbox_stage_seconds`.
+//! `shardbox_lease_losses_total`, `shardbox_worker_restarts_total`, and the histogram `shardbox_stage_seconds`.
 //!
 //! An expired message that is also dead-lettered (`dead_letter_expired`) counts in both
 //! `expired` and `dead_lettered`: the first counts what happened to messages, the second
@@ -69,6 +69,9 @@ pub struct MetricsSnapshot {
     pub lease_refusals: u64,
     /// Leases lost before a commit.
     pub lease_losses: u64,
+    /// Worker tasks that died (a panic outside the handlers, e.g. in a user station) and were
+    /// restarted.
+    pub worker_restarts: u64,
     /// Stage latency: count and the bucket bounds of the 50th and 99th percentiles.
     pub stage_latency: LatencySummary,
 }
@@ -106,6 +109,7 @@ pub struct DeliveryMetrics {
     lease_takeovers: AtomicU64,
     lease_refusals: AtomicU64,
     lease_losses: AtomicU64,
+    worker_restarts: AtomicU64,
     latency: [AtomicU64; BUCKETS_US.len() + 1],
 }
 
@@ -140,6 +144,7 @@ impl DeliveryMetrics {
             lease_takeovers: AtomicU64::new(0),
             lease_refusals: AtomicU64::new(0),
             lease_losses: AtomicU64::new(0),
+            worker_restarts: AtomicU64::new(0),
             latency: Default::default(),
         }
     }
@@ -252,6 +257,16 @@ impl DeliveryMetrics {
         );
     }
 
+    /// Counts a worker task restarted after it died.
+    pub fn record_worker_restart(&self) {
+        add(
+            &self.worker_restarts,
+            "shardbox_worker_restarts_total",
+            &self.node,
+            1,
+        );
+    }
+
     /// A copy of the counters now.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -275,6 +290,7 @@ impl DeliveryMetrics {
             lease_takeovers: get(&self.lease_takeovers),
             lease_refusals: get(&self.lease_refusals),
             lease_losses: get(&self.lease_losses),
+            worker_restarts: get(&self.worker_restarts),
             stage_latency: summarize(&buckets),
         }
     }

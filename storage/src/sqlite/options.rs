@@ -108,7 +108,8 @@ impl Pragmas {
         let ms = u64::try_from(self.busy_timeout.as_millis()).unwrap_or(u64::MAX);
         let ms = ms.min(i32::MAX as u64);
         conn.batch_execute(&format!("PRAGMA busy_timeout = {ms};"))?;
-        let deadline = std::time::Instant::now() + self.busy_timeout;
+        // A huge timeout must not overflow the deadline (it would panic): at most a day.
+        let deadline = std::time::Instant::now() + self.busy_timeout.min(crate::pool::MAX_WAIT);
         let mut pause = Duration::from_millis(1);
         loop {
             match conn.batch_execute("PRAGMA journal_mode = WAL;") {
