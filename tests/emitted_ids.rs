@@ -225,43 +225,7 @@ async fn one_signal_to_two_aggregates_stores_two_events(storage: Arc<dyn Storage
     assert_eq!(views(sb.clone()).await, [Some(view(1)), Some(view(2))]);
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (storage, _dir) = super::common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(url) =
-                        super::common::pg_url(concat!("emitted_ids::", stringify!($case)))
-                    else {
-                        return;
-                    };
-                    let schema = super::common::PgSchema::new(&url, stringify!($case));
-                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+common::on_every_backend!("emitted_ids";
     commands_of_two_reactors_to_one_target_are_all_applied,
     one_signal_to_two_aggregates_stores_two_events,
 );

@@ -983,43 +983,7 @@ async fn messages_behind_a_retry_that_expires_go_on_in_order(storage: Arc<dyn St
     assert_eq!(applied(&sb, &p).await, [2, 3], "in seq order");
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (storage, _dir) = super::common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(url) =
-                        super::common::pg_url(concat!("failure_policy::", stringify!($case)))
-                    else {
-                        return;
-                    };
-                    let schema = super::common::PgSchema::new(&url, stringify!($case));
-                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+common::on_every_backend!("failure_policy";
     retried_at_the_backoff_times_then_delivered_in_order,
     exhausted_dead_letter_keeps_the_origin,
     exhausted_drop_is_counted_and_the_target_goes_on,

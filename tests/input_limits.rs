@@ -179,43 +179,7 @@ async fn ids_outside_their_limits_are_refused_at_the_call(storage: Arc<dyn Stora
     assert_eq!(view.map(|v| v.sum), Some(1));
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (storage, _dir) = super::common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(url) =
-                        super::common::pg_url(concat!("input_limits::", stringify!($case)))
-                    else {
-                        return;
-                    };
-                    let schema = super::common::PgSchema::new(&url, stringify!($case));
-                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(ids_outside_their_limits_are_refused_at_the_call);
+common::on_every_backend!("input_limits";ids_outside_their_limits_are_refused_at_the_call);
 
 /// A reactor whose reaction holds a command to an invalid target sends none of it: the
 /// reaction fails (its kind's failure policy dead-letters it, naming the field), and no row

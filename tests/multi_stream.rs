@@ -409,41 +409,4 @@ async fn customer_view_joins_two_aggregates(storage: Arc<dyn Storage>) {
     node.shutdown().await.unwrap();
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case(common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let (storage, _dir) = common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let Some(url) = common::pg_url(concat!("multi_stream::", stringify!($case))) else {
-                        return;
-                    };
-                    let schema = common::PgSchema::new(&url, concat!("ms_", stringify!($case)));
-                    super::$case(std::sync::Arc::new(schema.connect(8).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(customer_view_joins_two_aggregates);
+common::on_every_backend!(file = "multi_stream", threads = 4, connections = 8;customer_view_joins_two_aggregates);

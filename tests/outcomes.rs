@@ -242,43 +242,7 @@ async fn no_node_gives_a_timeout(storage: Arc<dyn Storage>) {
     ));
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (storage, _dir) = super::common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(url) =
-                        super::common::pg_url(concat!("outcomes::", stringify!($case)))
-                    else {
-                        return;
-                    };
-                    let schema = super::common::PgSchema::new(&url, stringify!($case));
-                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+common::on_every_backend!("outcomes";
     handled_with_the_emitted_event_ids,
     a_command_that_fails_for_good_is_dead_lettered_with_its_reason,
     an_expired_command_gives_expired,

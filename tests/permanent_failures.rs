@@ -207,40 +207,4 @@ async fn a_permanent_failure_takes_the_exhausted_outcome_at_once(storage: Arc<dy
     assert_eq!((m.dead_lettered, m.dropped), (1, 1), "{m:?}");
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (storage, _dir) = super::common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(url) =
-                        super::common::pg_url(concat!("permanent_failures::", stringify!($case)))
-                    else {
-                        return;
-                    };
-                    let schema = super::common::PgSchema::new(&url, stringify!($case));
-                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(a_permanent_failure_takes_the_exhausted_outcome_at_once);
+common::on_every_backend!("permanent_failures";a_permanent_failure_takes_the_exhausted_outcome_at_once);

@@ -533,44 +533,7 @@ async fn out_of_range_timeout_is_a_handler_error(storage: Arc<dyn Storage>) {
     assert!(stock.is_none(), "no Reserve sent: {stock:?}");
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (storage, _dir) = common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(url) = common::pg_url(concat!("process_manager::", stringify!($case))) else {
-                        return;
-                    };
-                    let schema = common::PgSchema::new(&url, concat!("pm_", stringify!($case)));
-                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+common::on_every_backend!("process_manager";
     happy_path_confirms_and_finishes,
     timeout_cancels_and_releases,
     failed_handling_changes_state_once,

@@ -241,42 +241,7 @@ async fn an_aggregates_own_events_are_read_in_order(storage: Arc<dyn Storage>) {
     );
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::common::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (storage, _dir) = super::common::sqlite().await;
-                    super::$case(storage).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(url) = super::common::pg_url(concat!("reads::", stringify!($case)))
-                    else {
-                        return;
-                    };
-                    let schema = super::common::PgSchema::new(&url, stringify!($case));
-                    super::$case(std::sync::Arc::new(schema.connect(4).await)).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+common::on_every_backend!("reads";
     state_is_read_in_any_tenant,
     a_dead_letters_payload_is_read_as_its_type,
     an_aggregates_own_events_are_read_in_order,

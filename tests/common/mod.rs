@@ -2,6 +2,10 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+mod every_backend;
+
+#[allow(unused_imports)] // each test crate uses a part
+pub(crate) use every_backend::on_every_backend;
 
 use serde::{Deserialize, Serialize};
 use shardbox::core::memory::MemoryStorage;
