@@ -174,6 +174,7 @@ async fn corrupt(sb: &Shardbox, ids: &[String]) {
             purge_catch_ups_before: None,
             release_holds: vec![],
             outcomes: vec![],
+            outcomes_decided: false,
         };
         commit.states.sort_by(|a, b| a.key.cmp(&b.key));
         storage.commit_stage(commit).await.unwrap();
@@ -563,43 +564,6 @@ async fn crash_mid_catch_up(storage: Arc<dyn Storage>) {
     }
 }
 
-macro_rules! on_every_backend {
-    ($($case:ident $(($arg:expr))?),* $(,)?) => {
-        mod memory {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case(common::memory() $(, $arg)?).await;
-                }
-            )*
-        }
-        mod sqlite {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let (storage, _dir) = common::sqlite().await;
-                    super::$case(storage $(, $arg)?).await;
-                }
-            )*
-        }
-        mod postgres {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let Some(url) = common::pg_url(concat!("catch_up::", stringify!($case))) else {
-                        return;
-                    };
-                    let schema = common::PgSchema::new(&url, stringify!($case));
-                    super::$case(std::sync::Arc::new(schema.connect(8).await) $(, $arg)?).await;
-                }
-            )*
-        }
-    };
-}
-
 async fn rebuild_all_under_load(storage: Arc<dyn Storage>) {
     rebuild_under_load(storage, false, false).await;
 }
@@ -612,7 +576,7 @@ async fn rebuild_subset_under_load(storage: Arc<dyn Storage>) {
     rebuild_under_load(storage, true, false).await;
 }
 
-on_every_backend!(
+common::on_every_backend!(file = "catch_up", threads = 4, connections = 8;
     rebuild_all_under_load,
     rebuild_all_with_history_pending,
     rebuild_subset_under_load,

@@ -8,7 +8,8 @@ pub const USAGE: &str =
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
 [--cache-capacity C (default: the framework's)] [--handler-concurrency C (jobs: total, over \
-4 workers, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)]";
+4 workers, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)] \
+[--paced (jobs: producers offer --rate msgs/s instead of sending as fast as they can)]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -73,6 +74,9 @@ pub struct Args {
     pub cache_capacity: Option<u64>,
     /// `jobs`: handler calls in flight on the node (over its 4 workers).
     pub handler_concurrency: usize,
+    /// `jobs`: the producers offer `rate` msgs/s (in batches of `batch`) instead of sending
+    /// as fast as they can, to measure the claim latency below saturation.
+    pub paced: bool,
     /// `jobs`: milliseconds each handler awaits.
     pub work_ms: f64,
     /// Hidden: run as one node process of the `cluster` workload, with this node id (see
@@ -104,6 +108,7 @@ impl Args {
             warmup: 1,
             rounds: 2,
             batch: 0,
+            paced: false,
             cache_capacity: None,
             handler_concurrency: 64,
             work_ms: 1.0,
@@ -147,6 +152,7 @@ impl Args {
                 }
                 "--work-ms" => a.work_ms = number("--work-ms", it.next())?,
                 "--batch" => a.batch = number("--batch", it.next())?,
+                "--paced" => a.paced = true,
                 "--cache-capacity" => {
                     a.cache_capacity = Some(number("--cache-capacity", it.next())?)
                 }

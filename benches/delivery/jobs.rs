@@ -3,6 +3,9 @@
 //! producers while the node delivers, at a total handler concurrency of
 //! `--handler-concurrency` (over the node's 4 workers).
 //!
+//! With `--paced` the producers offer `--rate` msgs/s instead, for the claim latency below
+//! saturation (`offered_per_s` in the report; 0 when saturated).
+//!
 //! Reports msgs/s, the claim latency (send → handler start) p50/p99, and
 //! `ideal_ratio = msgs_per_s / min(concurrency × 1000 / work_ms, live rate)`, where the live
 //! rate is a `live` run (the no-work counter) of the same N and T on the same backend, just
@@ -74,14 +77,28 @@ fn target(i: usize, targets: usize) -> String {
     format!("j-{}", i % targets)
 }
 
-/// Producers: 4 tasks, round-robin over the targets, `batch` commands per write.
-async fn produce(sb: &Shardbox, n: usize, targets: usize, batch: usize) -> Result<(), String> {
+/// Producers: 4 tasks, round-robin over the targets, `batch` commands per write; with a
+/// `rate`, together at most `rate` msgs/s (each write at its time on a schedule that starts
+/// at once; a late write goes at once and the schedule does not move).
+async fn produce(
+    sb: &Shardbox,
+    n: usize,
+    targets: usize,
+    batch: usize,
+    rate: Option<u64>,
+) -> Result<(), String> {
     let mut tasks = Vec::new();
+    let start = tokio::time::Instant::now();
     for t in 0..4 {
         let sb = sb.clone();
         tasks.push(tokio::spawn(async move {
             let mut next = t;
             while next < n {
+                if let Some(rate) = rate {
+                    // Message `next` is due at next / rate seconds after the start.
+                    let due = Duration::from_secs_f64(next as f64 / rate.max(1) as f64);
+                    tokio::time::sleep_until(start + due).await;
+                }
                 let ids: Vec<String> = (next..n)
                     .step_by(4)
                     .take(batch)
@@ -127,7 +144,7 @@ async fn jobs_run(
         Some(Histogram::new_with_bounds(1, 600_000_000, 3).map_err(|e| e.to_string())?);
     let node = sb.start();
     let started = Instant::now();
-    produce(&sb, a.n, a.targets, a.batch).await?;
+    produce(&sb, a.n, a.targets, a.batch, a.paced.then_some(a.rate)).await?;
     let deadline = Instant::now() + Duration::from_secs(3600);
     while sb.metrics().delivered < a.n as u64 {
         if Instant::now() > deadline {
@@ -185,6 +202,7 @@ pub async fn jobs(a: &Args) -> Result<Report, String> {
             ("targets", a.targets as f64),
             ("live_per_s", live),
             ("by_work_per_s", by_work),
+            ("offered_per_s", if a.paced { a.rate as f64 } else { 0.0 }),
         ],
         node_shares: Vec::new(),
     })

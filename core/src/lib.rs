@@ -73,7 +73,7 @@ pub use model::ids::{
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };
-pub use model::outcome::{CommandOutcome, OutcomeLookup, OutcomeRecord};
+pub use model::outcome::{handled_events, CommandOutcome, OutcomeLookup, OutcomeRecord};
 pub use model::strategy::{ShardStrategy, StableHashStrategy};
 pub use model::time_limits::{InvalidTime, TimeField, MAX_SPAN};
 #[doc(hidden)]

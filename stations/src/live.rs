@@ -258,12 +258,6 @@ impl Station for LiveDelivery {
                             state: Some(state),
                         });
                     }
-                    // The ids each handled row emitted, for its command outcome.
-                    let mut emitted_ids = result.events.iter().map(|e| e.id.clone());
-                    for (&i, &count) in rows.iter().zip(&result.events_per_message) {
-                        let ids: Vec<_> = emitted_ids.by_ref().take(count).collect();
-                        conveyor.note_emitted(i, ids);
-                    }
                     if !result.events.is_empty() {
                         let mut fan_out = Vec::new();
                         let mut unroutable = Vec::new();

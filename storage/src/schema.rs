@@ -31,6 +31,8 @@ diesel::table! {
         metadata -> Text,
         /// When the first attempt failed (kept across retries, cleared by a requeue).
         first_failed_at -> Nullable<BigInt>,
+        /// When it was delivered (a delivered row: a handled command's outcome time).
+        delivered_at -> Nullable<BigInt>,
     }
 }
 

@@ -51,10 +51,6 @@ pub struct BatchResult {
     /// The entity finished (a process manager's flow ended): its stored state is removed and
     /// `state` is `None`.
     pub finished: bool,
-    /// How many of `events` each handled message emitted, in the batch's order (the handled
-    /// messages are the batch's first ones): what a command's outcome names as its events.
-    /// Empty for kinds that emit no events.
-    pub events_per_message: Vec<usize>,
 }
 
 /// How one batch is run: the stage's time, the application's services and the time one
@@ -330,7 +326,6 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
                     match applying {
                         Ok(()) => {
                             applied.extend(events);
-                            result.events_per_message.push(stored.len());
                             result.events.extend(stored);
                             Ok(())
                         }

@@ -4,7 +4,7 @@ use super::{target_of, MemoryStorage};
 use crate::catch_up::is_parked;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
-use crate::model::message::{DedupKey, InboxMessage, MessageStatus};
+use crate::model::message::{DedupKey, InboxMessage, MessageKind, MessageStatus};
 use crate::model::outcome::OutcomeLookup;
 use crate::storage::{
     CatchUpStatus, CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange, ShardDepth,
@@ -100,6 +100,14 @@ impl InboxStore for MemoryStorage {
                     row.keep_until = Some(keep_until);
                     let row = row.clone();
                     state.unpend(&row);
+                    if row.message.kind == MessageKind::Command {
+                        state.outcomes.handled(
+                            row.message.dedup_key(),
+                            shard,
+                            commit.now,
+                            keep_until,
+                        );
+                    }
                     state
                         .delivered
                         .entry(shard)
@@ -225,7 +233,9 @@ impl InboxStore for MemoryStorage {
             .get(key)
             .and_then(|seq| state.rows.get(seq))
             .map(|r| r.status);
-        Ok(state.outcomes.lookup(key, row, now))
+        Ok(state
+            .outcomes
+            .lookup(key, row, now, |id| state.event_seq.contains_key(id)))
     }
 
     async fn next_due(

@@ -1,9 +1,11 @@
 //! The in-memory command outcomes: one record per command key, indexed per shard by when it
-//! is forgotten, so that a purge costs O(purged).
+//! is forgotten, so that a purge costs O(purged). A handled command's record names no events:
+//! they are read back from the event store when asked (as the SQL storages do).
 
 use crate::model::ids::ShardIndex;
+use crate::model::ids::SignalId;
 use crate::model::message::{DedupKey, MessageStatus};
-use crate::model::outcome::{OutcomeLookup, OutcomeRecord};
+use crate::model::outcome::{CommandOutcome, OutcomeLookup, OutcomeRecord};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeSet, HashMap};
 
@@ -32,6 +34,24 @@ impl Outcomes {
         }
     }
 
+    /// Records that the command `key` was handled at `at` (its row marked delivered, kept until
+    /// `keep_until`).
+    pub(super) fn handled(
+        &mut self,
+        key: DedupKey,
+        shard: ShardIndex,
+        at: DateTime<Utc>,
+        keep_until: DateTime<Utc>,
+    ) {
+        self.record(vec![OutcomeRecord {
+            key,
+            shard,
+            outcome: CommandOutcome::Handled { events: Vec::new() },
+            decided_at: at,
+            keep_until,
+        }]);
+    }
+
     /// Deletes up to `limit` records of `shard` forgotten at `now`.
     pub(super) fn purge(&mut self, shard: ShardIndex, now: DateTime<Utc>, limit: usize) {
         let Some(index) = self.expiry.get_mut(&shard) else {
@@ -48,12 +68,14 @@ impl Outcomes {
         }
     }
 
-    /// What is known of `key` at `now`, its row (if any) in `status`.
+    /// What is known of `key` at `now`, its row (if any) in `status`; a handled command's
+    /// events are those of its emitted ids that `stored` finds.
     pub(super) fn lookup(
         &self,
         key: &DedupKey,
         row: Option<MessageStatus>,
         now: DateTime<Utc>,
+        stored: impl Fn(&SignalId) -> bool,
     ) -> OutcomeLookup {
         if matches!(
             row,
@@ -63,7 +85,17 @@ impl Outcomes {
         }
         match self.records.get(key) {
             Some(r) if r.keep_until > now => OutcomeLookup::Decided {
-                outcome: r.outcome.clone(),
+                outcome: match &r.outcome {
+                    CommandOutcome::Handled { .. } => CommandOutcome::Handled {
+                        events: crate::model::outcome::handled_events(key, |ids| {
+                            Ok::<_, std::convert::Infallible>(
+                                ids.iter().filter(|id| stored(id)).count(),
+                            )
+                        })
+                        .unwrap_or_else(|never| match never {}),
+                    },
+                    other => other.clone(),
+                },
                 decided_at: r.decided_at,
             },
             _ => OutcomeLookup::Unknown,

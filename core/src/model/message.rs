@@ -96,6 +96,23 @@ pub struct DedupKey {
     pub signal_id: SignalId,
 }
 
+impl DedupKey {
+    /// Its target as the emitter of what its handler emits (see [`SignalId::emitted`]).
+    pub fn emitter(&self) -> Emitter<'_> {
+        Emitter {
+            kind: &self.target_kind,
+            tenant: &self.tenant,
+            id: &self.target_id,
+        }
+    }
+
+    /// The id of the `n`-th `part` its target's handler emits while handling it: the same as
+    /// [`NewMessage::emitted_id`] of the message it keys.
+    pub fn emitted_id(&self, part: &str, n: usize) -> SignalId {
+        SignalId::emitted(&self.signal_id, self.emitter(), part, n)
+    }
+}
+
 impl fmt::Display for DedupKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -3,12 +3,20 @@
 //! can ask for it.
 //!
 //! ```text
-//!  stage: command row ─► Delivered ─────────────► Handled { ids of the events it emitted }
+//!  stage: command row ─► Delivered ─────────────► Handled: no record; the row, marked delivered
+//!                      │                              and kept for the window, is the outcome
 //!                      ├ DeadLetter / Drop / Block ► DeadLettered / Dropped / Blocked { reason }
-//!                      └ Expired (page or sweep) ─► Expired
+//!                      └ Expired (page or sweep) ─► Expired          (these three: a record)
 //!         (retries, holds and duplicates decide nothing: the row, or its original, goes on)
-//!  read:  row still waiting ─► Pending · record within its window ─► Decided · else Unknown
+//!  read:  row still waiting ─► Pending
+//!         row delivered within its window ─► Handled { events: handled_events(..) }
+//!         record within its window ─► Decided · else Unknown
 //! ```
+//!
+//! A handled command writes nothing beyond its delivered row: the common outcome costs no
+//! write of its own (a record per command cost `live` about 40 % of its throughput on
+//! SQLite). Its events are found again by their ids, which are derived from the command and
+//! its target ([`handled_events`]).
 //!
 //! Plain data: no I/O, no clock. The stored form is a name (`outcome`), a detail (the reason)
 //! and the emitted event ids as a JSON array of strings.
@@ -109,6 +117,47 @@ impl CommandOutcome {
             "expired" => CommandOutcome::Expired,
             other => return Err(format!("unknown stored outcome `{other}`")),
         })
+    }
+}
+
+/// How many emitted ids [`handled_events`] asks about at a time.
+const PROBE: usize = 16;
+
+/// The ids of the events a handled command emitted, read back from what is stored. Its
+/// target's handler gave its `n`-th event the id [`DedupKey::emitted_id`]`("event", n)` and
+/// the stage committed all of them with the delivery, so they are the first ids of that
+/// sequence that are stored. `count_stored` says how many of the ids it is given are stored
+/// (asked a few at a time, in order, until one is missing).
+///
+/// ```
+/// use shardbox_core::{handled_events, DedupKey, SignalId};
+/// let key = DedupKey {
+///     tenant: String::new(),
+///     target_kind: "account".into(),
+///     target_id: "acc-1".into(),
+///     signal_id: SignalId::from("cmd-7"),
+/// };
+/// let stored = [key.emitted_id("event", 0), key.emitted_id("event", 1)];
+/// let events = handled_events(&key, |ids| {
+///     Ok::<_, ()>(ids.iter().filter(|id| stored.contains(id)).count())
+/// });
+/// assert_eq!(events, Ok(stored.to_vec()));
+/// ```
+pub fn handled_events<E>(
+    key: &DedupKey,
+    mut count_stored: impl FnMut(&[SignalId]) -> Result<usize, E>,
+) -> Result<Vec<SignalId>, E> {
+    let mut events = Vec::new();
+    loop {
+        let from = events.len();
+        let ids: Vec<SignalId> = (from..from + PROBE)
+            .map(|n| key.emitted_id("event", n))
+            .collect();
+        let found = count_stored(&ids)?.min(PROBE);
+        events.extend(ids.into_iter().take(found));
+        if found < PROBE {
+            return Ok(events);
+        }
     }
 }
 

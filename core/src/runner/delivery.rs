@@ -387,7 +387,7 @@ impl Delivery {
         let after_commit = conveyor.take_after_commit();
         let (commit, mut report) = conveyor.into_commit(env.lease_until(env.clock.now()));
         let delayed = commit.earliest_delay();
-        let decided = !commit.outcomes.is_empty();
+        let decided = commit.outcomes_decided;
         let shard = commit.lease.shard;
         let committed = env.storage.commit_stage(commit).await?;
         for f in after_commit {

@@ -85,7 +85,7 @@ impl Delivery {
                 conveyor.record(i, Intent::Expired);
             }
             let (commit, mut stage) = conveyor.into_commit(env.lease_until(env.clock.now()));
-            let decided = !commit.outcomes.is_empty();
+            let decided = commit.outcomes_decided;
             let committed = env.storage.commit_stage(commit).await?;
             if decided {
                 env.outcomes_decided(lease.shard);

@@ -11,7 +11,6 @@
 //! and made due together by the unblock, so that they go on in `seq` order).
 
 use crate::model::event::NewEvent;
-use crate::model::ids::SignalId;
 use crate::model::message::{InboxMessage, InboxWrite, MessageKind, MessageStatus};
 use crate::model::outcome::OutcomeRecord;
 use crate::stage::context::StationContext;
@@ -45,9 +44,6 @@ pub struct Conveyor {
     extra_dead_letters: Vec<DeadLetter>,
     catch_ups: Vec<CatchUpJob>,
     purge_catch_ups_before: Option<DateTime<Utc>>,
-    /// The ids of the events each handled row emitted, by row index (rows that emitted none
-    /// are absent).
-    emitted: Vec<(usize, Vec<SignalId>)>,
     after_commit: Vec<AfterCommit>,
 }
 
@@ -78,7 +74,6 @@ impl Conveyor {
             extra_dead_letters: Vec::new(),
             catch_ups: Vec::new(),
             purge_catch_ups_before: None,
-            emitted: Vec::new(),
             after_commit: Vec::new(),
         }
     }
@@ -172,14 +167,6 @@ impl Conveyor {
         self.writes.messages.extend(fan_out);
     }
 
-    /// Records the ids of the events row `index` emitted, for its command outcome (see
-    /// [`CommandOutcome::Handled`]).
-    pub fn note_emitted(&mut self, index: usize, events: Vec<SignalId>) {
-        if !events.is_empty() {
-            self.emitted.push((index, events));
-        }
-    }
-
     /// Adds rows (commands) to the stage's writes.
     pub fn emit_messages(&mut self, messages: Vec<InboxWrite>) {
         self.writes.messages.extend(messages);
@@ -222,9 +209,8 @@ impl Conveyor {
         // Outcomes are kept for the deduplication window; with none they are not kept at all.
         let outcomes_until = (!self.context.config().dedup_window.is_zero())
             .then(|| self.now + self.context.config().dedup_span());
-        let mut emitted = self.emitted;
-        emitted.sort_unstable_by_key(|(i, _)| *i);
         let mut outcomes = Vec::new();
+        let mut outcomes_decided = false;
         let mut report = StageReport {
             page_len: self.page.len(),
             fanned_out: self.writes.messages.len(),
@@ -239,12 +225,16 @@ impl Conveyor {
         );
         let mut dead_letters = self.extra_dead_letters;
         let mut release_holds = Vec::new();
-        for (index, (message, intent)) in self.page.into_iter().zip(self.intents).enumerate() {
+        for (message, intent) in self.page.into_iter().zip(self.intents) {
             if let (Some(keep_until), Some(intent)) = (outcomes_until, &intent) {
                 if message.message.kind == MessageKind::Command
                     && message.status != MessageStatus::ToCatchUp
+                    && intent.decides_outcome()
                 {
-                    if let Some(outcome) = intent.settles(index, &mut emitted) {
+                    outcomes_decided = true;
+                    // A handled command's outcome is its delivered row (kept for the same
+                    // window): only the others are recorded.
+                    if let Some(outcome) = intent.recorded_outcome() {
                         outcomes.push(OutcomeRecord {
                             key: message.dedup_key(),
                             shard: message.shard,
@@ -391,6 +381,7 @@ impl Conveyor {
             purge_catch_ups_before: self.purge_catch_ups_before,
             release_holds,
             outcomes,
+            outcomes_decided,
         };
         (commit, report)
     }
@@ -634,7 +625,7 @@ mod tests {
     }
 
     #[test]
-    fn settled_commands_get_outcomes_with_their_emitted_ids_and_nothing_else_does() {
+    fn settled_commands_get_outcome_records_except_handled_ones_and_nothing_else_does() {
         let mut event_row = row(4, MessageStatus::ToDeliver, 0);
         event_row.message.kind = crate::model::message::MessageKind::Event;
         let mut c = conveyor(vec![
@@ -646,7 +637,6 @@ mod tests {
         ]);
         let keep = Some(t0() + secs(60));
         c.record(0, Intent::Delivered { keep_until: keep });
-        c.note_emitted(0, vec![SignalId("e0".into()), SignalId("e1".into())]);
         c.record(1, Intent::DeadLetter { reason: "r".into() });
         c.record(
             2,
@@ -667,18 +657,23 @@ mod tests {
             got,
             vec![
                 (
-                    "sig-1".into(),
-                    CommandOutcome::Handled {
-                        events: vec![SignalId("e0".into()), SignalId("e1".into())]
-                    }
-                ),
-                (
                     "sig-2".into(),
                     CommandOutcome::DeadLettered { reason: "r".into() }
                 ),
                 ("sig-5".into(), CommandOutcome::Expired),
             ],
-            "a retry decides nothing, an event copy has no outcome"
+            "a handled command's outcome is its delivered row, a retry decides nothing, an \
+             event copy has no outcome"
+        );
+        assert!(commit.updates.contains(&RowUpdate {
+            seq: 1,
+            change: RowChange::Delivered {
+                keep_until: t0() + secs(60)
+            }
+        }));
+        assert!(
+            commit.outcomes_decided,
+            "a handled command wakes its sender though it has no record"
         );
         // Kept for the deduplication window (the test configuration's default).
         let window = env(Duration::from_millis(250)).config().dedup_span();

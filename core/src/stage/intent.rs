@@ -1,7 +1,6 @@
 //! What a station decides for one row of the page ([`Intent`]), and the command outcome an
 //! intent settles (see [`crate::model::outcome`]).
 
-use crate::model::ids::SignalId;
 use crate::model::outcome::CommandOutcome;
 use chrono::{DateTime, Utc};
 
@@ -57,20 +56,21 @@ pub enum Intent {
 pub const EXPIRED_REASON: &str = "expired";
 
 impl Intent {
-    /// The outcome a command row's intent settles, if it settles one (with the ids of the events
-    /// row `index` emitted, taken from `emitted`, sorted by row).
-    pub(crate) fn settles(
-        &self,
-        index: usize,
-        emitted: &mut [(usize, Vec<SignalId>)],
-    ) -> Option<CommandOutcome> {
+    /// Whether this intent decides a command row's outcome: handled, failed for good or
+    /// expired (a retry, a hold or a duplicate decides nothing: the row, or its original, goes
+    /// on).
+    pub(crate) fn decides_outcome(&self) -> bool {
+        !matches!(
+            self,
+            Intent::Duplicate | Intent::Hold { .. } | Intent::RetryAt { .. } | Intent::BehindBlock
+        )
+    }
+
+    /// The outcome a command row's intent records, if it decides one that its row does not
+    /// keep: a handled command's outcome is read from its delivered row (see
+    /// [`crate::model::outcome`]), so `Delivered` records nothing.
+    pub(crate) fn recorded_outcome(&self) -> Option<CommandOutcome> {
         Some(match self {
-            Intent::Delivered { .. } => CommandOutcome::Handled {
-                events: emitted
-                    .binary_search_by_key(&index, |(i, _)| *i)
-                    .map(|at| std::mem::take(&mut emitted[at].1))
-                    .unwrap_or_default(),
-            },
             Intent::DeadLetter { reason } => CommandOutcome::DeadLettered {
                 reason: reason.clone(),
             },
@@ -81,7 +81,8 @@ impl Intent {
                 reason: reason.clone(),
             },
             Intent::Expired => CommandOutcome::Expired,
-            Intent::Duplicate
+            Intent::Delivered { .. }
+            | Intent::Duplicate
             | Intent::Hold { .. }
             | Intent::RetryAt { .. }
             | Intent::BehindBlock => return None,

@@ -123,10 +123,15 @@ pub struct StageCommit {
     pub purge_catch_ups_before: Option<DateTime<Utc>>,
     /// Held rows to make due at once, after the row changes (see [`HoldRelease`]).
     pub release_holds: Vec<HoldRelease>,
-    /// The outcomes of the commands this stage settled, kept until their `keep_until`
-    /// (replacing an earlier record of the same key). When the commit purges delivered rows
+    /// The outcomes of the commands this stage settled other than handled, kept until their
+    /// `keep_until` (replacing an earlier record of the same key). A handled command's outcome
+    /// is its row marked [`RowChange::Delivered`] (with the stage's `now` as its time), read
+    /// back with the events its handler emitted (see [`crate::model::outcome`]). When the commit purges delivered rows
     /// it also deletes up to as many of the shard's records whose `keep_until` has passed.
     pub outcomes: Vec<OutcomeRecord>,
+    /// The stage decided the outcome of at least one command (handled ones included, which
+    /// have no record): its storage tells waiting senders once it committed.
+    pub outcomes_decided: bool,
 }
 
 impl StageCommit {
@@ -227,6 +232,7 @@ mod tests {
             purge_catch_ups_before: None,
             release_holds: Vec::new(),
             outcomes: Vec::new(),
+            outcomes_decided: false,
         }
     }
 

@@ -118,6 +118,7 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
         purge_catch_ups_before: None,
         release_holds: vec![],
         outcomes: vec![],
+        outcomes_decided: false,
     }
 }
 

@@ -30,15 +30,19 @@ fn decided(outcome: CommandOutcome) -> OutcomeLookup {
     }
 }
 
-/// A waiting command is pending; the outcomes a commit records are read back (handled with
-/// its event ids, dead-lettered with its reason, expired) until their `keep_until`, a later
-/// record of the same key replaces the earlier, and a purge deletes the forgotten ones.
+/// A waiting command is pending. A handled command's outcome is its delivered row: handled at
+/// the stage's time, with the events its target emitted for it (found by their derived ids,
+/// not another command's), until the row's `keep_until`, even over an older record of its key
+/// (a requeued dead letter handled). The other outcomes are records (dead-lettered with its
+/// reason, expired), read back until their `keep_until`; a later record of a key replaces the
+/// earlier; a purge deletes the forgotten ones with the delivered rows.
 pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(store: S) {
     store
         .write(messages(vec![
             command(0, "a", "s1"),
             command(0, "b", "s2"),
             command(0, "c", "s3"),
+            command(0, "d", "s4"),
         ]))
         .await
         .expect("write");
@@ -64,9 +68,20 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
             .map(|m| m.seq)
             .expect("row of the page")
     };
-    let handled = CommandOutcome::Handled {
-        events: vec![SignalId::from("e-1"), SignalId::from("e-2")],
-    };
+    // s1's target emitted 17 events (more than one probe reads), s4's none; another target's
+    // event for s1 is not s1's.
+    let s1_events: Vec<SignalId> = (0..17)
+        .map(|n| key("a", "s1").emitted_id("event", n))
+        .collect();
+    let mut events: Vec<_> = s1_events
+        .iter()
+        .map(|id| event(&id.0, "Happened", t0()))
+        .collect();
+    events.push(event(
+        &key("z", "s1").emitted_id("event", 17).0,
+        "Happened",
+        t0(),
+    ));
     let dead = CommandOutcome::DeadLettered {
         reason: "boom \"quoted\"".into(),
     };
@@ -83,15 +98,23 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
                 seq: seq("s3"),
                 change: RowChange::Remove,
             },
+            delivered(seq("s4"), secs(60)),
         ],
     );
+    commit.writes.events = events;
     commit.outcomes = vec![
-        record("a", "s1", handled.clone(), 60),
         record("b", "s2", dead.clone(), 60),
         record("c", "s3", CommandOutcome::Expired, 30),
     ];
     store.commit_stage(commit).await.expect("commit");
-    assert_eq!(outcome(key("a", "s1"), secs(1)).await, decided(handled));
+    assert_eq!(
+        outcome(key("a", "s1"), secs(1)).await,
+        decided(CommandOutcome::Handled { events: s1_events })
+    );
+    assert_eq!(
+        outcome(key("d", "s4"), secs(1)).await,
+        decided(CommandOutcome::Handled { events: vec![] })
+    );
     assert_eq!(outcome(key("b", "s2"), secs(1)).await, decided(dead));
     assert_eq!(
         outcome(key("c", "s3"), secs(29)).await,
@@ -103,22 +126,55 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         "forgotten when its window ends"
     );
 
-    // Decided again (a requeued dead letter, handled): the later record wins.
-    let mut again = stage(&lease, secs(2), vec![]);
+    // Decided again: the later record wins.
+    let mut again = stage(&lease, t0(), vec![]);
     again.outcomes = vec![record(
         "b",
         "s2",
-        CommandOutcome::Handled { events: vec![] },
+        CommandOutcome::Dropped {
+            reason: "later".into(),
+        },
         90,
     )];
     store.commit_stage(again).await.expect("commit again");
     assert_eq!(
         outcome(key("b", "s2"), secs(61)).await,
-        decided(CommandOutcome::Handled { events: vec![] })
+        decided(CommandOutcome::Dropped {
+            reason: "later".into()
+        })
     );
 
-    // A purge at 61 s deletes the records forgotten by then (s1, s3), not the one kept to
-    // 90 s; asked at an earlier time, s1 is gone for good.
+    // Requeued (written again) and handled at 2 s: its delivered row answers, not the record.
+    store
+        .write(messages(vec![command(0, "b", "s2")]))
+        .await
+        .expect("requeue");
+    assert_eq!(
+        outcome(key("b", "s2"), secs(2)).await,
+        OutcomeLookup::Pending
+    );
+    let page = store
+        .read_page(ShardIndex(0), secs(2), 10)
+        .await
+        .expect("read again");
+    let requeued = page
+        .messages
+        .iter()
+        .find(|m| m.message.signal_id.0 == "s2")
+        .map(|m| m.seq)
+        .expect("the requeued row");
+    let handled = stage(&lease, secs(2), vec![delivered(requeued, secs(62))]);
+    store.commit_stage(handled).await.expect("handled");
+    assert_eq!(
+        outcome(key("b", "s2"), secs(3)).await,
+        OutcomeLookup::Decided {
+            outcome: CommandOutcome::Handled { events: vec![] },
+            decided_at: secs(2),
+        }
+    );
+
+    // A purge at 61 s deletes the rows and records forgotten by then (s1, s3, s4), not s2's
+    // delivered row (kept to 62 s); asked at an earlier time, s1 is gone for good.
     let mut purge = stage(&lease, secs(61), vec![]);
     purge.purge_delivered = 10;
     store.commit_stage(purge).await.expect("purge");
@@ -131,7 +187,10 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         OutcomeLookup::Unknown
     );
     assert_eq!(
-        outcome(key("b", "s2"), secs(1)).await,
-        decided(CommandOutcome::Handled { events: vec![] })
+        outcome(key("b", "s2"), secs(61)).await,
+        OutcomeLookup::Decided {
+            outcome: CommandOutcome::Handled { events: vec![] },
+            decided_at: secs(2),
+        }
     );
 }

@@ -226,13 +226,15 @@ impl<Conn> RunQueryDsl<Conn> for StateRows<'_> {}
 pub(crate) struct DeliveredRows<'a> {
     pub(crate) shard: i32,
     pub(crate) seqs: &'a [i64],
+    /// When (µs): a handled command's outcome time.
+    pub(crate) at: i64,
     /// The new `keep_until` (µs).
     pub(crate) keep_until: i64,
 }
 
 impl QueryFragment<Pg> for DeliveredRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        mark_delivered_where_shard(&mut out, &self.keep_until, &self.shard)?;
+        mark_delivered_where_shard(&mut out, &self.at, &self.keep_until, &self.shard)?;
         out.push_sql(" AND seq = ANY(");
         out.push_bind_param::<Array<BigInt>, _>(self.seqs)?;
         out.push_sql(")");

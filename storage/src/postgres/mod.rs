@@ -301,12 +301,14 @@ impl Dialect for PgConnection {
         &mut self,
         shard: i32,
         seqs: &[i64],
+        at: i64,
         keep_until: i64,
     ) -> Result<usize, Failure> {
         if several(seqs) {
             return Ok(DeliveredRows {
                 shard,
                 seqs,
+                at,
                 keep_until,
             }
             .execute(self)?);
@@ -316,6 +318,7 @@ impl Dialect for PgConnection {
             touched += MarkDelivered {
                 shard,
                 seqs: one,
+                at,
                 keep_until,
             }
             .execute(self)?;

@@ -37,6 +37,14 @@ pub(crate) struct InboxRow {
     pub payload_type: String,
     pub metadata: String,
     pub first_failed_at: Option<i64>,
+    /// When it was delivered (see `schema::inbox_messages::delivered_at`). Read because a
+    /// page query returns the table's row type; core's messages do not carry it (the outcome
+    /// read selects it by itself).
+    #[expect(
+        dead_code,
+        reason = "part of the table's row type, which page reads return"
+    )]
+    pub delivered_at: Option<i64>,
 }
 
 impl InboxRow {
@@ -192,6 +200,7 @@ impl DeadLetterRow {
             payload_type: r.payload_type,
             metadata: r.metadata,
             first_failed_at: r.row_first_failed_at,
+            delivered_at: None,
         }
         .into_message()?;
         Ok(DeadLetter {

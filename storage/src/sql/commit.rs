@@ -39,6 +39,7 @@ macro_rules! commit_units {
                 purge_catch_ups_before,
                 release_holds,
                 outcomes,
+                outcomes_decided: _,
             } = commit;
             let outcomes: Vec<_> = outcomes
                 .into_iter()
@@ -159,6 +160,7 @@ macro_rules! commit_units {
         ) -> Result<(), Failure> {
             use $crate::schema::inbox_messages::dsl as im;
             let s = shard.as_i32();
+            // The stage's time: when rows were delivered, or first failed.
             let failed_at = micros(now);
             let mut delivered: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
             let mut held: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
@@ -186,7 +188,7 @@ macro_rules! commit_units {
             }
             for (keep_until, seqs) in delivered {
                 for_each_chunk(conn, shard, seqs, |conn, chunk| {
-                    <Conn as Dialect>::mark_delivered_rows(conn, s, chunk, keep_until)
+                    <Conn as Dialect>::mark_delivered_rows(conn, s, chunk, failed_at, keep_until)
                 })?;
             }
             for (until, seqs) in held {

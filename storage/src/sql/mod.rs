@@ -145,12 +145,13 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// by it (see [`Dialect::insert_inbox_rows`]).
     fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure>;
 
-    /// Rows `seqs` (distinct) of `shard` marked delivered until `keep_until` (µs): the rows
-    /// touched (see [`Dialect::insert_inbox_rows`]).
+    /// Rows `seqs` (distinct) of `shard` marked delivered at `at` until `keep_until` (both
+    /// µs): the rows touched (see [`Dialect::insert_inbox_rows`]).
     fn mark_delivered_rows(
         &mut self,
         shard: i32,
         seqs: &[i64],
+        at: i64,
         keep_until: i64,
     ) -> Result<usize, Failure>;
 

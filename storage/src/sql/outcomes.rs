@@ -5,8 +5,13 @@
 //!  commit  UpsertOutcomes<N>   INSERT … ON CONFLICT (key) DO UPDATE, cut by `ladder!`, so
 //!                              every size is prepared once per connection (as the states)
 //!  purge   up to `limit` rows of the shard whose keep_until passed (index shard, keep_until)
-//!  read    the inbox row's status by the dedup key (still waiting ─► Pending), then the
-//!          outcome row within its window ─► Decided, else Unknown
+//!  read    the inbox row by the dedup key: still waiting ─► Pending; delivered within its
+//!          window ─► Handled, its events found by their derived ids (unique index on
+//!          events.id, 16 a statement); else the outcome row within its window ─► Decided,
+//!          else Unknown
+//!
+//! A handled command has no outcome row: its delivered row is its outcome (see
+//! `shardbox_core::model::outcome`), so the common outcome costs the stage no write.
 //! ```
 //!
 //! The row is read before the outcome: the commit that decides removes or marks the row and
@@ -163,18 +168,41 @@ macro_rules! outcome_units {
             use shardbox_core::{CommandOutcome, OutcomeLookup};
             use $crate::schema::command_outcomes::dsl as co;
             use $crate::schema::inbox_messages::dsl as im;
-            let status: Option<String> = im::inbox_messages
+            let row: Option<(String, Option<i64>, Option<i64>)> = im::inbox_messages
                 .filter(im::tenant.eq(&key.tenant))
                 .filter(im::target_kind.eq(&key.target_kind))
                 .filter(im::target_id.eq(&key.target_id))
                 .filter(im::signal_id.eq(&key.signal_id.0))
-                .select(im::status)
+                .select((im::status, im::delivered_at, im::keep_until))
                 .first(conn)
                 .optional()?;
-            if status.as_deref().is_some_and(|s| {
-                s == MessageStatus::ToDeliver.as_str() || s == MessageStatus::ToCatchUp.as_str()
-            }) {
-                return Ok(OutcomeLookup::Pending);
+            match row {
+                Some((status, _, _))
+                    if status == MessageStatus::ToDeliver.as_str()
+                        || status == MessageStatus::ToCatchUp.as_str() =>
+                {
+                    return Ok(OutcomeLookup::Pending);
+                }
+                // Handled: the delivered row is the outcome (rows delivered before
+                // `delivered_at` existed fall through to their record).
+                Some((status, Some(at), Some(keep_until)))
+                    if status == MessageStatus::Delivered.as_str() && keep_until > micros(now) =>
+                {
+                    let events = shardbox_core::handled_events(key, |ids| {
+                        use $crate::schema::events::dsl as ev;
+                        let ids: Vec<&str> = ids.iter().map(|id| id.0.as_str()).collect();
+                        let found: i64 = ev::events
+                            .filter(ev::id.eq_any(ids))
+                            .count()
+                            .get_result(conn)?;
+                        Ok::<_, Failure>(usize::try_from(found).unwrap_or(0))
+                    })?;
+                    return Ok(OutcomeLookup::Decided {
+                        outcome: CommandOutcome::Handled { events },
+                        decided_at: rows::time(at)?,
+                    });
+                }
+                _ => {}
             }
             let row: Option<(String, Option<String>, String, i64, i64)> = co::command_outcomes
                 .find((

@@ -86,11 +86,13 @@ impl QueryId for SetLease<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for SetLease<'_> {}
 
-/// `UPDATE inbox_messages SET status = 'delivered', keep_until WHERE shard AND seq IN (…N)`:
-/// marks `N` rows delivered (N rows) or fewer (some are not rows of the shard).
+/// `UPDATE inbox_messages SET status = 'delivered', delivered_at, keep_until WHERE shard AND
+/// seq IN (…N)`: marks `N` rows delivered (N rows) or fewer (some are not rows of the shard).
 pub(crate) struct MarkDelivered<'a, const N: usize> {
     pub(crate) shard: i32,
     pub(crate) seqs: &'a [i64; N],
+    /// When (µs): a handled command's outcome time.
+    pub(crate) at: i64,
     /// The new `keep_until` (µs).
     pub(crate) keep_until: i64,
 }
@@ -102,7 +104,7 @@ where
     i64: ToSql<BigInt, DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        mark_delivered_where_shard(&mut out, &self.keep_until, &self.shard)?;
+        mark_delivered_where_shard(&mut out, &self.at, &self.keep_until, &self.shard)?;
         out.push_sql(" AND seq IN (");
         for (i, seq) in self.seqs.iter().enumerate() {
             if i > 0 {
@@ -115,10 +117,11 @@ where
     }
 }
 
-/// `UPDATE [OR FAIL] inbox_messages SET status = 'delivered', keep_until = ? WHERE shard = ?`:
-/// the head of every statement that marks rows delivered (the rows follow).
+/// `UPDATE [OR FAIL] inbox_messages SET status = 'delivered', delivered_at = ?, keep_until = ?
+/// WHERE shard = ?`: the head of every statement that marks rows delivered (the rows follow).
 pub(crate) fn mark_delivered_where_shard<'b, DB>(
     out: &mut AstPass<'_, 'b, DB>,
+    at: &'b i64,
     keep_until: &'b i64,
     shard: &'b i32,
 ) -> QueryResult<()>
@@ -131,7 +134,9 @@ where
     out.push_sql(DB::OR_FAIL);
     out.push_sql(" inbox_messages SET status = '");
     out.push_sql(MessageStatus::Delivered.as_str());
-    out.push_sql("', keep_until = ");
+    out.push_sql("', delivered_at = ");
+    out.push_bind_param::<BigInt, _>(at)?;
+    out.push_sql(", keep_until = ");
     out.push_bind_param::<BigInt, _>(keep_until)?;
     out.push_sql(" WHERE shard = ");
     out.push_bind_param::<Integer, _>(shard)?;

@@ -61,7 +61,7 @@ macro_rules! storage_impls {
                 &self,
                 commit: shardbox_core::storage::StageCommit,
             ) -> Result<shardbox_core::storage::CommitReport, shardbox_core::StorageError> {
-                let decided = (!commit.outcomes.is_empty()).then_some(commit.lease.shard);
+                let decided = commit.outcomes_decided.then_some(commit.lease.shard);
                 let report = self
                     .db
                     .run(move |conn| $units::commit_stage(conn, commit))

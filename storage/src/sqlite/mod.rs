@@ -252,6 +252,7 @@ impl Dialect for SqliteConnection {
         &mut self,
         shard: i32,
         seqs: &[i64],
+        at: i64,
         keep_until: i64,
     ) -> Result<usize, Failure> {
         let mut touched = 0;
@@ -259,6 +260,7 @@ impl Dialect for SqliteConnection {
             touched += MarkDelivered {
                 shard,
                 seqs,
+                at,
                 keep_until,
             }
             .execute(self)?;

@@ -1,0 +1,1 @@
+ALTER TABLE inbox_messages DROP COLUMN delivered_at;
