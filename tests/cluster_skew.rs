@@ -154,17 +154,25 @@ fn skew_node_entry() {
         let clock = Arc::new(SkewedClock {
             offset: chrono::Duration::milliseconds(offset),
         });
-        let sb = builder(store.open().await)
+        let sb_storage = store.open().await;
+        let sb = builder(sb_storage.clone())
             .node_id(NodeId(node.clone()))
-            .clock(clock)
+            .clock(clock.clone())
             .stations(|p| {
                 p.push(CommitLog);
             })
             .build()
             .await
             .expect("build the node");
+        // The skew is real: this node's clock against the store's.
+        let store_now = sb_storage
+            .clock_now()
+            .await
+            .expect("clock_now")
+            .expect("SQL stores have a clock");
+        let skew = (clock.now() - store_now).num_milliseconds();
         let running = sb.start();
-        println!("SBX-READY {node}");
+        println!("SBX-READY {node} skew_ms={skew}");
         tokio::task::spawn_blocking(wait_for_stop_signal)
             .await
             .expect("stdin");
@@ -222,11 +230,34 @@ async fn skewed_nodes_share_leases(store: Store) {
             NodeProcess::spawn(name, ENTRY, &env)
         })
         .collect();
-    for n in &nodes {
+    for (n, (_, offset)) in nodes.iter().zip(NODES) {
+        let line = n.wait_for("SBX-READY", Duration::from_secs(60));
+        let line = line.unwrap_or_else(|| panic!("{} did not start", n.name));
+        let skew = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("skew_ms="))
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or_else(|| panic!("no skew_ms= in {line:?}"));
         assert!(
-            n.wait_for("SBX-READY", Duration::from_secs(60)).is_some(),
-            "{} did not start",
-            n.name
+            (skew - offset).abs() < 1_000,
+            "{line}: the clock is not off by {offset} ms"
+        );
+    }
+    // Every node beats on the store's clock, whatever its own clock says.
+    tokio::time::sleep(2 * POLL).await;
+    let store_now = storage
+        .clock_now()
+        .await
+        .expect("clock_now")
+        .expect("SQL stores have a clock");
+    let members = storage.members(store_now).await.expect("members");
+    for (name, _) in NODES {
+        let member = members.iter().find(|m| m.node_id.0 == name);
+        let member = member.unwrap_or_else(|| panic!("{name} is not a member: {members:?}"));
+        let off = (member.beat_at - store_now).num_milliseconds().abs();
+        assert!(
+            off < 1_000,
+            "{name} beat {off} ms off the store's clock: {member:?}"
         );
     }
 
