@@ -266,6 +266,8 @@ impl ShardboxBuilder {
             self.monitor,
             self.clock,
         ));
+        // Before anything is picked up or written: the node's time on the storage's clock.
+        env.sync_clock().await;
         let delivery = Arc::new(Delivery::new(env.clone(), pipeline.into_stations()));
         Ok(Shardbox::new(env.clone(), Inbox::new(env), delivery))
     }

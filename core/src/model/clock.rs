@@ -1,5 +1,11 @@
 //! Time as delivery sees it. Production uses [`SystemClock`]; tests drive a [`ManualClock`]
 //! so that back-off, delays and windows are checked without sleeping.
+//!
+//! A node does not use its clock as it is: it reads it off the storage's clock (see
+//! [`StorageClock`](crate::runner::storage_clock::StorageClock)), so that leases and
+//! heartbeats written by nodes with skewed clocks are judged on one time line. A
+//! [`ManualClock`] is the exception: it stands for the whole world's time, the database's
+//! included ([`Clock::is_manual`]).
 
 use crate::sync::lock;
 use chrono::{DateTime, Duration, Utc};
@@ -9,6 +15,13 @@ use std::sync::Mutex;
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> DateTime<Utc>;
+
+    /// Whether this clock is the time of the whole (simulated) world, the storage's included,
+    /// so that a node takes it as it is instead of reading it off the storage's clock. `false`
+    /// for a real clock, right or skewed; `true` for [`ManualClock`].
+    fn is_manual(&self) -> bool {
+        false
+    }
 }
 
 /// The wall clock.
@@ -50,6 +63,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         *lock(&self.now)
+    }
+
+    fn is_manual(&self) -> bool {
+        true
     }
 }
 

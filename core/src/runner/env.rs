@@ -18,6 +18,7 @@ use crate::model::ids::ShardIndex;
 use crate::runner::due::{DueSink, DueTimers};
 use crate::runner::expiry::ExpiryRequests;
 use crate::runner::outcomes::OutcomeSignals;
+use crate::runner::storage_clock::StorageClock;
 use crate::runner::unreleased::UnreleasedLeases;
 use crate::stage::context::StationContext;
 use crate::storage::{ShardObserver, Storage};
@@ -50,8 +51,11 @@ pub struct DeliveryEnv {
     pub config: DeliveryConfig,
     /// Hooks.
     pub monitor: Arc<dyn DeliveryMonitor>,
-    /// Time.
+    /// Time: the node's clock read off the storage's clock (see [`StorageClock`]), or a
+    /// manual clock as it is.
     pub clock: Arc<dyn Clock>,
+    /// The correction of `clock`, unless it is manual.
+    storage_clock: Option<Arc<StorageClock>>,
     /// Counters of this delivery.
     pub metrics: DeliveryMetrics,
     /// What the stations of this delivery see.
@@ -67,7 +71,8 @@ pub struct DeliveryEnv {
 }
 
 impl DeliveryEnv {
-    /// An environment; the configuration must already be validated.
+    /// An environment; the configuration must already be validated. Unless `clock` is
+    /// manual, it is read off the storage's clock from the first [`DeliveryEnv::sync_clock`].
     pub fn new(
         registry: Arc<EntityRegistry>,
         storage: Arc<dyn Storage>,
@@ -75,6 +80,12 @@ impl DeliveryEnv {
         monitor: Arc<dyn DeliveryMonitor>,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let storage_clock =
+            (!clock.is_manual()).then(|| Arc::new(StorageClock::new(clock.clone())));
+        let clock: Arc<dyn Clock> = match &storage_clock {
+            Some(corrected) => corrected.clone(),
+            None => clock,
+        };
         let station = Arc::new(StationContext::new(
             registry.clone(),
             storage.clone(),
@@ -90,12 +101,24 @@ impl DeliveryEnv {
             config,
             monitor,
             clock,
+            storage_clock,
             station,
             due_timers: DueTimers::default(),
             expiry: ExpiryRequests::default(),
             unreleased: UnreleasedLeases::default(),
             observers: RwLock::new(Vec::new()),
             stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// Reads the storage's clock again and corrects [`DeliveryEnv::clock`] by it (nothing for
+    /// a manual clock or a store without a clock). A failed read keeps the last correction
+    /// (logged).
+    pub async fn sync_clock(&self) {
+        if let Some(clock) = &self.storage_clock {
+            if let Err(e) = clock.sync(self.storage.as_ref()).await {
+                tracing::warn!(error = %e, "could not read the storage's clock; the node keeps its last offset to it");
+            }
         }
     }
 

@@ -20,12 +20,15 @@ use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use tokio::sync::watch;
 
-/// Every poll interval until the stop: records that this node is alive for one lease duration
-/// (`WorkRegistry::beat`), so that `Shardbox::members` lists it; a node that stops beating
-/// leaves the membership one lease after its last beat.
+/// Every poll interval until the stop: reads the storage's clock again (see
+/// [`StorageClock`](crate::runner::storage_clock::StorageClock)) and records that this node is
+/// alive for one lease duration (`WorkRegistry::beat`), so that `Shardbox::members` lists it;
+/// a node that stops beating leaves the membership one lease after its last beat.
 pub(super) async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
     let me = &env.config.node_id;
     loop {
+        // Before every beat: the beat and the leases of this node are on the storage's clock.
+        env.sync_clock().await;
         let now = env.clock.now();
         if let Err(e) = env.storage.beat(me, now, env.lease_until(now)).await {
             tracing::warn!(error = %e, "membership heartbeat failed; trying again next interval");

@@ -15,6 +15,7 @@
 //!  outcomes  wakes the senders waiting for their commands' outcomes
 //!  worker    a worker task under a supervisor that restarts and counts it if it dies
 //!  env       DeliveryEnv: the runtime services (storage, timers, observers, stop flag)
+//!  storage_clock  the node's clock read off the storage's clock (leases on one time line)
 //! ```
 //!
 //! Stations never see this folder: they get a [`StationContext`](crate::stage::context::StationContext).
@@ -31,6 +32,7 @@ pub mod liveness;
 pub mod local;
 mod membership;
 pub mod outcomes;
+pub mod storage_clock;
 pub(crate) mod sweep;
 pub(crate) mod tasks;
 mod turn;

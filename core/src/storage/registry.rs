@@ -99,4 +99,12 @@ pub trait WorkRegistry: Send + Sync + 'static {
 
     /// The members at `now` (whose `alive_until` is later), sorted by node id.
     async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError>;
+
+    /// The storage's own clock, which every node's lease and membership times are read off
+    /// (see `StorageClock`): the server's `clock_timestamp()` on PostgreSQL, the clock of the
+    /// machine that holds the file on SQLite. `None` for a store with no clock of its own (the
+    /// memory backend lives in its node's process, whose clock is its clock).
+    async fn clock_now(&self) -> Result<Option<DateTime<Utc>>, StorageError> {
+        Ok(None)
+    }
 }

@@ -11,7 +11,7 @@
 //! and [`PostgresStorage`]; a new backend is done when it passes, not before. The cases
 //! cover the Inbox (order, paging, delays, deduplication, retries, purge, counts, tenants),
 //! the stage commit (fencing, atomicity), the lock table, the event store, entity states,
-//! catch-up jobs, failures (first-failure times, blocked targets, the operators' dead-letter
+//! the store's clock, catch-up jobs, failures (first-failure times, blocked targets, the operators' dead-letter
 //! and unblock API, TTL expiry reads, lease takeovers), command outcomes, and concurrent writers, pick-ups,
 //! catch-up starts and requeues.
 //!
@@ -76,9 +76,10 @@ pub use inbox::{
 };
 pub use outcomes::command_outcomes_are_kept_for_their_window;
 pub use registry::{
-    concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
-    members_beat_expire_and_leave, pick_up_refused_while_held,
-    release_then_pick_up_gives_higher_epoch, the_first_shard_count_claimed_is_recorded,
+    clock_now_is_the_storage_clock, concurrent_pick_up_has_one_winner,
+    fenced_commit_refused_after_lease_taken, members_beat_expire_and_leave,
+    pick_up_refused_while_held, release_then_pick_up_gives_higher_epoch,
+    the_first_shard_count_claimed_is_recorded,
 };
 
 /// Stamps one `#[tokio::test]` per conformance case into the calling module.
@@ -111,6 +112,7 @@ macro_rules! conformance_suite {
             concurrent_pick_up_has_one_winner,
             the_first_shard_count_claimed_is_recorded,
             members_beat_expire_and_leave,
+            clock_now_is_the_storage_clock,
             event_store_pages_by_seq_with_filters,
             events_of_one_source_in_seq_order,
             entity_state_versions_and_delete,

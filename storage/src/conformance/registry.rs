@@ -250,3 +250,29 @@ pub async fn members_beat_expire_and_leave<S: Storage + Inspect>(store: S) {
         ["node-b"]
     );
 }
+
+/// The store's clock, which every node's lease and membership times are read off: a store
+/// with one (SQLite, PostgreSQL) reads the time of this machine's clock (the test database
+/// runs beside the tests; a minute's leeway) and moves with real time; the memory backend has
+/// none.
+pub async fn clock_now_is_the_storage_clock<S: Storage + Inspect>(store: S) {
+    let Some(first) = store.clock_now().await.expect("clock_now") else {
+        return;
+    };
+    let here = chrono::Utc::now();
+    assert!(
+        (first - here).abs() < Duration::minutes(1),
+        "the store's clock reads {first}, this machine's {here}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let second = store
+        .clock_now()
+        .await
+        .expect("clock_now")
+        .expect("a clock that read once reads again");
+    let moved = second - first;
+    assert!(
+        moved >= Duration::milliseconds(40) && moved < Duration::seconds(10),
+        "the store's clock moved {moved} in 50 ms"
+    );
+}

@@ -268,6 +268,9 @@ impl Dialect for PgConnection {
         Ok(EventRows::new(rows, LOCK_EVENT_APPEND).execute(self)?)
     }
 
+    const CLOCK_NOW_MICROS: &'static str =
+        "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)";
+
     fn inserts_in_one_statement(_rows: usize) -> bool {
         true
     }

@@ -126,6 +126,12 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// free of deadlocks.
     fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Result<usize, Failure>;
 
+    /// The database's clock in µs since the epoch, as an SQL expression of type `BIGINT`: the
+    /// clock every node's lease and membership times are read off (`WorkRegistry::clock_now`).
+    /// PostgreSQL: the server's `clock_timestamp()`. SQLite: `julianday('now')`, the clock of
+    /// the machine that holds the file (ms precision), one clock for every process on it.
+    const CLOCK_NOW_MICROS: &'static str;
+
     /// Whether `rows` inbox rows (with no events) are written by one statement, which then
     /// needs no transaction around it (see `write_statement`).
     fn inserts_in_one_statement(rows: usize) -> bool;

@@ -107,6 +107,15 @@ macro_rules! registry_units {
                 .collect()
         }
 
+        /// `WorkRegistry::clock_now`: the database's clock.
+        pub(crate) fn clock_now(conn: &mut Conn) -> Result<Option<DateTime<Utc>>, Failure> {
+            let micros: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                <Conn as Dialect>::CLOCK_NOW_MICROS,
+            ))
+            .get_result(conn)?;
+            Ok(Some(rows::time(micros)?))
+        }
+
         /// `WorkRegistry::pick_up`.
         pub(crate) fn pick_up(
             conn: &mut Conn,

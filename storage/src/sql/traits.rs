@@ -271,6 +271,12 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::leave(conn, node_id)).await
             }
 
+            async fn clock_now(
+                &self,
+            ) -> Result<Option<chrono::DateTime<chrono::Utc>>, shardbox_core::StorageError> {
+                self.db.run($units::clock_now).await
+            }
+
             async fn members(
                 &self,
                 now: chrono::DateTime<chrono::Utc>,

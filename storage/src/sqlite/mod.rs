@@ -232,6 +232,9 @@ impl Dialect for SqliteConnection {
         event_rows::append(self, rows)
     }
 
+    const CLOCK_NOW_MICROS: &'static str =
+        "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+
     fn inserts_in_one_statement(_rows: usize) -> bool {
         // Drawing the seqs is a statement of its own (see `inbox_rows`).
         false

@@ -1,0 +1,365 @@
+//! Node clock skew and leases, end to end with node *processes*: three nodes share one
+//! PostgreSQL schema (or one SQLite file) under steady traffic; one node's clock runs 30 s
+//! ahead, one 30 s behind, one is right. Leases are judged by the database's clock, so:
+//!
+//! - no lease is ever taken over (`lease_takeovers` is 0 on every node: a take-over here
+//!   could only be a live lease judged expired by a wrong clock) and no node loses one
+//!   (`lease_losses` is 0: nobody took a lease its holder still used);
+//! - no two nodes ever committed under one (shard, epoch) (the commit log every stage writes
+//!   inside its own fenced commit);
+//! - every command is applied once, in send order.
+//!
+//! Before leases were judged by the database's clock, the node 30 s ahead took every lease
+//! the others held (they looked expired to it), and the node 30 s behind wrote leases that
+//! had ended 28 s before they were written.
+//!
+//! The nodes are this test binary run again with `SHARDBOX_SKEW_NODE` set (see
+//! `skew_node_entry`); `SHARDBOX_SKEW_OFFSET_MS` sets the node's clock offset — the knob
+//! exists in this test binary only, as a [`Clock`] that reads the system clock plus the
+//! offset.
+
+mod common;
+
+use chrono::{DateTime, Utc};
+use common::cluster::{
+    pg_commit_log, shared_epochs, sqlite_commit_log, wait_for_stop_signal, CommitEntry, CommitLog,
+    NodeProcess,
+};
+use common::{Tally, TallyCommand};
+use shardbox::core::storage::EntityKey;
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::{Clock, NodeId, ShardboxBuilder};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHARDS: u32 = 12;
+/// Targets per shard: every shard has traffic.
+const PER_SHARD: usize = 2;
+const TARGETS: usize = SHARDS as usize * PER_SHARD;
+const LEASE: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(250);
+/// A round of one command per target every this often.
+const ROUND_EVERY: Duration = Duration::from_millis(150);
+/// How long the traffic runs with all three nodes up.
+const TRAFFIC: Duration = Duration::from_secs(10);
+/// The nodes and their clock offsets (ms).
+const NODES: [(&str, i64); 3] = [
+    ("node-ahead", 30_000),
+    ("node-behind", -30_000),
+    ("node-right", 0),
+];
+const ENTRY: &str = "skew_node_entry";
+
+/// The system clock plus a fixed offset: a node whose clock is wrong.
+struct SkewedClock {
+    offset: chrono::Duration,
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now() + self.offset
+    }
+}
+
+fn builder(storage: Arc<dyn Storage>) -> ShardboxBuilder {
+    Shardbox::builder()
+        .shared_storage(storage)
+        .shards(SHARDS)
+        .lease_duration(LEASE)
+        .poll_interval(POLL)
+        .workers(4)
+        .aggregate::<Tally>()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Where the nodes keep their data.
+#[derive(Clone)]
+enum Store {
+    Postgres { url: String, schema: String },
+    Sqlite(std::path::PathBuf),
+}
+
+impl Store {
+    /// `pg:<schema>` or `sqlite:<path>`, for a node process's environment.
+    fn spec(&self) -> String {
+        match self {
+            Store::Postgres { schema, .. } => format!("pg:{schema}"),
+            Store::Sqlite(path) => format!("sqlite:{}", path.display()),
+        }
+    }
+
+    async fn open(&self) -> Arc<dyn Storage> {
+        match self {
+            Store::Postgres { url, schema } => {
+                let options = shardbox::storage::PostgresOptions::default()
+                    .schema(schema.clone())
+                    .pool_size(6);
+                Arc::new(
+                    shardbox::storage::PostgresStorage::connect_with(url.clone(), options)
+                        .await
+                        .expect("connect"),
+                )
+            }
+            Store::Sqlite(path) => Arc::new(
+                shardbox::storage::SqliteStorage::open(path)
+                    .await
+                    .expect("open SQLite"),
+            ),
+        }
+    }
+
+    fn commit_log(&self) -> Vec<CommitEntry> {
+        match self {
+            Store::Postgres { url, schema } => pg_commit_log(url, schema),
+            Store::Sqlite(path) => sqlite_commit_log(path),
+        }
+    }
+}
+
+/// A node process's main: serves the store until stdin closes, with its clock off by
+/// `SHARDBOX_SKEW_OFFSET_MS`. Does nothing in a normal test run.
+#[test]
+fn skew_node_entry() {
+    let Ok(node) = std::env::var("SHARDBOX_SKEW_NODE") else {
+        return;
+    };
+    let spec = std::env::var("SHARDBOX_SKEW_STORE").expect("SHARDBOX_SKEW_STORE");
+    let offset: i64 = std::env::var("SHARDBOX_SKEW_OFFSET_MS")
+        .expect("SHARDBOX_SKEW_OFFSET_MS")
+        .parse()
+        .expect("SHARDBOX_SKEW_OFFSET_MS: milliseconds");
+    let store = match spec.split_once(':') {
+        Some(("pg", schema)) => Store::Postgres {
+            url: std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process"),
+            schema: schema.to_owned(),
+        },
+        Some(("sqlite", path)) => Store::Sqlite(path.into()),
+        _ => panic!("SHARDBOX_SKEW_STORE: pg:<schema> or sqlite:<path>, not {spec}"),
+    };
+    if let Ok(filter) = std::env::var("SHARDBOX_TEST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    runtime().block_on(async {
+        let clock = Arc::new(SkewedClock {
+            offset: chrono::Duration::milliseconds(offset),
+        });
+        let sb_storage = store.open().await;
+        let sb = builder(sb_storage.clone())
+            .node_id(NodeId(node.clone()))
+            .clock(clock.clone())
+            .stations(|p| {
+                p.push(CommitLog);
+            })
+            .build()
+            .await
+            .expect("build the node");
+        // The skew is real: this node's clock against the store's.
+        let store_now = sb_storage
+            .clock_now()
+            .await
+            .expect("clock_now")
+            .expect("SQL stores have a clock");
+        let skew = (clock.now() - store_now).num_milliseconds();
+        let running = sb.start();
+        println!("SBX-READY {node} skew_ms={skew}");
+        tokio::task::spawn_blocking(wait_for_stop_signal)
+            .await
+            .expect("stdin");
+        running.shutdown().await.expect("shutdown");
+        let m = sb.metrics();
+        println!(
+            "SBX-STOPPED {node} delivered={} pick_ups={} takeovers={} losses={}",
+            m.delivered, m.lease_pick_ups, m.lease_takeovers, m.lease_losses
+        );
+    });
+}
+
+/// [`PER_SHARD`] target ids in every shard.
+fn target_ids(sb: &Shardbox) -> Vec<String> {
+    let mut per_shard = vec![0; SHARDS as usize];
+    let mut ids = Vec::with_capacity(TARGETS);
+    for t in 0.. {
+        let id = format!("skew-{t}");
+        let shard = sb.shard_of("tally", &id).0 as usize;
+        if per_shard[shard] < PER_SHARD {
+            per_shard[shard] += 1;
+            ids.push(id);
+            if ids.len() == TARGETS {
+                break;
+            }
+        }
+    }
+    ids
+}
+
+/// The number after `key=` in a `SBX-STOPPED` line.
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+async fn skewed_nodes_share_leases(store: Store) {
+    let storage = store.open().await;
+    let sender = builder(storage.clone())
+        .node_id(NodeId("sender".into()))
+        .build()
+        .await
+        .expect("build the sender");
+
+    let mut nodes: Vec<NodeProcess> = NODES
+        .iter()
+        .map(|(name, offset)| {
+            let env = [
+                ("SHARDBOX_SKEW_NODE", (*name).to_owned()),
+                ("SHARDBOX_SKEW_STORE", store.spec()),
+                ("SHARDBOX_SKEW_OFFSET_MS", offset.to_string()),
+            ];
+            NodeProcess::spawn(name, ENTRY, &env)
+        })
+        .collect();
+    for (n, (_, offset)) in nodes.iter().zip(NODES) {
+        let line = n.wait_for("SBX-READY", Duration::from_secs(60));
+        let line = line.unwrap_or_else(|| panic!("{} did not start", n.name));
+        let skew = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("skew_ms="))
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or_else(|| panic!("no skew_ms= in {line:?}"));
+        assert!(
+            (skew - offset).abs() < 1_000,
+            "{line}: the clock is not off by {offset} ms"
+        );
+    }
+    // Every node beats on the store's clock, whatever its own clock says.
+    tokio::time::sleep(2 * POLL).await;
+    let store_now = storage
+        .clock_now()
+        .await
+        .expect("clock_now")
+        .expect("SQL stores have a clock");
+    let members = storage.members(store_now).await.expect("members");
+    for (name, _) in NODES {
+        let member = members.iter().find(|m| m.node_id.0 == name);
+        let member = member.unwrap_or_else(|| panic!("{name} is not a member: {members:?}"));
+        let off = (member.beat_at - store_now).num_milliseconds().abs();
+        assert!(
+            off < 1_000,
+            "{name} beat {off} ms off the store's clock: {member:?}"
+        );
+    }
+
+    // Steady traffic: round n sends Record(n) to every target.
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let traffic = {
+        let (sender, stop, rounds) = (sender.clone(), stop.clone(), rounds.clone());
+        tokio::spawn(async move {
+            let ids = target_ids(&sender);
+            while !stop.load(Ordering::SeqCst) {
+                let n = rounds.load(Ordering::SeqCst);
+                let commands: Vec<(&str, TallyCommand)> = ids
+                    .iter()
+                    .map(|id| (id.as_str(), TallyCommand::Record(n)))
+                    .collect();
+                sender.send_many::<Tally>(&commands).await.expect("send");
+                rounds.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(ROUND_EVERY).await;
+            }
+        })
+    };
+    tokio::time::sleep(TRAFFIC).await;
+    stop.store(true, Ordering::SeqCst);
+    traffic.await.expect("traffic");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while storage.counts(None).await.expect("counts").pending() > 0 {
+        assert!(Instant::now() < deadline, "the cluster did not drain");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut stopped = Vec::new();
+    for n in &mut nodes {
+        n.tell("stop");
+        let line = n.wait_for("SBX-STOPPED", Duration::from_secs(30));
+        let line = line.unwrap_or_else(|| panic!("{} did not stop", n.name));
+        eprintln!("{line}");
+        assert!(n.stop(Duration::from_secs(30)).is_some_and(|s| s.success()));
+        stopped.push(line);
+    }
+
+    // Every command applied once, in send order.
+    let sent = rounds.load(Ordering::SeqCst);
+    let keys: Vec<EntityKey> = target_ids(&sender)
+        .into_iter()
+        .map(|id| EntityKey {
+            kind: "tally".into(),
+            tenant: String::new(),
+            id,
+        })
+        .collect();
+    let want: Vec<u64> = (0..sent).collect();
+    let states = storage.load_states(&keys).await.expect("states");
+    assert_eq!(states.len(), TARGETS);
+    for s in &states {
+        let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
+        assert_eq!(tally.applied, want, "{}: once each, in order", s.key.id);
+    }
+
+    let log = store.commit_log();
+    assert_eq!(shared_epochs(&log), vec![], "two owners of one epoch");
+    let served: Vec<&str> = NODES
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| log.iter().any(|e| e.node == *n))
+        .collect();
+    eprintln!(
+        "cluster_skew: {sent} rounds, {} stages committed; nodes that committed: {served:?}",
+        log.len()
+    );
+    assert_eq!(
+        served.len(),
+        NODES.len(),
+        "every node, skewed or not, served shards: {served:?}"
+    );
+    for line in &stopped {
+        assert_eq!(
+            (field(line, "takeovers"), field(line, "losses")),
+            (0, 0),
+            "a live lease was taken over or lost: {line}"
+        );
+    }
+}
+
+#[test]
+fn postgres_nodes_with_skewed_clocks_take_no_live_lease() {
+    let Some(url) = common::pg_url("postgres_nodes_with_skewed_clocks_take_no_live_lease") else {
+        return;
+    };
+    let schema = common::PgSchema::new(&url, "skew");
+    runtime().block_on(async {
+        skewed_nodes_share_leases(Store::Postgres {
+            url: url.clone(),
+            schema: schema.name.clone(),
+        })
+        .await;
+    });
+}
+
+#[test]
+fn sqlite_processes_with_skewed_clocks_take_no_live_lease() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("shardbox.db");
+    runtime().block_on(skewed_nodes_share_leases(Store::Sqlite(path)));
+}
