@@ -617,6 +617,14 @@ impl CatchUpStore for FaultyStorage {
         read!(self, "catch_up", self.inner.catch_up(id))
     }
 
+    async fn cancel_catch_up(
+        &self,
+        id: i64,
+        at: DateTime<Utc>,
+    ) -> Result<Option<CatchUpJob>, StorageError> {
+        write!(self, "cancel_catch_up", self.inner.cancel_catch_up(id, at))
+    }
+
     async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {
         read!(self, "running_catch_ups", self.inner.running_catch_ups())
     }

@@ -399,6 +399,17 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::catch_up(conn, id)).await
             }
 
+            async fn cancel_catch_up(
+                &self,
+                id: i64,
+                at: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError>
+            {
+                self.db
+                    .run(move |conn| $units::cancel_catch_up(conn, id, at))
+                    .await
+            }
+
             async fn running_catch_ups(
                 &self,
             ) -> Result<Vec<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError> {
