@@ -4,7 +4,7 @@
 //!  shardbox [--db URL|PATH] [--json] status
 //!                                    dead-letters list|show|requeue|purge
 //!                                    blocked list|unblock
-//!                                    catch-up list|progress [--follow]
+//!                                    catch-up start|list|progress [--follow]|cancel
 //!                                    migrate [--check]
 //!                                    serve [--listen ADDR] [--allow-actions]
 //! ```

@@ -90,6 +90,37 @@ pub const PURGED_HINT: &str =
 /// The target kind of the control rows that drive a job (one "tick" per replay step).
 pub const TICK_KIND: &str = "shardbox.catch-up";
 
+/// The stable type name of tick payloads.
+pub const TICK_TYPE: &str = "shardbox.catch-up.tick";
+
+/// The control row (before it is given a shard) that makes `job` take its next replay step
+/// at `due` (at once if `None`); written at `now`.
+pub fn tick(
+    job: &CatchUpJob,
+    now: DateTime<Utc>,
+    due: Option<DateTime<Utc>>,
+) -> crate::model::message::NewMessage {
+    crate::model::message::NewMessage {
+        signal_id: crate::model::ids::SignalId(tick_signal(job.id, job.cursor)),
+        kind: crate::model::message::MessageKind::Command,
+        target_kind: TICK_KIND.to_owned(),
+        target_id: job.id.to_string(),
+        tenant: String::new(),
+        payload: b"{}".to_vec(),
+        payload_type: TICK_TYPE.to_owned(),
+        metadata: Default::default(),
+        received_at: now,
+        deliver_after: due,
+        expires_at: None,
+    }
+}
+
+/// Whether a job's first step must estimate its total: it was started without the projection's
+/// event types (the `shardbox` command line), so its estimate is 0 and nothing is replayed yet.
+pub fn needs_estimate(job: &CatchUpJob) -> bool {
+    job.status == CatchUpStatus::Started && job.replayed == 0 && job.spec.total_estimate == 0
+}
+
 /// The signal id of the tick that replays the page after `cursor` for job `job`. Writing it
 /// twice is harmless: the second write is a duplicate.
 pub fn tick_signal(job: i64, cursor: i64) -> String {

@@ -29,8 +29,8 @@ use crate::batches::{run_batches, Batch, InFlight};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use shardbox_core::catch_up::{
-    apply_step, covers, decide_live_row, decide_step, parked_until, replay_signal, replays,
-    tick_signal, LiveRowDecision, StepDecision, TICK_KIND,
+    apply_step, covers, decide_live_row, decide_step, needs_estimate, parked_until, replay_signal,
+    replays, tick, LiveRowDecision, StepDecision, TICK_KIND,
 };
 use shardbox_core::storage::{CatchUpJob, EntityKey, EntityStateWrite};
 use shardbox_core::sync::lock;
@@ -43,8 +43,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tracing::Instrument;
 
-/// The stable type name of tick payloads.
-pub const TICK_TYPE: &str = "shardbox.catch-up.tick";
+pub use shardbox_core::catch_up::TICK_TYPE;
 
 /// The control row that makes job `job` take its next replay step at `due`.
 pub fn tick_message(
@@ -52,19 +51,7 @@ pub fn tick_message(
     job: &CatchUpJob,
     due: Option<DateTime<Utc>>,
 ) -> InboxWrite {
-    env.registry().address(NewMessage {
-        signal_id: SignalId(tick_signal(job.id, job.cursor)),
-        kind: MessageKind::Command,
-        target_kind: TICK_KIND.to_owned(),
-        target_id: job.id.to_string(),
-        tenant: String::new(),
-        payload: b"{}".to_vec(),
-        payload_type: TICK_TYPE.to_owned(),
-        metadata: Default::default(),
-        received_at: env.clock().now(),
-        deliver_after: due,
-        expires_at: None,
-    })
+    env.registry().address(tick(job, env.clock().now(), due))
 }
 
 /// Applies replayed `rows` straight to their targets' states (one load of all states, one
@@ -282,7 +269,7 @@ impl CatchUpStation {
             conveyor.record(index, Intent::Hold { until: now + poll });
             return Ok(());
         };
-        let (decision, replayed) = {
+        let (decision, replayed, estimate) = {
             // Every type of the projection's set, in one `seq`-ordered read.
             let types: Vec<String> = handler
                 .event_types()
@@ -292,6 +279,11 @@ impl CatchUpStation {
             let events = env
                 .read_events(job.cursor, &types, job.spec.since, page_size)
                 .await?;
+            let estimate = if needs_estimate(&job) {
+                Some(env.count_events(&types, job.spec.since).await?)
+            } else {
+                None
+            };
             let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
             let mut rows = Vec::new();
             for stored in &events {
@@ -338,8 +330,17 @@ impl CatchUpStation {
                 lock(&self.spilled).insert(job.id, (conveyor.lease().epoch, true));
                 conveyor.emit_messages(rows);
             }
-            (decide_step(&job, &seqs, page_size, 0), events.len())
+            (
+                decide_step(&job, &seqs, page_size, 0),
+                events.len(),
+                estimate,
+            )
         };
+        let mut job = job;
+        if let Some(total) = estimate {
+            // Stored with this step's job row (the row is stored whole).
+            job.spec.total_estimate = total;
+        }
         self.finish_step(conveyor, &env, index, &job, decision, replayed, now);
         Ok(())
     }

@@ -528,6 +528,14 @@ impl WorkRegistry for FaultyStorage {
         write!(self, "leave", self.inner.leave(node_id))
     }
 
+    async fn recorded_shard_count(&self) -> Result<Option<u32>, StorageError> {
+        read!(
+            self,
+            "recorded_shard_count",
+            self.inner.recorded_shard_count()
+        )
+    }
+
     async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError> {
         read!(self, "members", self.inner.members(now))
     }

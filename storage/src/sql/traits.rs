@@ -278,6 +278,12 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::members(conn, now)).await
             }
 
+            async fn recorded_shard_count(
+                &self,
+            ) -> Result<Option<u32>, shardbox_core::StorageError> {
+                self.db.run($units::recorded_shard_count).await
+            }
+
             async fn claim_shard_count(
                 &self,
                 shard_count: u32,
