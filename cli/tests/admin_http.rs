@@ -69,6 +69,16 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     assert!(text.contains(&format!(
         "shardbox_shard_lag_seconds{{shard=\"{due_shard}\"}} "
     )));
+    // One catalog: every help line is core's, the one the `metrics` facade describes.
+    let mut helped = 0;
+    for line in text.lines().filter(|l| l.starts_with("# HELP ")) {
+        let (name, help) = line["# HELP ".len()..]
+            .split_once(' ')
+            .expect("name and help");
+        assert_eq!(Some(help), shardbox::core::metric_help(name), "{name}");
+        helped += 1;
+    }
+    assert_eq!(helped, 9, "every gauge of core's catalog:\n{text}");
     assert!(
         !text.contains("shardbox_delivered_total"),
         "a standalone server has no node counters"
