@@ -227,7 +227,28 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         "idz",
     );
     let id = get(addr, "/api/dead-letters").await.json()["dead_letters"][0]["id"].clone();
-    let requeued = post(addr, "/api/dead-letters/requeue", json!({ "ids": [id] })).await;
+    // The CLI's --shards, over HTTP: the same query type.
+    refused(
+        &post(
+            addr,
+            "/api/dead-letters/requeue",
+            json!({ "ids": [id], "shards": 0 }),
+        )
+        .await,
+        400,
+        "shards must be at least 1",
+    );
+    refused(
+        &get(addr, "/api/dead-letters?shards=4").await,
+        400,
+        "shards applies to a requeue only",
+    );
+    let requeued = post(
+        addr,
+        "/api/dead-letters/requeue",
+        json!({ "ids": [id], "shards": seed::SHARDS }),
+    )
+    .await;
     assert_eq!(requeued.status, 200, "{}", requeued.body);
     assert_eq!(requeued.json()["requeued"], 1);
     refused(

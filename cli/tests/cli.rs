@@ -222,6 +222,13 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
         1,
         "nothing matched"
     );
+    let zero = run(
+        db,
+        schema,
+        &["dead-letters", "requeue", "--id", &id, "--shards", "0"],
+    );
+    assert_eq!(code(&zero), 2, "a usage error");
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("shards must be at least 1"));
     let requeued = json(db, schema, &["dead-letters", "requeue", "--id", &id]);
     assert_eq!(requeued["requeued"], 1);
     assert_eq!(

@@ -5,8 +5,10 @@
 //!  GET  /api/admin                    {actions_allowed, node}
 //!  GET  /api/status                   views::status::Status
 //!  GET  /api/dead-letters?kind=&target=&tenant=&since=&until=&after=&limit=
+//!                                     (the CLI's filters: one DeadLetterQuery for both)
 //!  GET  /api/dead-letters/{id}        one dead letter whole
-//!  POST /api/dead-letters/requeue     body: DeadLetterQuery (JSON) → RequeueOutcome
+//!  POST /api/dead-letters/requeue     body: DeadLetterQuery (JSON; `shards` as the CLI's
+//!                                     --shards) → RequeueOutcome
 //!  POST /api/dead-letters/purge       body: DeadLetterQuery (JSON) → PurgeOutcome
 //!  GET  /api/blocked?limit=
 //!  POST /api/blocked/unblock          body: {kind, id, tenant?, action?} → UnblockOutcome
@@ -136,8 +138,9 @@ pub async fn dead_letter(State(state): State<AdminState>, Path(id): Path<i64>) -
     ok(dead_letters::show(&*state.storage, id).await?)
 }
 
-/// `POST /api/dead-letters/requeue`: into the mounted node's shard for each target, or the
-/// shard each died in; the node's workers are woken.
+/// `POST /api/dead-letters/requeue`: into the stable hash's shard for `shards` if given,
+/// else the mounted node's shard for each target, or the shard each died in; the node's
+/// workers are woken.
 pub async fn requeue(
     State(state): State<AdminState>,
     body: Result<Json<DeadLetterQuery>, JsonRejection>,
