@@ -36,8 +36,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Nodes, shards with their lease and depth, lag, dead letters, blocked targets and
-    /// running catch-ups, in one screen.
-    Status,
+    /// running catch-ups, in one screen: a summary line, what needs attention, and the busy
+    /// shards (idle ones are counted, not listed, unless --all-shards).
+    Status {
+        /// List every shard, idle ones too (the JSON output always has every shard).
+        #[arg(long)]
+        all_shards: bool,
+    },
     /// Messages that exhausted their retries.
     #[command(subcommand, name = "dead-letters")]
     DeadLetters(DeadLetterCommand),
