@@ -28,15 +28,18 @@ impl CatchUpHandle {
         self.shardbox.catch_up_progress(self.id).await
     }
 
-    /// Waits until the job completes, checking every 20 ms, at most `timeout`; returns the
-    /// last progress seen (check its `status`).
+    /// Asks the job to stop; see [`Shardbox::cancel_catch_up`].
+    pub async fn cancel(&self) -> Result<CatchUpProgress, DeliveryError> {
+        self.shardbox.cancel_catch_up(self.id).await
+    }
+
+    /// Waits until the job completes or is cancelled, checking every 20 ms, at most
+    /// `timeout`; returns the last progress seen (check its `status`).
     pub async fn wait(&self, timeout: Duration) -> Result<CatchUpProgress, DeliveryError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let progress = self.progress().await?;
-            if progress.status == CatchUpStatus::Completed
-                || tokio::time::Instant::now() >= deadline
-            {
+            if progress.status.is_finished() || tokio::time::Instant::now() >= deadline {
                 return Ok(progress);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -131,11 +134,54 @@ impl Shardbox {
             .storage
             .catch_up(id)
             .await?
-            .ok_or_else(|| DeliveryError::NotFound {
-                what: format!("catch-up job {id}"),
-                hint: "completed jobs are purged after catch_up_retention".into(),
-            })?;
+            .ok_or_else(|| job_not_found(id))?;
         Ok(CatchUpProgress::of(&job, env.clock.now()))
+    }
+
+    /// Cancels running catch-up job `id` (from any node, or from the `shardbox catch-up
+    /// cancel` command, which makes the same storage call).
+    ///
+    /// The cancel is recorded at once and carried out by the job's next step, on whichever
+    /// node serves the shard of its tick (within a poll interval while it waits, at once
+    /// while it replays): the replay stops where its cursor is, the replayed rows already in
+    /// the Inbox are delivered, and then, in one fenced commit, the job ends
+    /// [`CatchUpStatus::Cancelled`] and its parked live messages are settled as at a
+    /// completion — those the replay already applied are removed, the others are delivered
+    /// in `seq` order. So live delivery resumes for the targets with no message lost or
+    /// doubled and each target's order kept. The targets keep the state the replay built up
+    /// to its cursor plus the live events after it: history before the start that the replay
+    /// had not reached is not applied, so a cancelled rebuild is partial until a new
+    /// catch-up of the same targets runs (which the cancel no longer blocks).
+    ///
+    /// Returns the job's progress with `cancel_requested` set (the status is still a running
+    /// one until that step; [`CatchUpHandle::wait`] waits for the end). A job whose last step
+    /// committed before the request ends `Completed` instead: one of the two, never both.
+    /// Refused with [`DeliveryError::NotFound`] for an unknown (or purged) job and with
+    /// [`StorageError::CatchUpNotRunning`](shardbox_core::StorageError) for a job already
+    /// completed or cancelled.
+    pub async fn cancel_catch_up(&self, id: i64) -> Result<CatchUpProgress, DeliveryError> {
+        let env = self.env();
+        let now = env.clock.now();
+        let job = env
+            .storage
+            .cancel_catch_up(id, now)
+            .await?
+            .ok_or_else(|| job_not_found(id))?;
+        tracing::info!(
+            job = id,
+            kind = %job.spec.projection_kind,
+            cursor = job.cursor,
+            "catch-up cancel requested"
+        );
+        // Wake the shards so that the job's next step (and the parked rows' release) comes
+        // at once on this node's workers.
+        let mut shards = job.spec.affected_shards.clone();
+        shards.push(
+            env.registry
+                .shard_of(shardbox_core::catch_up::TICK_KIND, &id.to_string()),
+        );
+        env.notify(&shards);
+        Ok(CatchUpProgress::of(&job, now))
     }
 
     /// Resumes every running catch-up at once, then, every lease duration until `stop`, those
@@ -191,5 +237,13 @@ impl Shardbox {
             })
             .await?;
         Ok(())
+    }
+}
+
+/// The error for a catch-up job that does not exist (the words the CLI and admin API use too).
+fn job_not_found(id: i64) -> DeliveryError {
+    DeliveryError::NotFound {
+        what: format!("catch-up job {id}"),
+        hint: shardbox_core::catch_up::PURGED_HINT.into(),
     }
 }

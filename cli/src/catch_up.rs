@@ -1,9 +1,11 @@
-//! `shardbox catch-up list|progress [--follow]`: the shared catch-up views
-//! (`shardbox_admin::views::catch_ups`) as tables, JSON or a live progress bar.
+//! `shardbox catch-up start|list|progress [--follow]|cancel [--wait]`: the shared catch-up
+//! views and actions (`shardbox_admin::views::catch_ups`) as tables, JSON or a live progress
+//! bar.
 //!
-//! Starting a catch-up needs the projection's code (its kind, event types and handler),
-//! which only the application has: it calls `Shardbox::catch_up`. The library has no
-//! cancel yet, so neither has the CLI.
+//! `start` and `cancel` make the library's own storage calls; the replay and the cancel are
+//! carried out by the application's nodes (the CLI runs no delivery). What a start without
+//! the application cannot know (event types, a custom shard strategy, which kinds are
+//! projections) is said at `views::catch_ups`.
 
 use crate::cli::CatchUpCommand;
 use crate::error::CliError;
@@ -12,7 +14,7 @@ use crate::table::Table;
 use crate::when::human;
 use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
-use shardbox_admin::views::catch_ups::{self, CatchUpView};
+use shardbox_admin::views::catch_ups::{self, CatchUpView, StartRequest};
 use shardbox_core::Storage;
 use std::time::Duration;
 
@@ -28,7 +30,68 @@ pub async fn run(
     match command {
         CatchUpCommand::List => list(storage, json).await,
         CatchUpCommand::Progress { id, follow } => progress(storage, id, follow, json).await,
+        CatchUpCommand::Start {
+            projection,
+            ids,
+            tenant,
+            since,
+        } => {
+            let now = Utc::now();
+            let request = StartRequest {
+                projection_kind: projection,
+                tenant,
+                ids: (!ids.is_empty()).then_some(ids),
+                since: since.map(|s| s.at(now)),
+            };
+            let job = catch_ups::start(storage, &request, now).await?;
+            if json {
+                return print_json(&job);
+            }
+            println!(
+                "started catch-up {} of {}: the application's nodes replay it (watch it with `shardbox catch-up progress {} --follow`)",
+                job.id, job.projection_kind, job.id
+            );
+            Ok(())
+        }
+        CatchUpCommand::Cancel { id, wait } => cancel(storage, id, wait, json).await,
     }
+}
+
+/// `catch-up cancel ID [--wait SECONDS]`.
+async fn cancel(
+    storage: &dyn Storage,
+    id: i64,
+    wait: Option<u64>,
+    json: bool,
+) -> Result<(), CliError> {
+    let mut job = catch_ups::cancel(storage, id, Utc::now()).await?;
+    if let Some(seconds) = wait {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+        while !job.finished() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(FOLLOW_EVERY.min(Duration::from_millis(200))).await;
+            job = catch_ups::progress(storage, id, Utc::now()).await?;
+        }
+    }
+    if json {
+        print_json(&job)?;
+    } else if job.finished() {
+        println!(
+            "catch-up {id} of {}: {} after {} events replayed",
+            job.projection_kind, job.status, job.replayed
+        );
+    } else {
+        println!(
+            "catch-up {id} of {}: cancel requested; a node stops it at its next step (is a node of the application running?)",
+            job.projection_kind
+        );
+    }
+    if wait.is_some() && !job.finished() {
+        return Err(CliError::NotFound(format!(
+            "catch-up {id} has not ended yet: it is still {}",
+            job.status
+        )));
+    }
+    Ok(())
 }
 
 /// `catch-up list`.
@@ -93,7 +156,7 @@ async fn progress(
             bar.set_length(p.total_estimate.max(p.replayed).max(0).unsigned_abs());
             bar.set_position(p.replayed.max(0).unsigned_abs());
             bar.set_message(format!("{} {:.0}/s ETA {}", p.status, p.rate, eta(&p)));
-            if p.completed() {
+            if p.finished() {
                 break;
             }
             tokio::time::sleep(FOLLOW_EVERY).await;
@@ -106,7 +169,7 @@ async fn progress(
         // JSON lines, one per read, the last one completed.
         loop {
             println!("{}", serde_json::to_string(&p)?);
-            if p.completed() {
+            if p.finished() {
                 return Ok(());
             }
             tokio::time::sleep(FOLLOW_EVERY).await;

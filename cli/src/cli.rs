@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 /// Operate a Shardbox database: see the shards and their depth, handle dead letters and
 /// blocked targets, watch catch-ups, migrate the schema.
 ///
-/// Exit codes: 0 ok; 1 a check failed or nothing matched what was asked for; 2 usage error;
+/// Exit codes: 0 ok; 1 a check failed, nothing matched what was asked for, or a catch-up
+/// overlaps a running one or has already ended; 2 usage error;
 /// 3 the database is unreachable or refused the operation.
 #[derive(Debug, Parser)]
 #[command(name = "shardbox", version)]
@@ -35,16 +36,21 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Nodes, shards with their lease and depth, lag, dead letters, blocked targets and
-    /// running catch-ups, in one screen.
-    Status,
+    /// running catch-ups, in one screen: a summary line, what needs attention, and the busy
+    /// shards (idle ones are counted, not listed, unless --all-shards).
+    Status {
+        /// List every shard, idle ones too (the JSON output always has every shard).
+        #[arg(long)]
+        all_shards: bool,
+    },
     /// Messages that exhausted their retries.
     #[command(subcommand, name = "dead-letters")]
     DeadLetters(DeadLetterCommand),
     /// Targets stopped by a blocked message.
     #[command(subcommand)]
     Blocked(BlockedCommand),
-    /// Catch-up jobs. Starting one needs the projection's code, so it is done by the
-    /// application (`Shardbox::catch_up`), not here; the library has no cancel yet.
+    /// Catch-up jobs: start, list, watch, cancel. The replay itself runs on the
+    /// application's nodes (a node that has the projection).
     #[command(subcommand, name = "catch-up")]
     CatchUp(CatchUpCommand),
     /// Brings the schema to this binary's version, or checks it with --check.
@@ -177,14 +183,46 @@ pub enum UnblockAction {
 /// `shardbox catch-up …`
 #[derive(Debug, Subcommand)]
 pub enum CatchUpCommand {
+    /// Starts rebuilding a projection from the event store (the library's own start: an
+    /// overlapping running job refuses it; the targets' state is reset at once). The
+    /// application's nodes replay it; the estimate of events to replay is counted by its
+    /// first step. Ids are placed with the stable hash: an application with a custom
+    /// ShardStrategy starts a catch-up of chosen ids through `Shardbox::catch_up`.
+    Start {
+        /// The projection kind (its `Projection::KIND`). Not checked against the
+        /// application (the database does not know which kinds are projections): a kind no
+        /// node has waits, logged at WARN by the nodes, until cancelled.
+        projection: String,
+        /// Only this instance id (repeat for several); every instance if none.
+        #[arg(long = "id", value_name = "ID")]
+        ids: Vec<String>,
+        /// The tenant of the instances.
+        #[arg(long, default_value = "")]
+        tenant: String,
+        /// Replay only events that occurred at or after this time (RFC 3339, or an age such
+        /// as 30m, 2h, 7d); all history by default.
+        #[arg(long)]
+        since: Option<Since>,
+    },
     /// The running catch-up jobs.
     List,
     /// One job's progress: replayed of total, rate, ETA.
     Progress {
         /// The job id (from `list`).
         id: i64,
-        /// Follow it with a progress bar until it completes.
+        /// Follow it with a progress bar until it completes or is cancelled.
         #[arg(long)]
         follow: bool,
+    },
+    /// Cancels a running job: it stops replaying at its next step on a node, its parked live
+    /// messages are delivered in order, and it ends `cancelled`. Its targets stay rebuilt
+    /// only as far as the replay got (start a new catch-up to finish them).
+    Cancel {
+        /// The job id (from `list`).
+        id: i64,
+        /// Wait until the job has ended (cancelled, or completed if its last step came
+        /// first), at most this many seconds; exit 1 if it has not by then.
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
     },
 }

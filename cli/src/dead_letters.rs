@@ -2,7 +2,8 @@
 //! (`shardbox_admin::views::dead_letters`) printed as tables or JSON.
 //!
 //! A requeue puts each dead letter into a shard: the one it died in, or the stable hash's
-//! for `--shards N` (the CLI has no application code, so no custom strategy). Requeue and
+//! for `--shards N` (the shared query's `shards`, as the JSON API's; the CLI has no
+//! application code, so no custom strategy). Requeue and
 //! purge refuse to act on every dead letter unless `--all` says so.
 
 use crate::cli::{DeadLetterCommand, DeadLetterFilterArgs};
@@ -12,11 +13,11 @@ use crate::table::Table;
 use chrono::{DateTime, Utc};
 use shardbox_admin::views::dead_letters::{self, DeadLetterQuery};
 use shardbox_core::storage::StoredDeadLetter;
-use shardbox_core::{ShardIndex, ShardStrategy, StableHashStrategy, Storage};
+use shardbox_core::{ShardIndex, Storage};
 
 impl DeadLetterFilterArgs {
-    /// The shared query, with `limit`.
-    pub fn to_query(&self, limit: Option<usize>) -> DeadLetterQuery {
+    /// The shared query, with `limit` and (a requeue's) `shards`.
+    pub fn to_query(&self, limit: Option<usize>, shards: Option<u32>) -> DeadLetterQuery {
         DeadLetterQuery {
             ids: self.ids.clone(),
             kind: self.kind.clone(),
@@ -27,6 +28,7 @@ impl DeadLetterFilterArgs {
             after: self.after,
             limit,
             all: self.all,
+            shards,
         }
     }
 }
@@ -40,16 +42,16 @@ pub async fn run(
 ) -> Result<(), CliError> {
     match command {
         DeadLetterCommand::List { filter, limit } => {
-            list(storage, &filter.to_query(Some(limit)), json, now).await
+            list(storage, &filter.to_query(Some(limit), None), json, now).await
         }
         DeadLetterCommand::Show { id } => show(storage, id, json).await,
         DeadLetterCommand::Requeue {
             filter,
             limit,
             shards,
-        } => requeue(storage, &filter.to_query(limit), shards, json, now).await,
+        } => requeue(storage, &filter.to_query(limit, shards), json, now).await,
         DeadLetterCommand::Purge { filter, limit } => {
-            let purged = dead_letters::purge(storage, &filter.to_query(limit), now).await?;
+            let purged = dead_letters::purge(storage, &filter.to_query(limit, None), now).await?;
             if json {
                 print_json(&purged)?;
             } else {
@@ -138,20 +140,11 @@ async fn show(storage: &dyn Storage, id: i64, json: bool) -> Result<(), CliError
 async fn requeue(
     storage: &dyn Storage,
     query: &DeadLetterQuery,
-    shards: Option<u32>,
     json: bool,
     now: DateTime<Utc>,
 ) -> Result<(), CliError> {
-    if shards == Some(0) {
-        return Err(CliError::Usage("--shards must be at least 1".into()));
-    }
-    let strategy = StableHashStrategy::new();
-    let place = move |d: &StoredDeadLetter| -> ShardIndex {
-        let o = &d.letter.original;
-        shards.map_or(o.shard, |n| {
-            strategy.shard_of(&o.message.target_kind, &o.message.target_id, n)
-        })
-    };
+    // Where it died, unless `--shards` (applied by the shared requeue) says otherwise.
+    let place = |d: &StoredDeadLetter| -> ShardIndex { d.letter.original.shard };
     let report = dead_letters::requeue(storage, query, &place, now).await?;
     if json {
         print_json(&report)?;

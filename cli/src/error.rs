@@ -32,6 +32,10 @@ impl CliError {
         ExitCode::from(match self {
             CliError::NotFound(_) => 1,
             CliError::NoDatabase | CliError::Usage(_) => 2,
+            // Nothing to act on: the job already ended.
+            CliError::Storage(StorageError::CatchUpNotRunning { .. }) => 1,
+            // Refused in the library's words: another job runs on these targets.
+            CliError::Storage(StorageError::CatchUpOverlap { .. }) => 1,
             CliError::Storage(_) => 3,
             CliError::Output(_) => 1,
         })

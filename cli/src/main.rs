@@ -4,7 +4,7 @@
 //!  shardbox [--db URL|PATH] [--json] status
 //!                                    dead-letters list|show|requeue|purge
 //!                                    blocked list|unblock
-//!                                    catch-up list|progress [--follow]
+//!                                    catch-up start|list|progress [--follow]|cancel
 //!                                    migrate [--check]
 //!                                    serve [--listen ADDR] [--allow-actions]
 //! ```
@@ -65,12 +65,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let now = chrono::Utc::now();
     match cli.command {
         Command::Migrate { check } => migrate::run(db, schema, check, json).await,
-        Command::Status => {
+        Command::Status { all_shards } => {
             let status = shardbox_admin::views::status::read(&*verified().await?, now).await?;
             if json {
                 output::print_json(&status)
             } else {
-                print!("{}", status::render(&status));
+                print!("{}", status::render(&status, all_shards));
                 Ok(())
             }
         }

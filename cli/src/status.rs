@@ -1,6 +1,15 @@
 //! `shardbox status`: the one screen an operator reads first, as a text table. What it shows
 //! is read by the shared status view (`shardbox_admin::views::status`), which the HTTP API
 //! and the dashboard serve too.
+//!
+//! ```text
+//!  title ─ summary line (pending, lag, nodes, leases) ─ what needs attention, or "nothing"
+//!  nodes table
+//!  shards table: the busy shards (a lease held or a row pending) and the totals; idle
+//!                shards counted in one line (--all-shards lists them: hundreds of shards
+//!                would not fit one screen)
+//!  dead letters, blocked targets, running catch-ups
+//! ```
 
 use crate::table::Table;
 use crate::when::human;
@@ -21,14 +30,69 @@ fn lag(d: &DepthView) -> String {
     }
 }
 
-/// The text screen of `status`.
-pub fn render(status: &Status) -> String {
+/// Rows waiting for anything but deduplication (delivered rows are kept, not pending).
+fn pending(d: &DepthView) -> u64 {
+    d.due + d.delayed + d.retrying + d.parked + d.replay + d.blocked
+}
+
+/// Lag past which the summary asks for attention.
+const SLOW_LAG_MS: i64 = 60_000;
+
+/// The summary line and what needs attention, each line ending in a newline.
+fn summary(status: &Status) -> String {
+    let t = &status.totals;
+    let live = status.nodes.iter().filter(|n| n.member).count();
+    let held = status.shards.iter().filter(|s| s.held).count();
+    let mut out = format!(
+        "summary: {} pending ({} due, lag {}), {} delivered kept for dedup; {} live node{}, {} lease{} held\n",
+        pending(t),
+        t.due,
+        lag(t),
+        t.delivered,
+        live,
+        if live == 1 { "" } else { "s" },
+        held,
+        if held == 1 { "" } else { "s" },
+    );
+    let mut attention = Vec::new();
+    if status.dead_letters > 0 {
+        attention.push(format!(
+            "{} dead letter(s): `shardbox dead-letters list`",
+            status.dead_letters
+        ));
+    }
+    if status.blocked_targets > 0 {
+        attention.push(format!(
+            "{} blocked target(s): `shardbox blocked list`",
+            status.blocked_targets
+        ));
+    }
+    if pending(t) > 0 && live == 0 && held == 0 {
+        attention.push("messages wait but no node is running to deliver them".into());
+    }
+    if t.due > 0 && t.lag_ms > SLOW_LAG_MS {
+        attention.push(format!("the oldest due message waits for {}", lag(t)));
+    }
+    if attention.is_empty() {
+        out.push_str("attention: nothing needs it\n");
+    } else {
+        for a in attention {
+            out.push_str(&format!("attention: {a}\n"));
+        }
+    }
+    out
+}
+
+/// The text screen of `status`: every shard's row with `all_shards`, else only the busy ones.
+pub fn render(status: &Status, all_shards: bool) -> String {
     let now = status.now;
     let mut out = format!(
-        "shardbox status of {} at {}\n\n",
+        "shardbox status of {} at {}\n",
         status.database,
         now.format("%Y-%m-%d %H:%M:%S UTC")
     );
+    out.push_str(&summary(status));
+    out.push('\n');
     out.push_str(&format!("nodes ({})\n", status.nodes_source));
     if status.nodes.is_empty() {
         out.push_str("  none: no node is alive and no shard was ever leased\n");
@@ -86,7 +150,12 @@ pub fn render(status: &Status) -> String {
             lag(d),
         ]
     };
+    let mut idle = 0usize;
     for s in &status.shards {
+        if !all_shards && !s.held && pending(&s.depth) == 0 {
+            idle += 1;
+            continue;
+        }
         let owner = match (&s.owner, s.worker) {
             (Some(n), Some(w)) => format!("{n}/w{w}"),
             (Some(n), None) => n.clone(),
@@ -117,6 +186,12 @@ pub fn render(status: &Status) -> String {
     total.extend(depth_cells(&status.totals));
     t.row(total);
     out.push_str(&t.render());
+    if idle > 0 {
+        out.push_str(&format!(
+            "  + {idle} idle shard{} not listed (nothing pending, lease free; --all-shards lists them)\n",
+            if idle == 1 { "" } else { "s" }
+        ));
+    }
     out.push_str(&format!(
         "\ndead letters: {}   blocked targets: {}   running catch-ups: {}\n",
         status.dead_letters,

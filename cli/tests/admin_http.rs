@@ -69,6 +69,16 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     assert!(text.contains(&format!(
         "shardbox_shard_lag_seconds{{shard=\"{due_shard}\"}} "
     )));
+    // One catalog: every help line is core's, the one the `metrics` facade describes.
+    let mut helped = 0;
+    for line in text.lines().filter(|l| l.starts_with("# HELP ")) {
+        let (name, help) = line["# HELP ".len()..]
+            .split_once(' ')
+            .expect("name and help");
+        assert_eq!(Some(help), shardbox::core::metric_help(name), "{name}");
+        helped += 1;
+    }
+    assert_eq!(helped, 9, "every gauge of core's catalog:\n{text}");
     assert!(
         !text.contains("shardbox_delivered_total"),
         "a standalone server has no node counters"
@@ -140,7 +150,7 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     refused(
         &get(addr, "/api/catch-ups/12345").await,
         404,
-        "no catch-up job 12345",
+        "catch-up job 12345 does not exist",
     );
     assert_eq!(
         get(addr, "/api/admin").await.json()["actions_allowed"],
@@ -168,6 +178,20 @@ async fn read_only(sb: &Shardbox, addr: &str) {
         .await,
         403,
         "--allow-actions",
+    );
+    refused(
+        &post(addr, "/api/catch-ups", json!({ "projection_kind": "p" })).await,
+        403,
+        "--allow-actions",
+    );
+    refused(
+        &post(addr, "/api/catch-ups/1/cancel", json!({})).await,
+        403,
+        "--allow-actions",
+    );
+    assert_eq!(
+        get(addr, "/api/catch-ups").await.json()["running"],
+        json!([])
     );
     assert_eq!(
         sb.count_dead_letters(DeadLetterFilter::all())
@@ -203,7 +227,28 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         "idz",
     );
     let id = get(addr, "/api/dead-letters").await.json()["dead_letters"][0]["id"].clone();
-    let requeued = post(addr, "/api/dead-letters/requeue", json!({ "ids": [id] })).await;
+    // The CLI's --shards, over HTTP: the same query type.
+    refused(
+        &post(
+            addr,
+            "/api/dead-letters/requeue",
+            json!({ "ids": [id], "shards": 0 }),
+        )
+        .await,
+        400,
+        "shards must be at least 1",
+    );
+    refused(
+        &get(addr, "/api/dead-letters?shards=4").await,
+        400,
+        "shards applies to a requeue only",
+    );
+    let requeued = post(
+        addr,
+        "/api/dead-letters/requeue",
+        json!({ "ids": [id], "shards": seed::SHARDS }),
+    )
+    .await;
     assert_eq!(requeued.status, 200, "{}", requeued.body);
     assert_eq!(requeued.json()["requeued"], 1);
     refused(
@@ -246,6 +291,47 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
     let status = get(addr, "/api/status").await.json();
     assert_eq!(status["dead_letters"], 0);
     assert_eq!(status["totals"]["due"], 0, "{status}");
+
+    // A catch-up started and cancelled over HTTP; the node's next stage carries it out.
+    refused(
+        &post(addr, "/api/catch-ups", json!({ "projection_kind": "" })).await,
+        400,
+        "target_kind",
+    );
+    let started = post(
+        addr,
+        "/api/catch-ups",
+        json!({ "projection_kind": "http-rebuilt", "ids": ["a"] }),
+    )
+    .await;
+    assert_eq!(started.status, 200, "{}", started.body);
+    let job = started.json()["id"].as_i64().expect("job id");
+    refused(
+        &post(
+            addr,
+            "/api/catch-ups",
+            json!({ "projection_kind": "http-rebuilt" }),
+        )
+        .await,
+        409,
+        &format!("already running (job {job})"),
+    );
+    refused(
+        &post(addr, "/api/catch-ups/987654/cancel", json!({})).await,
+        404,
+        "catch-up job 987654 does not exist",
+    );
+    let cancelled = post(addr, &format!("/api/catch-ups/{job}/cancel"), json!({})).await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    assert_eq!(cancelled.json()["status"], "cancelling");
+    sb.deliver_all().await.expect("deliver");
+    let view = get(addr, &format!("/api/catch-ups/{job}")).await.json();
+    assert_eq!(view["status"], "cancelled", "{view}");
+    refused(
+        &post(addr, &format!("/api/catch-ups/{job}/cancel"), json!({})).await,
+        409,
+        "already cancelled",
+    );
 }
 
 /// Records a migration this binary does not know, as a newer Shardbox would.

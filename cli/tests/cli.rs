@@ -191,6 +191,41 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
         text.contains("dead letters: 1   blocked targets: 1"),
         "{text}"
     );
+    // The summary and what needs attention come first; idle shards are counted, not listed.
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[1].starts_with("summary: 4 pending (1 due, lag "),
+        "{text}"
+    );
+    assert!(lines[1].contains("2 live nodes"), "{text}");
+    assert_eq!(
+        &lines[2..4],
+        [
+            "attention: 1 dead letter(s): `shardbox dead-letters list`",
+            "attention: 1 blocked target(s): `shardbox blocked list`"
+        ],
+        "{text}"
+    );
+    let busy = status["shards"]
+        .as_array()
+        .expect("shards")
+        .iter()
+        .filter(|s| {
+            s["held"] == true
+                || ["due", "delayed", "retrying", "parked", "replay", "blocked"]
+                    .iter()
+                    .any(|k| s[k] != 0)
+        })
+        .count();
+    let listed = lines
+        .iter()
+        .skip_while(|l| !l.starts_with("shards"))
+        .skip(2)
+        .take_while(|l| !l.starts_with("  all"))
+        .count();
+    assert_eq!(listed, busy, "only the busy shards: {text}");
+    let every = stdout(&run(db, schema, &["status", "--all-shards"]));
+    assert!(!every.contains("idle shard"), "{every}");
 
     // dead letters: list with filters, show, requeue, purge.
     let list = json(db, schema, &["dead-letters", "list"]);
@@ -222,6 +257,13 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
         1,
         "nothing matched"
     );
+    let zero = run(
+        db,
+        schema,
+        &["dead-letters", "requeue", "--id", &id, "--shards", "0"],
+    );
+    assert_eq!(code(&zero), 2, "a usage error");
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("shards must be at least 1"));
     let requeued = json(db, schema, &["dead-letters", "requeue", "--id", &id]);
     assert_eq!(requeued["requeued"], 1);
     assert_eq!(

@@ -17,6 +17,17 @@
 //! parked rows the replay covered by then are removed and the others are released, in `seq`
 //! order, to live delivery. So no event is applied twice, none is skipped, and each target
 //! sees its events in order.
+//!
+//! ```text
+//!  cancel requested (any running status) ──next tick──► no more replay; replayed rows left? ──► Cancelled
+//!                                                        wait (AwaitDelivery)      none ─┘  (parked rows settled
+//!                                                                                            as at a completion)
+//! ```
+//!
+//! A cancelled job's targets keep the state the replay built up to its cursor, and their
+//! parked live events (all after the cursor) are delivered in order: nothing live is lost or
+//! doubled. Events before the start that the replay had not reached yet are not re-applied,
+//! so a cancelled rebuild is partial until a new catch-up of the same targets runs.
 
 use crate::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets};
 use chrono::{DateTime, Utc};
@@ -72,8 +83,43 @@ impl CatchUp {
     }
 }
 
+/// Why a catch-up job may not be found: the hint of every "does not exist" error about one.
+pub const PURGED_HINT: &str =
+    "finished (completed or cancelled) jobs are purged after catch_up_retention";
+
 /// The target kind of the control rows that drive a job (one "tick" per replay step).
 pub const TICK_KIND: &str = "shardbox.catch-up";
+
+/// The stable type name of tick payloads.
+pub const TICK_TYPE: &str = "shardbox.catch-up.tick";
+
+/// The control row (before it is given a shard) that makes `job` take its next replay step
+/// at `due` (at once if `None`); written at `now`.
+pub fn tick(
+    job: &CatchUpJob,
+    now: DateTime<Utc>,
+    due: Option<DateTime<Utc>>,
+) -> crate::model::message::NewMessage {
+    crate::model::message::NewMessage {
+        signal_id: crate::model::ids::SignalId(tick_signal(job.id, job.cursor)),
+        kind: crate::model::message::MessageKind::Command,
+        target_kind: TICK_KIND.to_owned(),
+        target_id: job.id.to_string(),
+        tenant: String::new(),
+        payload: b"{}".to_vec(),
+        payload_type: TICK_TYPE.to_owned(),
+        metadata: Default::default(),
+        received_at: now,
+        deliver_after: due,
+        expires_at: None,
+    }
+}
+
+/// Whether a job's first step must estimate its total: it was started without the projection's
+/// event types (the `shardbox` command line), so its estimate is 0 and nothing is replayed yet.
+pub fn needs_estimate(job: &CatchUpJob) -> bool {
+    job.status == CatchUpStatus::Started && job.replayed == 0 && job.spec.total_estimate == 0
+}
 
 /// The signal id of the tick that replays the page after `cursor` for job `job`. Writing it
 /// twice is harmless: the second write is a duplicate.
@@ -100,6 +146,19 @@ pub enum StepDecision {
     AwaitDelivery,
     /// Replayed rows all delivered: the job completes.
     Complete,
+    /// Cancel requested and no replayed row left: the job ends `Cancelled` (its parked rows
+    /// are settled as at a completion).
+    Cancel,
+}
+
+/// Whether a tick of `job` replays events (`false`: it only waits for the replayed rows
+/// already written, because the history is replayed or a cancel was requested).
+pub fn replays(job: &CatchUpJob) -> bool {
+    job.cancel_requested_at.is_none()
+        && matches!(
+            job.status,
+            CatchUpStatus::Started | CatchUpStatus::InProgress
+        )
 }
 
 /// Decides a tick: `read` events were read after the cursor (asking for `page_size`), and
@@ -110,6 +169,14 @@ pub fn decide_step(
     page_size: usize,
     pending_replay_rows: u64,
 ) -> StepDecision {
+    if job.cancel_requested_at.is_some() && job.status.is_running() {
+        // Stop reading history; end once the replayed rows already written are delivered.
+        return if pending_replay_rows == 0 {
+            StepDecision::Cancel
+        } else {
+            StepDecision::AwaitDelivery
+        };
+    }
     match job.status {
         CatchUpStatus::Started | CatchUpStatus::InProgress => {
             let cursor = read.last().copied().unwrap_or(job.cursor).max(job.cursor);
@@ -120,8 +187,10 @@ pub fn decide_step(
         }
         CatchUpStatus::Finalizing if pending_replay_rows == 0 => StepDecision::Complete,
         CatchUpStatus::Finalizing => StepDecision::AwaitDelivery,
-        // A completed job has no ticks; a stray one completes again harmlessly.
+        // A finished job has no ticks, and the station consumes a stray one unread; should
+        // one be decided, it ends the job as it already ended (and writes no next tick).
         CatchUpStatus::Completed => StepDecision::Complete,
+        CatchUpStatus::Cancelled => StepDecision::Cancel,
     }
 }
 
@@ -147,6 +216,10 @@ pub fn apply_step(
         StepDecision::AwaitDelivery => {}
         StepDecision::Complete => {
             next.status = CatchUpStatus::Completed;
+            next.finished_at = Some(now);
+        }
+        StepDecision::Cancel => {
+            next.status = CatchUpStatus::Cancelled;
             next.finished_at = Some(now);
         }
     }
@@ -196,8 +269,12 @@ pub struct CatchUpProgress {
     pub total_estimate: i64,
     /// Replayed events per second since the start.
     pub rate: f64,
-    /// Time left at the current rate (`None` before anything was replayed or once done).
+    /// Time left at the current rate (`None` before anything was replayed, once done, or
+    /// once a cancel was requested).
     pub eta: Option<Duration>,
+    /// Whether an operator asked to cancel the job. While it still runs, it is stopping: it
+    /// replays nothing more and ends `Cancelled` at its next step.
+    pub cancel_requested: bool,
 }
 
 impl CatchUpProgress {
@@ -214,19 +291,20 @@ impl CatchUpProgress {
             0.0
         };
         let left = (job.spec.total_estimate - job.replayed).max(0) as f64;
-        let eta =
-            (job.status.is_running() && rate > 0.0).then(|| Duration::from_secs_f64(left / rate));
+        let eta = (job.status.is_running() && job.cancel_requested_at.is_none() && rate > 0.0)
+            .then(|| Duration::from_secs_f64(left / rate));
         CatchUpProgress {
             id: job.id,
             status: job.status,
             replayed: job.replayed,
             total_estimate: job.spec.total_estimate,
             rate,
+            cancel_requested: job.cancel_requested_at.is_some(),
             eta,
         }
     }
 
-    /// Fraction done, 0.0..=1.0 (1.0 once completed).
+    /// Fraction done, 0.0..=1.0 (1.0 once completed; a cancelled job keeps what it reached).
     pub fn fraction(&self) -> f64 {
         if self.status == CatchUpStatus::Completed {
             return 1.0;
@@ -264,6 +342,7 @@ mod tests {
             replayed: 0,
             updated_at: t0(),
             finished_at: None,
+            cancel_requested_at: None,
         }
     }
 
@@ -318,6 +397,44 @@ mod tests {
         let done = apply_step(&j, &StepDecision::Complete, 0, t0());
         assert_eq!(done.status, CatchUpStatus::Completed);
         assert_eq!(done.finished_at, Some(t0()));
+    }
+
+    #[test]
+    fn a_cancel_stops_the_replay_waits_for_replayed_rows_then_cancels() {
+        for status in [
+            CatchUpStatus::Started,
+            CatchUpStatus::InProgress,
+            CatchUpStatus::Finalizing,
+        ] {
+            let mut j = job(status, 40);
+            assert_eq!(replays(&j), status != CatchUpStatus::Finalizing);
+            j.cancel_requested_at = Some(t0());
+            assert!(!replays(&j), "{status:?}");
+            // Whatever was read, the cursor does not move.
+            assert_eq!(
+                decide_step(&j, &[41, 42], 2, 1),
+                StepDecision::AwaitDelivery
+            );
+            let waiting = apply_step(&j, &StepDecision::AwaitDelivery, 0, t0());
+            assert_eq!((waiting.status, waiting.cursor), (status, 40));
+            assert_eq!(decide_step(&j, &[], 10, 0), StepDecision::Cancel);
+            let done = apply_step(&j, &StepDecision::Cancel, 0, t0());
+            assert_eq!(
+                (done.status, done.cursor, done.finished_at),
+                (CatchUpStatus::Cancelled, 40, Some(t0()))
+            );
+            assert!(!done.status.is_running());
+        }
+    }
+
+    #[test]
+    fn a_finished_job_is_left_as_it_is_by_a_stray_step() {
+        for status in [CatchUpStatus::Completed, CatchUpStatus::Cancelled] {
+            let mut j = job(status, 40);
+            j.cancel_requested_at = Some(t0());
+            let d = decide_step(&j, &[], 10, 0);
+            assert_eq!(apply_step(&j, &d, 0, t0()).status, status);
+        }
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub use storage::{
     CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, Lease, ListenerHandle,
     ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
 };
-pub use telemetry::describe::describe_metrics;
+pub use telemetry::describe::{describe_metrics, metric_help};
 pub use telemetry::gauges::GaugeSample;
 pub use telemetry::metrics::{DeliveryMetrics, LatencySummary, MetricsSnapshot};
 pub use telemetry::monitor::{

@@ -8,6 +8,8 @@
 //!                          one is not handled, write them as `to_catch_up` rows for live
 //!                          delivery and its failure policy), advance the cursor, tick again
 //!      Finalizing:         replayed rows left? tick again after a poll interval : complete
+//!      cancel requested:   (any running status) no more reading; replayed rows left? tick
+//!                          again after a poll interval : cancelled (settled as a completion)
 //!  live event row of a target J rebuilds ─► its event seq <= J's cursor ? drop (covered by the
 //!                                           replay) : park it until J completes
 //!  J completes (committed with the stage)  ─► parked rows the replay covered are removed, the
@@ -27,8 +29,8 @@ use crate::batches::{run_batches, Batch, InFlight};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use shardbox_core::catch_up::{
-    apply_step, covers, decide_live_row, decide_step, parked_until, replay_signal, tick_signal,
-    LiveRowDecision, StepDecision, TICK_KIND,
+    apply_step, covers, decide_live_row, decide_step, needs_estimate, parked_until, replay_signal,
+    replays, tick, LiveRowDecision, StepDecision, TICK_KIND,
 };
 use shardbox_core::storage::{CatchUpJob, EntityKey, EntityStateWrite};
 use shardbox_core::sync::lock;
@@ -41,8 +43,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tracing::Instrument;
 
-/// The stable type name of tick payloads.
-pub const TICK_TYPE: &str = "shardbox.catch-up.tick";
+pub use shardbox_core::catch_up::TICK_TYPE;
 
 /// The control row that makes job `job` take its next replay step at `due`.
 pub fn tick_message(
@@ -50,19 +51,7 @@ pub fn tick_message(
     job: &CatchUpJob,
     due: Option<DateTime<Utc>>,
 ) -> InboxWrite {
-    env.registry().address(NewMessage {
-        signal_id: SignalId(tick_signal(job.id, job.cursor)),
-        kind: MessageKind::Command,
-        target_kind: TICK_KIND.to_owned(),
-        target_id: job.id.to_string(),
-        tenant: String::new(),
-        payload: b"{}".to_vec(),
-        payload_type: TICK_TYPE.to_owned(),
-        metadata: Default::default(),
-        received_at: env.clock().now(),
-        deliver_after: due,
-        expires_at: None,
-    })
+    env.registry().address(tick(job, env.clock().now(), due))
 }
 
 /// Applies replayed `rows` straight to their targets' states (one load of all states, one
@@ -257,106 +246,143 @@ impl CatchUpStation {
             return Ok(());
         }
         let kind = job.spec.projection_kind.clone();
+        let page_size = env.config().catch_up_page_size;
+        if !replays(&job) {
+            // History replayed, or a cancel requested: only wait for the replayed rows (and
+            // the live rows the replay covered) to be settled. Needs no handler, so a job of
+            // a projection no running node has can still be cancelled.
+            let pending = env
+                .has_pending_replay(
+                    &kind,
+                    &job.spec.tenant,
+                    &job.spec.affected_shards,
+                    job.cursor,
+                )
+                .await?;
+            let decision = decide_step(&job, &[], page_size, u64::from(pending));
+            self.finish_step(conveyor, &env, index, &job, decision, 0, now);
+            return Ok(());
+        }
         let Some(handler) = env.registry().handler(&kind).cloned() else {
             let poll = env.config().poll_span();
             tracing::warn!(job = job.id, %kind, "projection of a catch-up is not registered on this node; waiting for a node that has it");
             conveyor.record(index, Intent::Hold { until: now + poll });
             return Ok(());
         };
-        let page_size = env.config().catch_up_page_size;
-        let (decision, replayed) = match job.status {
-            shardbox_core::storage::CatchUpStatus::Finalizing => {
-                let pending = env
-                    .has_pending_replay(
-                        &kind,
-                        &job.spec.tenant,
-                        &job.spec.affected_shards,
-                        job.cursor,
-                    )
-                    .await?;
-                (decide_step(&job, &[], page_size, u64::from(pending)), 0)
-            }
-            _ => {
-                // Every type of the projection's set, in one `seq`-ordered read.
-                let types: Vec<String> = handler
-                    .event_types()
-                    .iter()
-                    .map(|t| (*t).to_owned())
-                    .collect();
-                let events = env
-                    .read_events(job.cursor, &types, job.spec.since, page_size)
-                    .await?;
-                let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-                let mut rows = Vec::new();
-                for stored in &events {
-                    let ids = match handler.route(&stored.event) {
-                        Ok(ids) => ids,
-                        Err(e) => {
-                            tracing::error!(job = job.id, event = %stored.event.id, error = %e, "replayed event could not be routed; skipped");
-                            continue;
-                        }
-                    };
-                    for id in ids {
-                        if !covers(&job, &stored.event.tenant, &id) {
-                            continue;
-                        }
-                        rows.push(env.registry().address(NewMessage {
-                            signal_id: SignalId(replay_signal(job.id, &stored.event.id.0)),
-                            kind: MessageKind::CatchUp,
-                            target_kind: kind.clone(),
-                            target_id: id,
-                            tenant: stored.event.tenant.clone(),
-                            payload: stored.event.payload.clone(),
-                            payload_type: stored.event.event_type.clone(),
-                            metadata: stored.event.metadata.clone(),
-                            received_at: now,
-                            deliver_after: None,
-                            expires_at: None,
-                        }));
+        let (decision, replayed, estimate) = {
+            // Every type of the projection's set, in one `seq`-ordered read.
+            let types: Vec<String> = handler
+                .event_types()
+                .iter()
+                .map(|t| (*t).to_owned())
+                .collect();
+            let events = env
+                .read_events(job.cursor, &types, job.spec.since, page_size)
+                .await?;
+            let estimate = if needs_estimate(&job) {
+                Some(env.count_events(&types, job.spec.since).await?)
+            } else {
+                None
+            };
+            let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+            let mut rows = Vec::new();
+            for stored in &events {
+                let ids = match handler.route(&stored.event) {
+                    Ok(ids) => ids,
+                    Err(e) => {
+                        tracing::error!(job = job.id, event = %stored.event.id, error = %e, "replayed event could not be routed; skipped");
+                        continue;
                     }
+                };
+                for id in ids {
+                    if !covers(&job, &stored.event.tenant, &id) {
+                        continue;
+                    }
+                    rows.push(env.registry().address(NewMessage {
+                        signal_id: SignalId(replay_signal(job.id, &stored.event.id.0)),
+                        kind: MessageKind::CatchUp,
+                        target_kind: kind.clone(),
+                        target_id: id,
+                        tenant: stored.event.tenant.clone(),
+                        payload: stored.event.payload.clone(),
+                        payload_type: stored.event.event_type.clone(),
+                        metadata: stored.event.metadata.clone(),
+                        received_at: now,
+                        deliver_after: None,
+                        expires_at: None,
+                    }));
                 }
-                let span = tracing::info_span!("catch-up page", job = job.id, %kind, after = job.cursor, events = events.len(), rows = rows.len());
-                async {
-                    tracing::debug!("replaying");
-                }
-                .instrument(span)
-                .await;
-                let rows =
-                    if !rows.is_empty() && self.may_apply_directly(conveyor, &env, &job).await? {
-                        apply_directly(conveyor, &env, &self.in_flight, &handler, rows, now)
-                            .await?
-                            .unwrap_or_default()
-                    } else {
-                        rows
-                    };
-                if !rows.is_empty() {
-                    lock(&self.spilled).insert(job.id, (conveyor.lease().epoch, true));
-                    conveyor.emit_messages(rows);
-                }
-                (decide_step(&job, &seqs, page_size, 0), events.len())
             }
+            let span = tracing::info_span!("catch-up page", job = job.id, %kind, after = job.cursor, events = events.len(), rows = rows.len());
+            async {
+                tracing::debug!("replaying");
+            }
+            .instrument(span)
+            .await;
+            let rows = if !rows.is_empty() && self.may_apply_directly(conveyor, &env, &job).await? {
+                apply_directly(conveyor, &env, &self.in_flight, &handler, rows, now)
+                    .await?
+                    .unwrap_or_default()
+            } else {
+                rows
+            };
+            if !rows.is_empty() {
+                lock(&self.spilled).insert(job.id, (conveyor.lease().epoch, true));
+                conveyor.emit_messages(rows);
+            }
+            (
+                decide_step(&job, &seqs, page_size, 0),
+                events.len(),
+                estimate,
+            )
         };
-        let next = apply_step(&job, &decision, replayed, now);
+        let mut job = job;
+        if let Some(total) = estimate {
+            // Stored with this step's job row (the row is stored whole).
+            job.spec.total_estimate = total;
+        }
+        self.finish_step(conveyor, &env, index, &job, decision, replayed, now);
+        Ok(())
+    }
+
+    /// Records what step `decision` does to `job`: the next tick, the job's new row, and the
+    /// consumed tick row at `index`.
+    #[allow(clippy::too_many_arguments)] // one step's parts, all needed
+    fn finish_step(
+        &self,
+        conveyor: &mut Conveyor,
+        env: &StationContext,
+        index: usize,
+        job: &CatchUpJob,
+        decision: StepDecision,
+        replayed: usize,
+        now: DateTime<Utc>,
+    ) {
+        let kind = &job.spec.projection_kind;
+        let next = apply_step(job, &decision, replayed, now);
         match decision {
             StepDecision::Replay { .. } => {
-                conveyor.emit_messages(vec![tick_message(&env, &next, None)]);
+                conveyor.emit_messages(vec![tick_message(env, &next, None)]);
             }
             StepDecision::AwaitDelivery => {
                 let poll = env.config().poll_span();
-                conveyor.emit_messages(vec![tick_message(&env, &next, Some(now + poll))]);
+                conveyor.emit_messages(vec![tick_message(env, &next, Some(now + poll))]);
             }
             StepDecision::Complete => {
                 lock(&self.spilled).remove(&job.id);
                 tracing::info!(job = job.id, %kind, replayed = next.replayed, "catch-up completed");
             }
+            StepDecision::Cancel => {
+                lock(&self.spilled).remove(&job.id);
+                tracing::info!(job = job.id, %kind, replayed = next.replayed, cursor = next.cursor, "catch-up cancelled; its targets are back on live delivery");
+            }
         }
-        if next != job {
+        if next != *job {
             conveyor.update_catch_up(next);
         }
         // Removed (not kept) so that the next tick, which may carry the same signal, can be
         // written in the same commit.
         conveyor.record(index, Intent::Delivered { keep_until: None });
-        Ok(())
     }
 }
 

@@ -86,7 +86,7 @@ diesel::table! {
         /// JSON array of ids; NULL means every instance.
         target_ids -> Nullable<Text>,
         since -> Nullable<BigInt>,
-        /// `started`, `in_progress`, `finalizing` or `completed`.
+        /// `started`, `in_progress`, `finalizing`, `completed` or `cancelled`.
         status -> Text,
         /// `seq` of the last event replayed.
         cursor_seq -> BigInt,
@@ -97,6 +97,8 @@ diesel::table! {
         created_at -> BigInt,
         updated_at -> BigInt,
         finished_at -> Nullable<BigInt>,
+        /// When an operator asked to cancel the job (microseconds), if one did.
+        cancel_requested_at -> Nullable<BigInt>,
     }
 }
 

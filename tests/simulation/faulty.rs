@@ -528,6 +528,14 @@ impl WorkRegistry for FaultyStorage {
         write!(self, "leave", self.inner.leave(node_id))
     }
 
+    async fn recorded_shard_count(&self) -> Result<Option<u32>, StorageError> {
+        read!(
+            self,
+            "recorded_shard_count",
+            self.inner.recorded_shard_count()
+        )
+    }
+
     async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError> {
         read!(self, "members", self.inner.members(now))
     }
@@ -615,6 +623,14 @@ impl CatchUpStore for FaultyStorage {
 
     async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError> {
         read!(self, "catch_up", self.inner.catch_up(id))
+    }
+
+    async fn cancel_catch_up(
+        &self,
+        id: i64,
+        at: DateTime<Utc>,
+    ) -> Result<Option<CatchUpJob>, StorageError> {
+        write!(self, "cancel_catch_up", self.inner.cancel_catch_up(id, at))
     }
 
     async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {

@@ -5,22 +5,29 @@
 //!  GET  /api/admin                    {actions_allowed, node}
 //!  GET  /api/status                   views::status::Status
 //!  GET  /api/dead-letters?kind=&target=&tenant=&since=&until=&after=&limit=
+//!                                     (the CLI's filters: one DeadLetterQuery for both)
 //!  GET  /api/dead-letters/{id}        one dead letter whole
-//!  POST /api/dead-letters/requeue     body: DeadLetterQuery (JSON) → RequeueOutcome
+//!  POST /api/dead-letters/requeue     body: DeadLetterQuery (JSON; `shards` as the CLI's
+//!                                     --shards) → RequeueOutcome
 //!  POST /api/dead-letters/purge       body: DeadLetterQuery (JSON) → PurgeOutcome
 //!  GET  /api/blocked?limit=
 //!  POST /api/blocked/unblock          body: {kind, id, tenant?, action?} → UnblockOutcome
 //!  GET  /api/catch-ups                running jobs
+//!  POST /api/catch-ups                body: StartRequest {projection_kind, tenant?, ids?, since?}
+//!                                     → the started job (CatchUpView)
 //!  GET  /api/catch-ups/{id}           one job's progress
+//!  POST /api/catch-ups/{id}/cancel    → the job, `cancelling` until its next step
 //! ```
 //!
 //! Errors are `{"error": "…"}`: 400 for a request that is refused or does not parse (the
 //! text names the field), 403 for an action while actions are off, 404 for nothing
-//! matched, 503 for a database that cannot be reached, 500 for another storage failure.
+//! matched, 409 for a catch-up that overlaps a running one or is no longer running, 503 for
+//! a database that cannot be reached, 500 for another storage failure.
 
 use crate::error::AdminError;
 use crate::http::state::AdminState;
 use crate::views::blocked::UnblockRequest;
+use crate::views::catch_ups::StartRequest;
 use crate::views::dead_letters::DeadLetterQuery;
 use crate::views::{blocked, catch_ups, dead_letters, status};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -51,6 +58,9 @@ impl From<AdminError> for ApiError {
             AdminError::Storage(StorageError::Unavailable { .. }) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            AdminError::Storage(
+                StorageError::CatchUpOverlap { .. } | StorageError::CatchUpNotRunning { .. },
+            ) => StatusCode::CONFLICT,
             AdminError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError(code, e.to_string())
@@ -128,8 +138,9 @@ pub async fn dead_letter(State(state): State<AdminState>, Path(id): Path<i64>) -
     ok(dead_letters::show(&*state.storage, id).await?)
 }
 
-/// `POST /api/dead-letters/requeue`: into the mounted node's shard for each target, or the
-/// shard each died in; the node's workers are woken.
+/// `POST /api/dead-letters/requeue`: into the stable hash's shard for `shards` if given,
+/// else the mounted node's shard for each target, or the shard each died in; the node's
+/// workers are woken.
 pub async fn requeue(
     State(state): State<AdminState>,
     body: Result<Json<DeadLetterQuery>, JsonRejection>,
@@ -206,4 +217,21 @@ pub async fn catch_ups(State(state): State<AdminState>) -> ApiResult {
 /// `GET /api/catch-ups/{id}`.
 pub async fn catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
     ok(catch_ups::progress(&*state.storage, id, Utc::now()).await?)
+}
+
+/// `POST /api/catch-ups`: starts a catch-up (see [`catch_ups::start`] for what a start
+/// without the application cannot know).
+pub async fn start_catch_up(
+    State(state): State<AdminState>,
+    body: Result<Json<StartRequest>, JsonRejection>,
+) -> ApiResult {
+    allowed(&state)?;
+    let Json(request) = body?;
+    ok(catch_ups::start(&*state.storage, &request, Utc::now()).await?)
+}
+
+/// `POST /api/catch-ups/{id}/cancel`.
+pub async fn cancel_catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+    allowed(&state)?;
+    ok(catch_ups::cancel(&*state.storage, id, Utc::now()).await?)
 }

@@ -41,8 +41,12 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/dead-letters/{id}", get(api::dead_letter))
         .route("/api/blocked", get(api::blocked))
         .route("/api/blocked/unblock", post(api::unblock))
-        .route("/api/catch-ups", get(api::catch_ups))
+        .route(
+            "/api/catch-ups",
+            get(api::catch_ups).post(api::start_catch_up),
+        )
         .route("/api/catch-ups/{id}", get(api::catch_up))
+        .route("/api/catch-ups/{id}/cancel", post(api::cancel_catch_up))
         .with_state(state)
 }
 

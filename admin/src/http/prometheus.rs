@@ -3,17 +3,19 @@
 //! ```text
 //!  status view (database)  ─► gauges: shardbox_inbox_depth{shard,state},
 //!                             shardbox_shard_lag_seconds{shard}, shardbox_leases_held{node},
-//!                             shardbox_dead_letters, shardbox_blocked_targets,
-//!                             shardbox_catch_up_replayed / _total_estimate{job,projection}
+//!                             shardbox_lag_seconds, shardbox_dead_letters,
+//!                             shardbox_blocked_targets, shardbox_catch_ups_running,
+//!                             shardbox_catch_up_replayed / _total{job,projection}
 //!  mounted node's snapshot ─► counters shardbox_*_total{node}, summary shardbox_stage_seconds
 //! ```
 //!
 //! The gauges read the database, so every node's admin surface (and a standalone one) shows
 //! the same numbers; the counters are the mounted node's own, as its `metrics` recorder
-//! exports them.
+//! exports them. Names and help texts are core's catalog (`shardbox_core::metric_help`),
+//! the one definition the `metrics` facade's descriptions use too.
 
 use crate::views::status::{DepthView, Status};
-use shardbox_core::MetricsSnapshot;
+use shardbox_core::{metric_help, MetricsSnapshot};
 use std::fmt::Write;
 
 /// The depth states, in the order of `DepthView`'s fields.
@@ -47,20 +49,16 @@ fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Writes `# HELP` and `# TYPE` lines.
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+/// Writes the `# HELP` (core's text for `name`) and `# TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str) {
+    let help = metric_help(name).unwrap_or("A Shardbox metric.");
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// The gauges of `status`.
 pub fn render_gauges(out: &mut String, status: &Status) {
-    header(
-        out,
-        "shardbox_inbox_depth",
-        "gauge",
-        "Inbox rows per shard by what they wait for.",
-    );
+    header(out, "shardbox_inbox_depth", "gauge");
     for s in &status.shards {
         for (state, n) in STATES.iter().zip(by_state(&s.depth)) {
             let _ = writeln!(
@@ -70,12 +68,7 @@ pub fn render_gauges(out: &mut String, status: &Status) {
             );
         }
     }
-    header(
-        out,
-        "shardbox_shard_lag_seconds",
-        "gauge",
-        "Age of the shard's oldest due row (0 when nothing is due).",
-    );
+    header(out, "shardbox_shard_lag_seconds", "gauge");
     for s in &status.shards {
         let _ = writeln!(
             out,
@@ -84,12 +77,13 @@ pub fn render_gauges(out: &mut String, status: &Status) {
             s.depth.lag_ms as f64 / 1000.0
         );
     }
-    header(
+    header(out, "shardbox_lag_seconds", "gauge");
+    let _ = writeln!(
         out,
-        "shardbox_leases_held",
-        "gauge",
-        "Shard leases a node holds now.",
+        "shardbox_lag_seconds {}",
+        status.totals.lag_ms as f64 / 1000.0
     );
+    header(out, "shardbox_leases_held", "gauge");
     for n in &status.nodes {
         let _ = writeln!(
             out,
@@ -98,26 +92,17 @@ pub fn render_gauges(out: &mut String, status: &Status) {
             n.leases_held
         );
     }
-    header(
-        out,
-        "shardbox_dead_letters",
-        "gauge",
-        "Dead letters stored.",
-    );
+    header(out, "shardbox_dead_letters", "gauge");
     let _ = writeln!(out, "shardbox_dead_letters {}", status.dead_letters);
-    header(
-        out,
-        "shardbox_blocked_targets",
-        "gauge",
-        "Targets stopped by a blocked message.",
-    );
+    header(out, "shardbox_blocked_targets", "gauge");
     let _ = writeln!(out, "shardbox_blocked_targets {}", status.blocked_targets);
-    header(
+    header(out, "shardbox_catch_ups_running", "gauge");
+    let _ = writeln!(
         out,
-        "shardbox_catch_up_replayed",
-        "gauge",
-        "Events a running catch-up replayed.",
+        "shardbox_catch_ups_running {}",
+        status.running_catch_ups.len()
     );
+    header(out, "shardbox_catch_up_replayed", "gauge");
     for c in &status.running_catch_ups {
         let _ = writeln!(
             out,
@@ -127,16 +112,11 @@ pub fn render_gauges(out: &mut String, status: &Status) {
             c.replayed
         );
     }
-    header(
-        out,
-        "shardbox_catch_up_total_estimate",
-        "gauge",
-        "Events a running catch-up has to replay, estimated at its start.",
-    );
+    header(out, "shardbox_catch_up_total", "gauge");
     for c in &status.running_catch_ups {
         let _ = writeln!(
             out,
-            "shardbox_catch_up_total_estimate{{job=\"{}\",projection=\"{}\"}} {}",
+            "shardbox_catch_up_total{{job=\"{}\",projection=\"{}\"}} {}",
             c.id,
             label(&c.projection_kind),
             c.total_estimate
@@ -147,94 +127,33 @@ pub fn render_gauges(out: &mut String, status: &Status) {
 /// The counters of a node's snapshot.
 pub fn render_counters(out: &mut String, node: &str, m: &MetricsSnapshot) {
     let node = label(node);
-    let counters: [(&str, u64, &str); 18] = [
-        (
-            "delivered",
-            m.delivered,
-            "Messages handled and marked delivered.",
-        ),
-        (
-            "duplicates",
-            m.duplicates,
-            "Duplicates dropped by the stations.",
-        ),
-        (
-            "write_duplicates",
-            m.write_duplicates,
-            "Duplicate writes ignored by the Inbox's unique key.",
-        ),
-        (
-            "written",
-            m.written,
-            "Rows written by sends, posts and fan-out.",
-        ),
-        (
-            "retries",
-            m.retries,
-            "Failed attempts scheduled for a retry.",
-        ),
-        (
-            "dead_lettered",
-            m.dead_lettered,
-            "Messages moved to the dead letters.",
-        ),
-        ("dropped", m.dropped, "Messages dropped by policy."),
-        ("expired", m.expired, "Messages expired by TTL."),
-        (
-            "held",
-            m.held,
-            "Messages held behind a failure or a catch-up.",
-        ),
-        ("blocked", m.blocked, "Messages that blocked their target."),
-        (
-            "unblocked",
-            m.unblocked,
-            "Blocked messages an operator let go on.",
-        ),
-        (
-            "requeued",
-            m.requeued,
-            "Dead letters requeued through this node.",
-        ),
-        ("stages", m.stages, "Stages committed."),
-        (
-            "purged",
-            m.purged,
-            "Delivered rows purged after their window.",
-        ),
-        (
-            "lease_pick_ups",
-            m.lease_pick_ups,
-            "Shard leases picked up.",
-        ),
-        (
-            "lease_takeovers",
-            m.lease_takeovers,
-            "Pick-ups of a lease that had expired without a release.",
-        ),
-        (
-            "lease_refusals",
-            m.lease_refusals,
-            "Pick-ups refused because another worker held the shard.",
-        ),
-        (
-            "lease_losses",
-            m.lease_losses,
-            "Leases lost before a commit.",
-        ),
+    let counters: [(&str, u64); 18] = [
+        ("delivered", m.delivered),
+        ("duplicates", m.duplicates),
+        ("write_duplicates", m.write_duplicates),
+        ("written", m.written),
+        ("retries", m.retries),
+        ("dead_lettered", m.dead_lettered),
+        ("dropped", m.dropped),
+        ("expired", m.expired),
+        ("held", m.held),
+        ("blocked", m.blocked),
+        ("unblocked", m.unblocked),
+        ("requeued", m.requeued),
+        ("stages", m.stages),
+        ("purged", m.purged),
+        ("lease_pick_ups", m.lease_pick_ups),
+        ("lease_takeovers", m.lease_takeovers),
+        ("lease_refusals", m.lease_refusals),
+        ("lease_losses", m.lease_losses),
     ];
-    for (name, value, help) in counters {
+    for (name, value) in counters {
         let name = format!("shardbox_{name}_total");
-        header(out, &name, "counter", help);
+        header(out, &name, "counter");
         let _ = writeln!(out, "{name}{{node=\"{node}\"}} {value}");
     }
     let l = &m.stage_latency;
-    header(
-        out,
-        "shardbox_stage_seconds",
-        "summary",
-        "Stage latency (quantiles are bucket upper bounds).",
-    );
+    header(out, "shardbox_stage_seconds", "summary");
     for (q, d) in [("0.5", l.p50), ("0.99", l.p99)] {
         let _ = writeln!(
             out,
@@ -256,6 +175,20 @@ mod tests {
     #[test]
     fn label_values_are_escaped() {
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn every_name_rendered_has_core_s_help_text() {
+        let mut out = String::new();
+        render_counters(&mut out, "n-1", &MetricsSnapshot::default());
+        let helps: Vec<&str> = out.lines().filter(|l| l.starts_with("# HELP ")).collect();
+        assert_eq!(helps.len(), 19);
+        for line in helps {
+            let (name, help) = line["# HELP ".len()..]
+                .split_once(' ')
+                .expect("name and help");
+            assert_eq!(Some(help), metric_help(name), "{name}");
+        }
     }
 
     #[test]

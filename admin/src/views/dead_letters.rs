@@ -9,8 +9,10 @@
 //! ```
 //!
 //! A write over every dead letter is refused unless the query says `all`. Where a requeued
-//! letter goes is the caller's choice (`place`): the shard it died in, the stable hash for
-//! another shard count, or a running application's own strategy.
+//! letter goes: the stable hash's shard for the query's `shards` count if it gives one (after
+//! a change of shard count), else the caller's `place` — the shard it died in, or a running
+//! application's own strategy. One query type serves the CLI's flags and the JSON API's
+//! bodies and parameters alike, so both offer the same filters.
 
 use crate::error::AdminError;
 use crate::views::since::Since;
@@ -19,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use shardbox_core::storage::{
     DeadLetterFilter, DeadLetterId, Requeue, RequeueReport, StoredDeadLetter,
 };
-use shardbox_core::{Metadata, ShardIndex, Storage};
+use shardbox_core::{Metadata, ShardIndex, ShardStrategy, StableHashStrategy, Storage};
 
 /// Dead letters requeued per storage call (as the library does).
 const REQUEUE_BATCH: usize = 500;
@@ -46,6 +48,10 @@ pub struct DeadLetterQuery {
     pub limit: Option<usize>,
     /// Required to requeue or purge every dead letter when no condition is set.
     pub all: bool,
+    /// Requeue only: put each letter into the shard the stable hash gives for this shard
+    /// count, instead of the caller's placement (after a change of shard count). Refused by
+    /// the other operations.
+    pub shards: Option<u32>,
 }
 
 impl DeadLetterQuery {
@@ -76,6 +82,16 @@ impl DeadLetterQuery {
             || self.since.is_some()
             || self.until.is_some()
             || self.after.is_some()
+    }
+
+    /// Refuses `shards` outside a requeue.
+    fn check_no_shards(&self, verb: &str) -> Result<(), AdminError> {
+        match self.shards {
+            Some(_) => Err(AdminError::Refused(format!(
+                "shards applies to a requeue only, not to {verb}"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Refuses a write over every dead letter without `all`.
@@ -212,6 +228,7 @@ pub async fn list(
     query: &DeadLetterQuery,
     now: DateTime<Utc>,
 ) -> Result<DeadLetterList, AdminError> {
+    query.check_no_shards("a list")?;
     let filter = query.to_filter(now)?;
     let letters = storage.list_dead_letters(&filter).await?;
     let matching = storage
@@ -258,6 +275,17 @@ pub async fn requeue(
 ) -> Result<RequeueOutcome, AdminError> {
     query.check_scope("requeue")?;
     let filter = query.to_filter(now)?;
+    if query.shards == Some(0) {
+        return Err(AdminError::Refused("shards must be at least 1".into()));
+    }
+    let strategy = StableHashStrategy::new();
+    let place = |d: &StoredDeadLetter| -> ShardIndex {
+        let m = &d.letter.original.message;
+        query.shards.map_or_else(
+            || place(d),
+            |n| strategy.shard_of(&m.target_kind, &m.target_id, n),
+        )
+    };
     let mut report = RequeueReport::default();
     let mut remaining = filter.limit.unwrap_or(usize::MAX);
     let mut after = filter.after;
@@ -291,6 +319,7 @@ pub async fn purge(
     query: &DeadLetterQuery,
     now: DateTime<Utc>,
 ) -> Result<PurgeOutcome, AdminError> {
+    query.check_no_shards("a purge")?;
     query.check_scope("purge")?;
     let purged = storage.purge_dead_letters(&query.to_filter(now)?).await?;
     Ok(PurgeOutcome { purged })

@@ -49,6 +49,7 @@ impl CatchUpStore for MemoryStorage {
             cursor: 0,
             replayed: 0,
             finished_at: None,
+            cancel_requested_at: None,
         };
         state.jobs.insert(id, created.clone());
         Ok(created)
@@ -86,6 +87,25 @@ impl CatchUpStore for MemoryStorage {
         Ok(self.lock().jobs.get(&id).cloned())
     }
 
+    async fn cancel_catch_up(
+        &self,
+        id: i64,
+        at: DateTime<Utc>,
+    ) -> Result<Option<CatchUpJob>, StorageError> {
+        let mut state = self.lock();
+        let Some(job) = state.jobs.get_mut(&id) else {
+            return Ok(None);
+        };
+        if job.status.is_finished() {
+            return Err(StorageError::CatchUpNotRunning {
+                job: id,
+                status: job.status.as_str().to_owned(),
+            });
+        }
+        job.cancel_requested_at.get_or_insert(at);
+        Ok(Some(job.clone()))
+    }
+
     async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {
         Ok(self
             .lock()
@@ -100,8 +120,11 @@ impl CatchUpStore for MemoryStorage {
         let mut state = self.lock();
         match state.jobs.get_mut(&job.id) {
             Some(stored) => {
-                *stored = job.clone();
-                if job.status == CatchUpStatus::Completed {
+                *stored = CatchUpJob {
+                    cancel_requested_at: stored.cancel_requested_at,
+                    ..job.clone()
+                };
+                if job.status.is_finished() {
                     state.settle_parked(job, None);
                 }
                 Ok(())

@@ -7,8 +7,8 @@ use crate::model::ids::ShardIndex;
 use crate::model::message::{DedupKey, InboxMessage, MessageKind, MessageStatus};
 use crate::model::outcome::OutcomeLookup;
 use crate::storage::{
-    CatchUpStatus, CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange, ShardDepth,
-    StageCommit, WriteBatch, WriteReport,
+    CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange, ShardDepth, StageCommit,
+    WriteBatch, WriteReport,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -177,10 +177,12 @@ impl InboxStore for MemoryStorage {
         for letter in commit.dead_letters {
             state.add_dead_letter(letter);
         }
-        for job in commit.catch_ups {
-            if job.status == CatchUpStatus::Completed {
+        for mut job in commit.catch_ups {
+            if job.status.is_finished() {
                 state.settle_parked(&job, Some(shard));
             }
+            // The cancel request is the operator's to write, never a stage's.
+            job.cancel_requested_at = state.jobs.get(&job.id).and_then(|j| j.cancel_requested_at);
             state.jobs.insert(job.id, job);
         }
         let catch_ups_purged = commit

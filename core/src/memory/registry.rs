@@ -111,6 +111,10 @@ impl WorkRegistry for MemoryStorage {
         Ok(())
     }
 
+    async fn recorded_shard_count(&self) -> Result<Option<u32>, StorageError> {
+        Ok(self.lock().shard_count)
+    }
+
     async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError> {
         Ok(self
             .lock()

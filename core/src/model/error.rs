@@ -165,6 +165,14 @@ pub enum StorageError {
         /// The running job's id.
         running_job: i64,
     },
+    /// A cancel was asked of a catch-up job that is no longer running.
+    #[error("catch-up job {job} is already {status}; there is nothing to cancel")]
+    CatchUpNotRunning {
+        /// The job's id.
+        job: i64,
+        /// Its stored status (`completed` or `cancelled`).
+        status: String,
+    },
     /// A blocking storage task could not complete (the runtime is shutting down).
     #[error("storage task did not complete: {0}")]
     Task(String),

@@ -110,6 +110,15 @@ impl StationContext {
             .await
     }
 
+    /// How many events of `event_types` (all if empty) occurred at or after `since`.
+    pub async fn count_events(
+        &self,
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+    ) -> Result<i64, StorageError> {
+        self.storage.count_events(event_types, since).await
+    }
+
     /// The `seq` of each of the events `ids` that exists.
     pub async fn event_seqs(&self, ids: &[SignalId]) -> Result<Vec<(SignalId, i64)>, StorageError> {
         self.storage.event_seqs(ids).await

@@ -1,9 +1,16 @@
 //! Catch-up jobs as stored: one row per job, its targets, cursor and counters.
 //!
-//! The lifecycle is `Started → InProgress → Finalizing → Completed`. Starting is atomic: a
+//! The lifecycle is `Started → InProgress → Finalizing → Completed`, or `… → Cancelled` once an
+//! operator asked for a cancel ([`CatchUpStore::cancel_catch_up`]). Starting is atomic: a
 //! backend refuses a job that overlaps a running one (same projection kind, intersecting ids
 //! or "all") with [`StorageError::CatchUpOverlap`](crate::StorageError), also when two nodes
 //! start one at the same instant.
+//!
+//! A cancel is a request, not a transition: the backend only stamps
+//! [`CatchUpJob::cancel_requested_at`] on a running job. The job's own steps, which commit
+//! under the lease of the shard holding its tick (fenced like every stage), see the request,
+//! stop replaying and end the job `Cancelled` through the same settling as a completion. So a
+//! cancel and a completion can never both be applied: whichever step commits first decides.
 
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
@@ -21,6 +28,9 @@ pub enum CatchUpStatus {
     Finalizing,
     /// Done.
     Completed,
+    /// Stopped on an operator's request before its replay was complete; its parked live rows
+    /// were settled as at a completion, and its targets are back on live delivery.
+    Cancelled,
 }
 
 impl CatchUpStatus {
@@ -31,6 +41,7 @@ impl CatchUpStatus {
             CatchUpStatus::InProgress => "in_progress",
             CatchUpStatus::Finalizing => "finalizing",
             CatchUpStatus::Completed => "completed",
+            CatchUpStatus::Cancelled => "cancelled",
         }
     }
 
@@ -41,14 +52,24 @@ impl CatchUpStatus {
             "in_progress" => CatchUpStatus::InProgress,
             "finalizing" => CatchUpStatus::Finalizing,
             "completed" => CatchUpStatus::Completed,
+            "cancelled" => CatchUpStatus::Cancelled,
             _ => return None,
         })
     }
 
     /// Whether the job still runs (blocks overlapping jobs).
     pub fn is_running(self) -> bool {
-        self != CatchUpStatus::Completed
+        !self.is_finished()
     }
+
+    /// Whether the job is over (completed or cancelled): it takes no step, blocks no other
+    /// job, and is purged after the retention.
+    pub fn is_finished(self) -> bool {
+        matches!(self, CatchUpStatus::Completed | CatchUpStatus::Cancelled)
+    }
+
+    /// The stored names of the finished statuses.
+    pub const FINISHED: [&'static str; 2] = ["completed", "cancelled"];
 }
 
 /// Which instances a catch-up rebuilds.
@@ -104,8 +125,13 @@ pub struct CatchUpJob {
     pub replayed: i64,
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
-    /// When it completed.
+    /// When it completed or was cancelled.
     pub finished_at: Option<DateTime<Utc>>,
+    /// When an operator asked to cancel it ([`CatchUpStore::cancel_catch_up`]), if one did.
+    /// Only that call writes it: storing the job ([`CatchUpStore::update_catch_up`], a
+    /// stage commit) leaves the stored value as it is, so a step that read the job before
+    /// the request cannot erase it.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
 }
 
 /// The `catch_ups` table.
@@ -134,15 +160,28 @@ pub trait CatchUpStore: Send + Sync + 'static {
     /// One job by id.
     async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError>;
 
-    /// All jobs not yet completed.
+    /// Asks running job `id` to stop, stamping `cancel_requested_at` with `at` (an earlier
+    /// request's time is kept). Returns the job as stored, `None` if there is no such job, and
+    /// [`StorageError::CatchUpNotRunning`] if it already completed or was cancelled. Changes
+    /// nothing else: the job's next step (see [`crate::catch_up::decide_step`]) stops the
+    /// replay and, once the replayed rows already written are delivered, stores the job
+    /// `Cancelled`, which settles its parked rows as a completion does.
+    async fn cancel_catch_up(
+        &self,
+        id: i64,
+        at: DateTime<Utc>,
+    ) -> Result<Option<CatchUpJob>, StorageError>;
+
+    /// All jobs not yet completed or cancelled.
     async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError>;
 
-    /// Stores a job's status, cursor and counters. Storing a job as `Completed` (here or in a
-    /// [`StageCommit`](crate::storage::StageCommit)) also settles its parked rows in the same
-    /// transaction, as described at [`StageCommit::catch_ups`](crate::storage::StageCommit).
+    /// Stores a job's status, cursor and counters (not `cancel_requested_at`). Storing a job as
+    /// `Completed` or `Cancelled` (here or in a [`StageCommit`](crate::storage::StageCommit))
+    /// also settles its parked rows in the same transaction, as described at
+    /// [`StageCommit::catch_ups`](crate::storage::StageCommit).
     async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError>;
 
-    /// Deletes completed jobs finished before `before`; returns how many.
+    /// Deletes completed and cancelled jobs finished before `before`; returns how many.
     async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError>;
 }
 
@@ -167,9 +206,16 @@ mod tests {
             CatchUpStatus::InProgress,
             CatchUpStatus::Finalizing,
             CatchUpStatus::Completed,
+            CatchUpStatus::Cancelled,
         ] {
             assert_eq!(CatchUpStatus::parse(s.as_str()), Some(s));
+            assert_eq!(
+                s.is_finished(),
+                CatchUpStatus::FINISHED.contains(&s.as_str())
+            );
         }
         assert!(!CatchUpStatus::Completed.is_running());
+        assert!(!CatchUpStatus::Cancelled.is_running());
+        assert!(CatchUpStatus::Finalizing.is_running());
     }
 }

@@ -110,7 +110,9 @@ pub struct StageCommit {
     /// Delete at most this many delivered rows of the shard whose `keep_until` has passed.
     pub purge_delivered: usize,
     /// Catch-up jobs whose status, cursor and counters this stage advanced (stored as given,
-    /// after the row changes). A job stored as `Completed` settles its parked rows (see
+    /// after the row changes; a job's `cancel_requested_at` is never written here, see
+    /// [`CatchUpJob::cancel_requested_at`]). A job stored as `Completed` or `Cancelled`
+    /// settles its parked rows (see
     /// [`crate::catch_up::parked_until`]) in the same transaction: in its affected shards, the
     /// parked live event rows of its projection kind, tenant and targets whose event `seq` is
     /// at most the job's cursor are removed (the replay applied them), the others are made due

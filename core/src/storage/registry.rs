@@ -85,6 +85,11 @@ pub trait WorkRegistry: Send + Sync + 'static {
     /// with another count would split one target's messages over two shards).
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError>;
 
+    /// The recorded shard count, if a node recorded one ([`Self::claim_shard_count`]);
+    /// records nothing. For tools that address shards without a node's configuration (the
+    /// `shardbox` command line).
+    async fn recorded_shard_count(&self) -> Result<Option<u32>, StorageError>;
+
     /// A heartbeat of `node_id` at `now`: it is a member until `alive_until`. The first beat
     /// after it was gone (or left) sets `started_at`. Also forgets nodes gone for a day.
     async fn beat(

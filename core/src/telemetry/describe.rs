@@ -3,11 +3,15 @@
 //!
 //! Described when a delivery is built and again when a node starts (an exporter installed in
 //! between still gets them); describing twice is harmless.
+//!
+//! This catalog is the one definition of the names and help texts: the admin surface's own
+//! `/metrics` (which renders the gauges from the database without a recorder) takes them
+//! from here through [`metric_help`], so a scrape of either shows the same names and words.
 
 use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 
 /// Counters: (name, help).
-const COUNTERS: [(&str, &str); 18] = [
+pub const COUNTERS: [(&str, &str); 18] = [
     ("shardbox_delivered_total", "Messages handled and marked delivered."),
     ("shardbox_duplicates_total", "Duplicate messages dropped by the stations (same target and signal within the dedup window)."),
     ("shardbox_write_duplicates_total", "Duplicate writes ignored by the Inbox's unique key."),
@@ -29,8 +33,8 @@ const COUNTERS: [(&str, &str); 18] = [
 ];
 
 /// Gauges: (name, unit, help).
-const GAUGES: [(&str, Unit, &str); 9] = [
-    ("shardbox_inbox_depth", Unit::Count, "Inbox rows by what they wait for (state: due, delayed, retrying, parked, replay, blocked, delivered), over all shards."),
+pub const GAUGES: [(&str, Unit, &str); 9] = [
+    ("shardbox_inbox_depth", Unit::Count, "Inbox rows by what they wait for (state: due, delayed, retrying, parked, replay, blocked, delivered), over all shards, or per shard where labelled shard."),
     ("shardbox_shard_lag_seconds", Unit::Seconds, "Age of the oldest due message of the shard (0 when none is due)."),
     ("shardbox_lag_seconds", Unit::Seconds, "Age of the oldest due message over all shards (0 when none is due)."),
     ("shardbox_leases_held", Unit::Count, "Shard leases the reporting node holds."),
@@ -41,6 +45,24 @@ const GAUGES: [(&str, Unit, &str); 9] = [
     ("shardbox_catch_up_total", Unit::Count, "Events a running catch-up replays in all, estimated (labels job, projection)."),
 ];
 
+/// The stage latency histogram: (name, help).
+pub const STAGE_SECONDS: (&str, &str) = (
+    "shardbox_stage_seconds",
+    "Time a delivery stage took: page read, stations, commit.",
+);
+
+/// The help text of Shardbox metric `name` (a counter, a gauge or the stage histogram), if
+/// it is one.
+pub fn metric_help(name: &str) -> Option<&'static str> {
+    COUNTERS
+        .iter()
+        .map(|(n, help)| (*n, *help))
+        .chain(GAUGES.iter().map(|(n, _, help)| (*n, *help)))
+        .chain([STAGE_SECONDS])
+        .find(|(n, _)| *n == name)
+        .map(|(_, help)| help)
+}
+
 /// Describes every Shardbox metric to the installed recorder.
 pub fn describe_metrics() {
     for (name, help) in COUNTERS {
@@ -49,9 +71,25 @@ pub fn describe_metrics() {
     for (name, unit, help) in GAUGES {
         describe_gauge!(name, unit, help);
     }
-    describe_histogram!(
-        "shardbox_stage_seconds",
-        Unit::Seconds,
-        "Time a delivery stage took: page read, stations, commit."
-    );
+    describe_histogram!(STAGE_SECONDS.0, Unit::Seconds, STAGE_SECONDS.1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_has_one_help_text() {
+        let mut names: Vec<&str> = COUNTERS.iter().map(|(n, _)| *n).collect();
+        names.extend(GAUGES.iter().map(|(n, _, _)| *n));
+        names.push(STAGE_SECONDS.0);
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "no name twice");
+        for name in names {
+            assert!(metric_help(name).is_some_and(|h| !h.is_empty()), "{name}");
+        }
+        assert_eq!(metric_help("shardbox_nope"), None);
+    }
 }

@@ -6,7 +6,7 @@ use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets, NewCatch
 use shardbox_core::{ShardIndex, Storage, StorageError, WorkerId};
 use std::sync::Arc;
 
-fn spec(kind: &str, tenant: &str, targets: CatchUpTargets) -> NewCatchUp {
+pub(super) fn spec(kind: &str, tenant: &str, targets: CatchUpTargets) -> NewCatchUp {
     NewCatchUp {
         projection_kind: kind.into(),
         tenant: tenant.into(),
@@ -18,7 +18,7 @@ fn spec(kind: &str, tenant: &str, targets: CatchUpTargets) -> NewCatchUp {
     }
 }
 
-fn ids(ids: &[&str]) -> CatchUpTargets {
+pub(super) fn ids(ids: &[&str]) -> CatchUpTargets {
     CatchUpTargets::Ids(ids.iter().map(|s| s.to_string()).collect())
 }
 

@@ -35,6 +35,7 @@ mod pg_schema;
 pub use pg_schema::{explain, pg_url, terminate_backends, TestSchema};
 
 mod catch_up;
+mod catch_up_cancel;
 mod commit;
 mod dedup;
 mod events;
@@ -49,6 +50,7 @@ pub use catch_up::{
     concurrent_overlapping_catch_up_starts_one_wins, event_seqs_and_counts,
     parked_rows_settle_when_the_job_completes,
 };
+pub use catch_up_cancel::a_cancelled_catch_up_settles_like_a_completion;
 pub use commit::{
     commit_is_all_or_nothing, delivered_rows_kept_until_window_then_purged,
     retry_reports_waiting_target,
@@ -121,6 +123,7 @@ macro_rules! conformance_suite {
             catch_up_start_resets_targets_and_refences_shards,
             catch_up_progress_commits_with_the_stage,
             parked_rows_settle_when_the_job_completes,
+            a_cancelled_catch_up_settles_like_a_completion,
             a_parked_retrying_row_does_not_make_its_target_wait,
             event_seqs_and_counts,
             first_failure_time_is_kept_across_retries,

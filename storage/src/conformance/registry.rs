@@ -192,6 +192,11 @@ pub async fn concurrent_pick_up_has_one_winner<S: Storage + Inspect>(store: S) {
 /// whatever it asks for, also when many claim at once.
 pub async fn the_first_shard_count_claimed_is_recorded<S: Storage + Inspect>(store: S) {
     let store = Arc::new(store);
+    assert_eq!(
+        store.recorded_shard_count().await.expect("read"),
+        None,
+        "nothing recorded before a claim, and reading records nothing"
+    );
     let barrier = Arc::new(tokio::sync::Barrier::new(4));
     let mut tasks = Vec::new();
     for asked in [8_u32, 16, 32, 64] {
@@ -216,6 +221,10 @@ pub async fn the_first_shard_count_claimed_is_recorded<S: Storage + Inspect>(sto
         store.claim_shard_count(128).await.expect("claim"),
         recorded[0],
         "a later claim gets the recorded count"
+    );
+    assert_eq!(
+        store.recorded_shard_count().await.expect("read"),
+        Some(recorded[0])
     );
 }
 

@@ -174,6 +174,8 @@ pub(crate) struct CatchUpRow {
     pub id: i64,
     #[diesel(embed)]
     pub job: NewCatchUpRow,
+    /// Written only by a cancel request, so not part of the stored job's changeset.
+    pub cancel_requested_at: Option<i64>,
 }
 
 impl CatchUpRow {
@@ -216,11 +218,12 @@ impl CatchUpRow {
             replayed: r.replayed,
             updated_at: time(r.updated_at)?,
             finished_at: opt_time(r.finished_at)?,
+            cancel_requested_at: opt_time(self.cancel_requested_at)?,
         })
     }
 }
 
-/// A catch-up job's columns (all but `id`).
+/// A catch-up job's columns (all but `id` and `cancel_requested_at`).
 #[derive(Debug, Insertable, Queryable, Selectable, AsChangeset)]
 #[diesel(table_name = catch_ups)]
 #[diesel(treat_none_as_default_value = false, treat_none_as_null = true)]

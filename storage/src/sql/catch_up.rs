@@ -20,7 +20,7 @@ macro_rules! catch_up_units {
                 let running: Vec<CatchUpRow> = cu::catch_ups
                     .filter(cu::projection_kind.eq(&job.projection_kind))
                     .filter(cu::tenant.eq(&job.tenant))
-                    .filter(cu::status.ne(CatchUpStatus::Completed.as_str()))
+                    .filter(cu::status.ne_all(CatchUpStatus::FINISHED))
                     .order(cu::id.asc())
                     .select(CatchUpRow::as_select())
                     .load(conn)?;
@@ -69,6 +69,7 @@ macro_rules! catch_up_units {
                     cursor: 0,
                     replayed: 0,
                     finished_at: None,
+                    cancel_requested_at: None,
                 };
                 created.id = diesel::insert_into(cu::catch_ups)
                     .values(NewCatchUpRow::from_job(&created)?)
@@ -89,11 +90,42 @@ macro_rules! catch_up_units {
                 .transpose()
         }
 
+        /// `CatchUpStore::cancel_catch_up`: one conditional update (a running job only, an
+        /// earlier request kept), then the job as stored. A job that finished between the two
+        /// statements cannot exist: the update and the read share one write transaction.
+        pub(crate) fn cancel_catch_up(
+            conn: &mut Conn,
+            id: i64,
+            at: DateTime<Utc>,
+        ) -> Result<Option<CatchUpJob>, Failure> {
+            use $crate::schema::catch_ups::dsl as cu;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                diesel::update(
+                    cu::catch_ups
+                        .find(id)
+                        .filter(cu::status.ne_all(CatchUpStatus::FINISHED))
+                        .filter(cu::cancel_requested_at.is_null()),
+                )
+                .set(cu::cancel_requested_at.eq(micros(at)))
+                .execute(conn)?;
+                let Some(job) = catch_up(conn, id)? else {
+                    return Ok(None);
+                };
+                if job.status.is_finished() {
+                    return Err(Failure::Storage(StorageError::CatchUpNotRunning {
+                        job: id,
+                        status: job.status.as_str().to_owned(),
+                    }));
+                }
+                Ok(Some(job))
+            })
+        }
+
         /// `CatchUpStore::running_catch_ups`, oldest first.
         pub(crate) fn running_catch_ups(conn: &mut Conn) -> Result<Vec<CatchUpJob>, Failure> {
             use $crate::schema::catch_ups::dsl as cu;
             cu::catch_ups
-                .filter(cu::status.ne(CatchUpStatus::Completed.as_str()))
+                .filter(cu::status.ne_all(CatchUpStatus::FINISHED))
                 .order(cu::id.asc())
                 .select(CatchUpRow::as_select())
                 .load(conn)?
@@ -102,8 +134,9 @@ macro_rules! catch_up_units {
                 .collect()
         }
 
-        /// Stores the job as given, inside the caller's transaction; a completed job settles
-        /// its parked rows (see `StageCommit::catch_ups`), re-fencing its shards but `own`.
+        /// Stores the job as given (but its cancel request), inside the caller's transaction; a
+        /// completed or cancelled job settles its parked rows (see `StageCommit::catch_ups`),
+        /// re-fencing its shards but `own`.
         pub(crate) fn store_catch_up(
             conn: &mut Conn,
             job: &CatchUpJob,
@@ -114,7 +147,7 @@ macro_rules! catch_up_units {
                 .set(&row)
                 .execute(conn)?;
             if updated == 1 {
-                if job.status == CatchUpStatus::Completed {
+                if job.status.is_finished() {
                     settle_parked(conn, job, own)?;
                 }
                 Ok(())
@@ -131,7 +164,7 @@ macro_rules! catch_up_units {
             <Conn as Dialect>::write_transaction(conn, |conn| store_catch_up(conn, &job, None))
         }
 
-        /// Settles the parked rows of completed `job`: per affected shard, removes those the
+        /// Settles the parked rows of finished (completed or cancelled) `job`: per affected shard, removes those the
         /// replay covered (event `seq <= cursor`, found through the unique index on
         /// `events.id`), clears `deliver_after` of the others (a range of `inbox_delayed`).
         /// The affected shards but `own` are re-fenced first: on PostgreSQL that waits for a
@@ -269,7 +302,7 @@ macro_rules! catch_up_units {
             Ok(false)
         }
 
-        /// `CatchUpStore::purge_catch_ups`: completed jobs finished before `before`.
+        /// `CatchUpStore::purge_catch_ups`: finished jobs finished before `before`.
         pub(crate) fn purge_catch_ups(
             conn: &mut Conn,
             before: DateTime<Utc>,
@@ -279,8 +312,8 @@ macro_rules! catch_up_units {
             })
         }
 
-        /// Deletes the completed jobs finished before `before`, inside the caller's transaction
-        /// (a purge of its own, or a stage commit's).
+        /// Deletes the finished (completed or cancelled) jobs finished before `before`, inside
+        /// the caller's transaction (a purge of its own, or a stage commit's).
         pub(crate) fn delete_completed_catch_ups(
             conn: &mut Conn,
             before: DateTime<Utc>,
@@ -288,7 +321,7 @@ macro_rules! catch_up_units {
             use $crate::schema::catch_ups::dsl as cu;
             Ok(diesel::delete(
                 cu::catch_ups
-                    .filter(cu::status.eq(CatchUpStatus::Completed.as_str()))
+                    .filter(cu::status.eq_any(CatchUpStatus::FINISHED))
                     .filter(cu::finished_at.lt(micros(before))),
             )
             .execute(conn)?)

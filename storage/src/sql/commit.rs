@@ -48,12 +48,12 @@ macro_rules! commit_units {
             // The fan-out's rows are made before the transaction and dropped after it.
             let messages = $crate::rows::inbox_rows(writes.messages)?;
             let events = $crate::rows::event_rows(writes.events)?;
-            // A completion re-fences its job's other shards: take every session row it will
+            // A completion (or cancellation) re-fences its job's other shards: take every session row it will
             // touch, its own included, in ascending order before the fence (see
             // `Dialect::lock_sessions_in_order`).
             let mut locked: Vec<i32> = catch_ups
                 .iter()
-                .filter(|job| job.status == shardbox_core::storage::CatchUpStatus::Completed)
+                .filter(|job| job.status.is_finished())
                 .flat_map(|job| job.spec.affected_shards.iter().map(|s| s.as_i32()))
                 .collect();
             if !locked.is_empty() {

@@ -212,6 +212,25 @@ macro_rules! registry_units {
                 .map(SessionRow::into_session)
                 .collect()
         }
+
+        /// `WorkRegistry::recorded_shard_count`: the `shard_count` setting, if recorded.
+        pub(crate) fn recorded_shard_count(conn: &mut Conn) -> Result<Option<u32>, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            let recorded: Option<String> = st::shardbox_settings
+                .filter(st::name.eq("shard_count"))
+                .select(st::value)
+                .first(conn)
+                .optional()?;
+            recorded
+                .map(|v| {
+                    v.parse().map_err(|_| {
+                        Failure::from(shardbox_core::StorageError::Corrupt(format!(
+                            "shardbox_settings.shard_count is `{v}`, not a shard count"
+                        )))
+                    })
+                })
+                .transpose()
+        }
     };
 }
 pub(crate) use registry_units;

@@ -284,6 +284,12 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::members(conn, now)).await
             }
 
+            async fn recorded_shard_count(
+                &self,
+            ) -> Result<Option<u32>, shardbox_core::StorageError> {
+                self.db.run($units::recorded_shard_count).await
+            }
+
             async fn claim_shard_count(
                 &self,
                 shard_count: u32,
@@ -403,6 +409,17 @@ macro_rules! storage_impls {
             ) -> Result<Option<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError>
             {
                 self.db.run(move |conn| $units::catch_up(conn, id)).await
+            }
+
+            async fn cancel_catch_up(
+                &self,
+                id: i64,
+                at: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError>
+            {
+                self.db
+                    .run(move |conn| $units::cancel_catch_up(conn, id, at))
+                    .await
             }
 
             async fn running_catch_ups(

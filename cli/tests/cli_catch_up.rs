@@ -1,0 +1,211 @@
+//! `shardbox catch-up start|cancel|progress` end to end: the binary run as a process over a
+//! database an application's node serves (on SQLite, and on PostgreSQL when SHARDBOX_PG_URL
+//! is set). A job started by the CLI is replayed by the node, with its estimate counted by
+//! the first step; a job cancelled by the CLI ends `cancelled` on the node, its parked live
+//! events delivered once; the library's refusals come back in its words with exit code 1.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use shardbox::core::Storage;
+use shardbox::prelude::*;
+use shardbox::storage::conformance::{pg_url, TestSchema};
+use shardbox::{EventSource, PostgresStorage};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Ticked;
+impl Message for Ticked {
+    const TYPE: &'static str = "cli-catch-up-test.ticked";
+}
+
+/// How many events each counter saw.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Counter(u64);
+impl Projection for Counter {
+    const KIND: &'static str = "counter";
+    type Event = Ticked;
+    async fn apply(&mut self, _: &Ticked, _: &Context<'_>) -> Result<(), HandlerError> {
+        self.0 += 1;
+        Ok(())
+    }
+}
+
+const COUNTERS: usize = 5;
+
+fn counter(i: usize) -> String {
+    format!("c-{i}")
+}
+
+fn run(db: &str, schema: Option<&str>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shardbox"));
+    command
+        .env_remove("SHARDBOX_DB")
+        .env_remove("SHARDBOX_PG_SCHEMA");
+    command.arg("--db").arg(db);
+    if let Some(schema) = schema {
+        command.arg("--schema").arg(schema);
+    }
+    command
+        .args(args)
+        .output()
+        .expect("run the shardbox binary")
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs with `--json`; the last JSON line (or the whole document) of stdout; exit 0 asserted.
+fn json(db: &str, schema: Option<&str>, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = run(db, schema, &all);
+    assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    serde_json::from_str(&text)
+        .or_else(|_| serde_json::from_str(text.lines().last().unwrap_or("")))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+}
+
+async fn counts(sb: &Shardbox) -> Vec<u64> {
+    let mut out = Vec::new();
+    for i in 0..COUNTERS {
+        let c = sb.projection_state::<Counter>(&counter(i)).await.unwrap();
+        out.push(c.unwrap_or_default().0);
+    }
+    out
+}
+
+async fn post(sb: &Shardbox, n: usize, posted: &mut [u64]) {
+    for k in 0..n {
+        let i = k % COUNTERS;
+        sb.post(EventSource::external(counter(i)), &Ticked)
+            .await
+            .expect("post");
+        posted[i] += 1;
+    }
+}
+
+async fn settle(sb: &Shardbox) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while sb.storage().counts(None).await.unwrap().pending() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "settled in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn start_and_cancel(storage: Arc<dyn Storage>, db: &str, schema: Option<&str>) {
+    let sb = Shardbox::builder()
+        .shared_storage(storage)
+        .shards(4)
+        .poll_interval(Duration::from_millis(50))
+        .projection::<Counter>()
+        .build()
+        .await
+        .expect("build");
+    let mut posted = vec![0u64; COUNTERS];
+    post(&sb, 100, &mut posted).await;
+    let node = sb.start();
+    settle(&sb).await;
+    node.shutdown().await.unwrap();
+    assert_eq!(counts(&sb).await, posted);
+
+    // No node runs: the job the CLI starts waits for one.
+    let first = json(db, schema, &["catch-up", "start", "counter"]);
+    let id = first["id"].as_i64().expect("job id");
+    assert_eq!(first["status"], "started");
+    assert_eq!(first["total_estimate"], 0, "counted by the first step");
+    assert_eq!(
+        counts(&sb).await,
+        vec![0; COUNTERS],
+        "the targets are reset"
+    );
+    let overlap = run(db, schema, &["catch-up", "start", "counter", "--id", "c-1"]);
+    assert_eq!(code(&overlap), 1, "{}", stderr(&overlap));
+    assert!(
+        stderr(&overlap).contains(&format!("already running (job {id})")),
+        "the library's words: {}",
+        stderr(&overlap)
+    );
+    let unknown = run(db, schema, &["catch-up", "cancel", "987654"]);
+    assert_eq!(code(&unknown), 1);
+    assert!(stderr(&unknown).contains("catch-up job 987654 does not exist"));
+
+    // Live events while the job waits, then the cancel.
+    let mut live = vec![0u64; COUNTERS];
+    post(&sb, 20, &mut live).await;
+    let asked = json(db, schema, &["catch-up", "cancel", &id.to_string()]);
+    assert_eq!(asked["status"], "cancelling");
+    assert_eq!(asked["cancel_requested"], true);
+    let listed = json(db, schema, &["catch-up", "list"]);
+    assert_eq!(listed["running"][0]["status"], "cancelling");
+    let waited = run(
+        db,
+        schema,
+        &["catch-up", "cancel", &id.to_string(), "--wait", "1"],
+    );
+    assert_eq!(code(&waited), 1, "no node ran the job: {}", stderr(&waited));
+    assert!(stderr(&waited).contains("has not ended yet"));
+
+    // A node carries the cancel out; the live events are delivered once each.
+    let node = sb.start();
+    let followed = json(
+        db,
+        schema,
+        &["catch-up", "progress", &id.to_string(), "--follow"],
+    );
+    assert_eq!(followed["status"], "cancelled");
+    settle(&sb).await;
+    assert_eq!(
+        counts(&sb).await,
+        live,
+        "reset, nothing replayed, then live"
+    );
+    let again = run(db, schema, &["catch-up", "cancel", &id.to_string()]);
+    assert_eq!(code(&again), 1);
+    assert!(
+        stderr(&again).contains(&format!(
+            "catch-up job {id} is already cancelled; there is nothing to cancel"
+        )),
+        "{}",
+        stderr(&again)
+    );
+
+    // A job the CLI starts while the node runs is replayed to the end.
+    let second = json(db, schema, &["catch-up", "start", "counter"]);
+    let second = second["id"].as_i64().expect("job id").to_string();
+    let done = json(db, schema, &["catch-up", "progress", &second, "--follow"]);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["total_estimate"], 120, "the first step's estimate");
+    assert_eq!(done["replayed"], 120);
+    settle(&sb).await;
+    let all: Vec<u64> = posted.iter().zip(&live).map(|(a, b)| a + b).collect();
+    assert_eq!(counts(&sb).await, all, "rebuilt from the whole history");
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catch_up_start_and_cancel_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("catch-up.db");
+    let storage = shardbox::SqliteStorage::open(&path).await.expect("open");
+    start_and_cancel(Arc::new(storage), path.to_str().expect("utf-8"), None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catch_up_start_and_cancel_on_postgres() {
+    let Some(url) = pg_url("catch_up_start_and_cancel_on_postgres") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "cli_catch_up");
+    let storage = PostgresStorage::connect_with(url.clone(), schema.options(4))
+        .await
+        .expect("connect");
+    start_and_cancel(Arc::new(storage), &url, Some(&schema.name)).await;
+}
