@@ -287,7 +287,11 @@ async fn reactor_delays_are_checked(storage: Arc<dyn Storage>) {
             .await
             .unwrap();
         let late = sb.aggregate_state::<Tally>("late").await.unwrap();
-        if dead.len() >= 2 && late.is_some() || std::time::Instant::now() > deadline {
+        // Every reaction handled: only the hour's delayed command left (under load the last
+        // reactor copy can still be on its way when the others are done).
+        let pending = storage.counts(None).await.unwrap().pending();
+        if dead.len() >= 2 && late.is_some() && pending == 1 || std::time::Instant::now() > deadline
+        {
             break (dead, late);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
