@@ -102,20 +102,7 @@ fn balance_node_entry() {
 
 /// [`PER_SHARD`] target ids in every shard.
 fn target_ids(sb: &Shardbox) -> Vec<String> {
-    let mut per_shard = vec![0; SHARDS as usize];
-    let mut ids = Vec::with_capacity(TARGETS);
-    for t in 0.. {
-        let id = format!("bal-{t}");
-        let shard = sb.shard_of("tally", &id).0 as usize;
-        if per_shard[shard] < PER_SHARD {
-            per_shard[shard] += 1;
-            ids.push(id);
-            if ids.len() == TARGETS {
-                break;
-            }
-        }
-    }
-    ids
+    common::cluster::ids_per_shard(sb, "tally", "bal", SHARDS, PER_SHARD)
 }
 
 fn spawn_node(name: &str, schema: &str) -> NodeProcess {

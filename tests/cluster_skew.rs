@@ -187,20 +187,7 @@ fn skew_node_entry() {
 
 /// [`PER_SHARD`] target ids in every shard.
 fn target_ids(sb: &Shardbox) -> Vec<String> {
-    let mut per_shard = vec![0; SHARDS as usize];
-    let mut ids = Vec::with_capacity(TARGETS);
-    for t in 0.. {
-        let id = format!("skew-{t}");
-        let shard = sb.shard_of("tally", &id).0 as usize;
-        if per_shard[shard] < PER_SHARD {
-            per_shard[shard] += 1;
-            ids.push(id);
-            if ids.len() == TARGETS {
-                break;
-            }
-        }
-    }
-    ids
+    common::cluster::ids_per_shard(sb, "tally", "skew", SHARDS, PER_SHARD)
 }
 
 /// The number after `key=` in a `SBX-STOPPED` line.

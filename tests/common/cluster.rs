@@ -251,3 +251,29 @@ pub fn wait_for_stop_signal() {
         }
     }
 }
+
+/// `per_shard` ids of `kind` (`{prefix}-{n}`, the first that land there) in each of the
+/// `shards` shards, in the order found.
+pub fn ids_per_shard(
+    sb: &shardbox::Shardbox,
+    kind: &str,
+    prefix: &str,
+    shards: u32,
+    per_shard: usize,
+) -> Vec<String> {
+    let mut counts = vec![0; shards as usize];
+    let total = shards as usize * per_shard;
+    let mut ids = Vec::with_capacity(total);
+    for t in 0.. {
+        if ids.len() == total {
+            break;
+        }
+        let id = format!("{prefix}-{t}");
+        let shard = sb.shard_of(kind, &id).0 as usize;
+        if counts[shard] < per_shard {
+            counts[shard] += 1;
+            ids.push(id);
+        }
+    }
+    ids
+}
