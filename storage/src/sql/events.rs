@@ -34,7 +34,9 @@ macro_rules! event_units {
                 .collect()
         }
 
-        /// `EventStore::read_source_events` (by the index `events_by_source`).
+        /// `EventStore::read_source_events`: forward from `after_seq` along the primary key,
+        /// filtered (no index of its own: a read for debugging and tests must not make every
+        /// append pay for one).
         pub(crate) fn read_source_events(
             conn: &mut Conn,
             tenant: String,

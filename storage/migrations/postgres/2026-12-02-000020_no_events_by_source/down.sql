@@ -1,0 +1,2 @@
+-- Nothing to undo: the index this drops is not part of the schema.
+SELECT 1;

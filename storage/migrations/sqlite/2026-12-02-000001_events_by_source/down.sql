@@ -1,1 +1,0 @@
-DROP INDEX IF EXISTS events_by_source;
