@@ -27,7 +27,7 @@ pub(crate) async fn shardbox(
         .node_id(NodeId(node.to_owned()))
         .shards(a.shards)
         .page_size(a.page_size)
-        .workers(4)
+        .workers(a.workers)
         .poll_interval(Duration::from_millis(200))
         .lease_linger(Duration::from_millis(50))
         .aggregate::<Counter>()
