@@ -7,7 +7,8 @@ pub const USAGE: &str =
 [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
-[--cache-capacity C (default: the framework's)] [--handler-concurrency C (jobs: total, over \
+[--cache-capacity C (default: the framework's)] [--workers W (live, latency, scale: workers \
+per node, default 4)] [--handler-concurrency C (jobs: total, over \
 4 workers, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)] \
 [--paced (jobs: producers offer --rate msgs/s instead of sending as fast as they can)]";
 
@@ -72,6 +73,8 @@ pub struct Args {
     pub batch: usize,
     /// Entries of the deduplication cache (`None`: the framework's default).
     pub cache_capacity: Option<u64>,
+    /// Workers per node (`live`, `latency`, `scale`).
+    pub workers: usize,
     /// `jobs`: handler calls in flight on the node (over its 4 workers).
     pub handler_concurrency: usize,
     /// `jobs`: the producers offer `rate` msgs/s (in batches of `batch`) instead of sending
@@ -110,6 +113,7 @@ impl Args {
             batch: 0,
             paced: false,
             cache_capacity: None,
+            workers: 4,
             handler_concurrency: 64,
             work_ms: 1.0,
             node_process: None,
@@ -142,6 +146,7 @@ impl Args {
                 "--targets" => a.targets = number("--targets", it.next())?,
                 "--shards" => a.shards = number("--shards", it.next())?,
                 "--page-size" => a.page_size = number("--page-size", it.next())?,
+                "--workers" => a.workers = number("--workers", it.next())?,
                 "--nodes" => a.nodes = number("--nodes", it.next())?,
                 "--rate" => a.rate = number("--rate", it.next())?,
                 "--secs" => a.secs = number("--secs", it.next())?,
@@ -176,11 +181,12 @@ impl Args {
             || a.page_size == 0
             || a.nodes == 0
             || a.rounds == 0
+            || a.workers == 0
             || a.handler_concurrency == 0
             || !(a.work_ms >= 0.0 && a.work_ms <= 60_000.0)
         {
             return Err(
-                "--n, --targets, --shards, --page-size, --nodes, --rounds and --handler-concurrency must be > 0, --work-ms 0..=60000".into(),
+                "--n, --targets, --shards, --page-size, --nodes, --rounds, --workers and --handler-concurrency must be > 0, --work-ms 0..=60000".into(),
             );
         }
         Ok(a)

@@ -21,6 +21,7 @@ mod jobs;
 mod model;
 mod report;
 mod statements;
+mod timeline;
 mod workloads;
 
 use args::{Args, Workload};
@@ -35,6 +36,7 @@ fn main() {
         }
     };
     statements::install();
+    timeline::install();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -35,6 +35,7 @@ impl Aggregate for Counter {
     type Event = Bumped;
 
     async fn handle(&self, _: &Bump, cx: &Context<'_>) -> Result<Vec<Bumped>, HandlerError> {
+        crate::timeline::mark("handler", cx.received_at.timestamp_micros());
         let mut h = lock(&LATENCY);
         if let Some(h) = h.as_mut() {
             let us = (Utc::now() - cx.received_at)

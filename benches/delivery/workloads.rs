@@ -6,6 +6,7 @@ use crate::floor;
 use crate::model::{Booked, Bump, Counter, Ledger, LATENCY};
 use crate::report::Report;
 use crate::statements;
+use crate::timeline;
 use hdrhistogram::Histogram;
 use shardbox::core::storage::{CatchUpStatus, WriteBatch};
 use shardbox::core::sync::lock;
@@ -26,7 +27,7 @@ pub(crate) async fn shardbox(
         .node_id(NodeId(node.to_owned()))
         .shards(a.shards)
         .page_size(a.page_size)
-        .workers(4)
+        .workers(a.workers)
         .poll_interval(Duration::from_millis(200))
         .lease_linger(Duration::from_millis(50))
         .aggregate::<Counter>()
@@ -199,8 +200,10 @@ pub async fn latency(a: &Args) -> Result<Report, String> {
     let warmup = offer(&boxes, 0, warm, a.rate, a.targets).await?.1;
     let total = (a.rate * a.secs) as usize;
     let statements_before = statements::count();
+    timeline::start();
     let started = Instant::now();
     let (offered, h) = offer(&boxes, warm, total, a.rate, a.targets).await?;
+    timeline::finish()?;
     let h = h.ok_or("--rate × --secs sends nothing to measure")?;
     let elapsed = started.elapsed().as_secs_f64();
     let statements = statements::count() - statements_before;

@@ -229,6 +229,7 @@ impl Delivery {
             tracing::trace!(%shard, node = %env.config.node_id, "shard held by another worker");
             return Ok(None);
         };
+        tracing::trace!(target: "shardbox::latency", point = "picked_up", node = %env.config.node_id, shard = shard.0, key = 0);
         env.metrics.record_pick_up(lease.taken_over);
         if lease.taken_over {
             tracing::info!(%shard, epoch = %lease.epoch, "took over a lease that expired without a release");
@@ -298,6 +299,12 @@ impl Delivery {
                 .storage
                 .read_page(lease.shard, now, env.config.page_size)
                 .await?;
+            if tracing::enabled!(target: "shardbox::latency", tracing::Level::TRACE) {
+                for m in &page.messages {
+                    let key = m.message.received_at.timestamp_micros();
+                    tracing::trace!(target: "shardbox::latency", point = "read", node = %env.config.node_id, shard = lease.shard.0, key);
+                }
+            }
             // The read saw every earlier stage's retries and holds.
             *next_due = page.next_due;
             // An empty page still gets one stage when a purge has work (an idle shard woken by
@@ -390,6 +397,7 @@ impl Delivery {
         let decided = commit.outcomes_decided;
         let shard = commit.lease.shard;
         let committed = env.storage.commit_stage(commit).await?;
+        tracing::trace!(target: "shardbox::latency", point = "committed", node = %env.config.node_id, shard = shard.0, key = 0);
         for f in after_commit {
             f();
         }

@@ -187,6 +187,7 @@ impl WakeQueue {
             // a permit behind instead of being missed.
             let notified = self.ready.notified();
             if let Some((shard, _)) = lock(&self.queue).pop_front() {
+                tracing::trace!(target: "shardbox::latency", point = "turn", node = %self.env.config.node_id, shard = shard.0, key = 0);
                 return shard;
             }
             notified.await;
@@ -238,6 +239,7 @@ impl ShardObserver for WakeQueue {
             // Shards another node holds, or another member prefers, are theirs: they hear
             // the same writes (or poll for them).
             if !lock(&self.held).is_held(shard, now) && !self.is_others(shard) {
+                tracing::trace!(target: "shardbox::latency", point = "woken", node = %self.env.config.node_id, shard = shard.0, key = 0);
                 self.wake(shard);
             }
         }

@@ -169,7 +169,25 @@ async fn write_group<S: InboxStore + ?Sized>(storage: Arc<S>, group: Vec<Queued>
             group.into_iter().map(|q| (q.batch, q.done)).unzip();
         // A lone batch's failure is its own: nothing to keep for a retry.
         let kept = (n > 1).then(|| batches.clone());
-        match storage.write_all(batches).await {
+        // The latency trace points (see `telemetry`): the messages' keys, only when traced.
+        let traced: Vec<(u32, i64)> = if tracing::enabled!(target: "shardbox::latency", tracing::Level::TRACE)
+        {
+            batches
+                .iter()
+                .flat_map(|b| &b.messages)
+                .map(|w| (w.shard.0, w.message.received_at.timestamp_micros()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for &(shard, key) in &traced {
+            tracing::trace!(target: "shardbox::latency", point = "write", node = "", shard, key);
+        }
+        let written = storage.write_all(batches).await;
+        for &(shard, key) in &traced {
+            tracing::trace!(target: "shardbox::latency", point = "written", node = "", shard, key);
+        }
+        match written {
             Ok(reports) if reports.len() == n => {
                 for (done, report) in callers.into_iter().zip(reports) {
                     let _ = done.send(Ok(report));

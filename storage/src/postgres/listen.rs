@@ -188,7 +188,8 @@ impl Drop for LocalListener {
     }
 }
 
-/// Where the listener connects: the pool's URL and schema.
+/// Where the listener (and the notifier, see the `notify` module) connects: the pool's URL
+/// and schema.
 pub(crate) struct ListenTarget {
     /// The URL (with its password: never logged).
     pub(crate) url: String,
@@ -321,6 +322,9 @@ fn pump(
             if !shards.is_empty() {
                 shards.sort_unstable();
                 shards.dedup();
+                for shard in &shards {
+                    tracing::trace!(target: "shardbox::latency", point = "heard", node = control.node(), shard = shard.0, key = 0);
+                }
                 observer.on_write(&shards);
                 shards.clear();
             }
@@ -342,7 +346,7 @@ fn pump(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::conformance::fixtures::{command, messages};
     use crate::conformance::{pg_url, TestSchema};
@@ -352,7 +356,7 @@ mod tests {
 
     /// Records the shards it is told of.
     #[derive(Default)]
-    struct Heard(Mutex<Vec<u32>>);
+    pub(in crate::postgres) struct Heard(Mutex<Vec<u32>>);
 
     impl ShardObserver for Heard {
         fn on_write(&self, shards: &[ShardIndex]) {
@@ -366,7 +370,7 @@ mod tests {
         }
     }
 
-    async fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    pub(in crate::postgres) async fn until(what: &str, mut ok: impl FnMut() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ok() {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -375,7 +379,7 @@ mod tests {
     }
 
     /// Waits for `shard` in what `heard` was told, and returns everything it was told by then.
-    async fn hears(heard: &Heard, shard: u32) -> Vec<u32> {
+    pub(in crate::postgres) async fn hears(heard: &Heard, shard: u32) -> Vec<u32> {
         let mut got = Vec::new();
         until(&format!("shard {shard}"), || {
             got.extend(heard.take());

@@ -215,7 +215,13 @@ fn connect_blocking(
     .build(Manager::<PgConnection>::new(url.clone()))
     .map_err(|e| classify_connect(e, &name))?;
     let echo = listen::OwnEcho::new();
-    let notifier = notify::Notifier::start(pool.clone(), name.clone(), echo.origin())
+    let target = listen::ListenTarget {
+        url: url.clone(),
+        schema: options.schema.clone(),
+        database: name.clone(),
+        echo: echo.clone(),
+    };
+    let notifier = notify::Notifier::start(target, echo.origin())
         .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
     Ok(PostgresStorage {
         notifier,

@@ -1,11 +1,13 @@
 //! Telling the other nodes about writes: after a transaction that wrote inbox rows commits,
 //! its shards go to this storage's notifier thread, which sends them with `pg_notify` on a
-//! pooled connection, coalescing whatever arrives while it sends.
+//! connection of its own, coalescing whatever arrives while it sends.
 //!
 //! ```text
 //!  write / stage commit ─► COMMIT ─► Notifier::written(shards)   (a set insert, no I/O)
-//!  notifier thread: wait for shards ─► take them all ─► SELECT pg_notify(channel, '<origin>;3,17,40')
-//!  stage commit with command outcomes ─► Notifier::decided(shard) ─► '<origin>;!3' (same thread)
+//!  notifier thread: wait for shards ─► take them all
+//!                   ─► SELECT pg_notify(channel, p) FROM unnest('{<origin>;3,17,40', …}')
+//!                      (one statement, its own transaction, committed without a WAL flush)
+//!  stage commit with command outcomes ─► Notifier::decided(shard) ─► '<origin>;!3' (same round)
 //! ```
 //!
 //! Why not `pg_notify` inside the writing transaction: PostgreSQL serialises the commits of
@@ -17,13 +19,21 @@
 //! the previous one was being sent. A notification is still sent only for committed rows; one
 //! lost to a crash between commit and send delays its rows until the next poll, like any
 //! missed notification.
+//!
+//! Why a connection of its own, with `synchronous_commit = off`: a transaction that notifies
+//! gets a transaction id, so its commit waits for a WAL flush like a write's — and holds that
+//! database-wide lock meanwhile, so every node's notifications queue behind each other's
+//! flushes (every stage that decides command outcomes notifies too). A notification is a hint
+//! that writes nothing: it needs no durability, and an asynchronous commit delivers it to the
+//! listeners as soon as it is committed in memory. From the pool the notifier also waited for
+//! a connection behind the node's own writers and readers. Together these were most of a
+//! message's way from its send's commit to its handler on another node (see
+//! docs/performance.md, "Two-node latency").
 
-use super::listen::channel_sql;
-use crate::checkout::Manager;
-use crate::error::Failure;
-use crate::redact::DbName;
-use diesel::r2d2::Pool;
-use diesel::sql_types::Text;
+use super::listen::{channel_sql, ListenTarget};
+use super::options::SearchPath;
+use diesel::connection::{Connection, SimpleConnection};
+use diesel::sql_types::{Array, Text};
 use diesel::{PgConnection, RunQueryDsl};
 use shardbox_core::storage::listener::{origin_payloads, outcome_payloads};
 use shardbox_core::sync::lock;
@@ -33,6 +43,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Largest notification payload sent; PostgreSQL's limit is 8000 bytes.
 const MAX_PAYLOAD: usize = 7900;
+
+/// The notifier's session: its notifying transactions commit without waiting for the WAL
+/// flush (see the module docs).
+const SESSION: &str = "SET synchronous_commit = off";
 
 #[derive(Default)]
 struct Pending {
@@ -61,12 +75,9 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    /// Starts the notifier thread of a pool of the database named `database`.
-    pub(crate) fn start(
-        pool: Pool<Manager<PgConnection>>,
-        database: DbName,
-        origin: Arc<str>,
-    ) -> std::io::Result<Self> {
+    /// Starts the notifier thread, which connects to `target` (the pool's URL and schema)
+    /// and names its notifications `origin`.
+    pub(crate) fn start(target: ListenTarget, origin: Arc<str>) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
@@ -74,7 +85,7 @@ impl Notifier {
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("shardbox-notify".into())
-            .spawn(move || run(&thread_shared, &pool, &database, &origin))?;
+            .spawn(move || run(&thread_shared, &target, &origin))?;
         Ok(Notifier { shared })
     }
 
@@ -83,12 +94,13 @@ impl Notifier {
         if shards.is_empty() {
             return;
         }
+        for shard in shards {
+            tracing::trace!(target: "shardbox::latency", point = "notify", node = "", shard = shard.0, key = 0);
+        }
         self.shared.lock().shards.extend(shards.iter().map(|s| s.0));
         self.shared.wake.notify_one();
     }
-}
 
-impl Notifier {
     /// Stages of `shards` committed command outcomes: tell the other nodes' waiting senders
     /// soon.
     pub(crate) fn decided(&self, shards: &[ShardIndex]) {
@@ -110,7 +122,15 @@ impl Drop for Notifier {
     }
 }
 
-fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &DbName, origin: &str) {
+fn run(shared: &Shared, target: &ListenTarget, origin: &str) {
+    let database = &target.database;
+    // Connected before the first write needs it; again after a failure, at the next round.
+    let mut conn = connect(target)
+        .map_err(|error| {
+            let error = database.scrub(&error);
+            tracing::debug!(%database, %error, "could not open the notifier's connection; trying again with the first write");
+        })
+        .ok();
     loop {
         let (shards, outcomes): (Vec<ShardIndex>, Vec<ShardIndex>) = {
             let mut pending = shared.lock();
@@ -127,30 +147,130 @@ fn run(shared: &Shared, pool: &Pool<Manager<PgConnection>>, database: &DbName, o
         };
         let mut payloads = origin_payloads(origin, &shards, MAX_PAYLOAD);
         payloads.extend(outcome_payloads(origin, &outcomes, MAX_PAYLOAD));
-        if let Err(error) = send(pool, payloads) {
-            // Only a delay: the other nodes' pollers find the rows.
+        let sent = match conn.as_mut() {
+            Some(c) => send(c, payloads),
+            None => connect(target).and_then(|mut c| {
+                let sent = send(&mut c, payloads);
+                conn = Some(c);
+                sent
+            }),
+        };
+        for shard in &shards {
+            tracing::trace!(target: "shardbox::latency", point = "notified", node = "", shard = shard.0, key = 0);
+        }
+        if let Err(error) = sent {
+            // Only a delay: the other nodes' pollers find the rows. The connection may be
+            // gone: the next round opens a new one.
+            conn = None;
             let error = database.scrub(&error);
             tracing::debug!(%database, %error, shards = shards.len(), "could not notify other nodes of writes");
         }
     }
 }
 
-fn send(pool: &Pool<Manager<PgConnection>>, payloads: Vec<String>) -> Result<(), String> {
-    let mut conn = pool.get().map_err(|e| e.to_string())?;
-    // Each payload on its own (no transaction around them, two round trips fewer): a
-    // notification is a hint, and one that fails only delays its rows until a poll.
-    let outcome = payloads
-        .into_iter()
-        .try_for_each(|payload| -> Result<(), Failure> {
-            diesel::sql_query(concat!("SELECT pg_notify(", channel_sql!(), ", $1)"))
-                .bind::<Text, _>(payload)
-                .execute(&mut **conn)?;
-            Ok(())
+/// The notifier's connection: the pool's schema, asynchronous commits.
+fn connect(target: &ListenTarget) -> Result<PgConnection, String> {
+    let mut conn = PgConnection::establish(&target.url).map_err(|e| e.to_string())?;
+    SearchPath {
+        schema: target.schema.clone(),
+    }
+    .apply(&mut conn)
+    .and_then(|()| conn.batch_execute(SESSION))
+    .map_err(|e| e.to_string())?;
+    Ok(conn)
+}
+
+/// Sends every payload in one statement (its own transaction: one round trip).
+fn send(conn: &mut PgConnection, payloads: Vec<String>) -> Result<(), String> {
+    diesel::sql_query(concat!(
+        "SELECT pg_notify(",
+        channel_sql!(),
+        ", p) FROM unnest($1) AS p"
+    ))
+    .bind::<Array<Text>, _>(payloads)
+    .execute(conn)
+    .map(drop)
+    .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::listen::tests::{hears, until, Heard};
+    use super::*;
+    use crate::conformance::{pg_url, TestSchema};
+    use shardbox_core::{NodeId, WriteListener};
+    use std::time::{Duration, Instant};
+
+    /// The notifier has a connection of its own: a node whose pooled connections are all
+    /// busy (here the only one, for 5 s) still tells the other nodes of its writes at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn notifications_do_not_wait_for_a_pooled_connection() {
+        let Some(url) = pg_url("notifications_do_not_wait_for_a_pooled_connection") else {
+            return;
+        };
+        let schema = TestSchema::new(&url, "notify_busy_pool");
+        let (busy, other) = (Arc::new(schema.connect(1).await), schema.connect(2).await);
+        let heard = Arc::new(Heard::default());
+        let listening = other
+            .listen(&NodeId("other".into()), 16, heard.clone())
+            .expect("listen");
+        until("listening", || listening.stats().connected).await;
+        let (holding, held) = std::sync::mpsc::channel();
+        let holder = busy.clone();
+        let hold = tokio::spawn(async move {
+            holder
+                .db
+                .run(move |_conn| {
+                    let _ = holding.send(());
+                    std::thread::sleep(Duration::from_secs(5));
+                    Ok(())
+                })
+                .await
         });
-    // A connection that lost its server here must not go back to the writers.
-    conn.settle(&outcome);
-    outcome.map_err(|e| match e {
-        Failure::Db(e) => e.to_string(),
-        Failure::Storage(e) => e.to_string(),
-    })
+        tokio::task::spawn_blocking(move || held.recv())
+            .await
+            .expect("task")
+            .expect("the pool's only connection is held");
+        let started = Instant::now();
+        busy.notifier.written(&[ShardIndex(9)]);
+        assert_eq!(hears(&heard, 9).await, [9]);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "heard only after {:?}: the notifier waited for the pool",
+            started.elapsed()
+        );
+        hold.await.expect("task").expect("hold");
+    }
+
+    /// The notifier's connection uses the pool's schema (the channel is the schema's) and
+    /// commits its notifications without waiting for the WAL flush.
+    #[tokio::test]
+    async fn the_notifiers_connection_is_in_the_schema_and_commits_asynchronously() {
+        let Some(url) = pg_url("the_notifiers_connection_commits_asynchronously") else {
+            return;
+        };
+        let schema = TestSchema::new(&url, "notify_session");
+        let storage = schema.connect(1).await;
+        let target = ListenTarget {
+            url: url.clone(),
+            schema: Some(schema.name.clone()),
+            database: storage.db.db_name().clone(),
+            echo: storage.echo.clone(),
+        };
+        let mut conn = connect(&target).expect("connect");
+        #[derive(diesel::QueryableByName)]
+        struct Session {
+            #[diesel(sql_type = Text)]
+            schema: String,
+            #[diesel(sql_type = Text)]
+            commit: String,
+        }
+        let session: Session = diesel::sql_query(
+            "SELECT current_schema() AS schema, current_setting('synchronous_commit') AS commit",
+        )
+        .get_result(&mut conn)
+        .expect("session");
+        assert_eq!(session.schema, schema.name);
+        assert_eq!(session.commit, "off");
+    }
 }
