@@ -15,7 +15,7 @@
 mod common;
 
 use chrono::Utc;
-use common::cluster::{pg_commit_log, shared_epochs, wait_for_stop_signal, CommitLog, NodeProcess};
+use common::cluster::{pg_commit_log, shared_epochs, CommitLog, NodeProcess};
 use common::{Tally, TallyCommand};
 use shardbox::core::storage::EntityKey;
 use shardbox::core::Storage;
@@ -65,12 +65,7 @@ fn cluster_node_entry() {
     let url = std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process");
     let schema = std::env::var("SHARDBOX_CLUSTER_SCHEMA").expect("SHARDBOX_CLUSTER_SCHEMA");
     // `SHARDBOX_TEST_LOG=shardbox_core=debug` shows what the nodes do (on stderr).
-    if let Ok(filter) = std::env::var("SHARDBOX_TEST_LOG") {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    common::cluster::init_node_log();
     runtime().block_on(async {
         let options = shardbox::storage::PostgresOptions::default()
             .schema(schema)
@@ -86,17 +81,7 @@ fn cluster_node_entry() {
             .build()
             .await
             .expect("build the node");
-        let running = sb.start();
-        println!("SBX-READY {node}");
-        tokio::task::spawn_blocking(wait_for_stop_signal)
-            .await
-            .expect("stdin");
-        running.shutdown().await.expect("shutdown");
-        let m = sb.metrics();
-        println!(
-            "SBX-STOPPED {node} delivered={} stages={} pick_ups={} refusals={} lease_losses={}",
-            m.delivered, m.stages, m.lease_pick_ups, m.lease_refusals, m.lease_losses
-        );
+        common::cluster::serve_until_stopped(&sb, &node, "").await;
     });
 }
 

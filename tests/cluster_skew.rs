@@ -22,8 +22,7 @@ mod common;
 
 use chrono::{DateTime, Utc};
 use common::cluster::{
-    pg_commit_log, shared_epochs, sqlite_commit_log, wait_for_stop_signal, CommitEntry, CommitLog,
-    NodeProcess,
+    pg_commit_log, shared_epochs, sqlite_commit_log, CommitEntry, CommitLog, NodeProcess,
 };
 use common::{Tally, TallyCommand};
 use shardbox::core::storage::EntityKey;
@@ -144,12 +143,7 @@ fn skew_node_entry() {
         Some(("sqlite", path)) => Store::Sqlite(path.into()),
         _ => panic!("SHARDBOX_SKEW_STORE: pg:<schema> or sqlite:<path>, not {spec}"),
     };
-    if let Ok(filter) = std::env::var("SHARDBOX_TEST_LOG") {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    common::cluster::init_node_log();
     runtime().block_on(async {
         let clock = Arc::new(SkewedClock {
             offset: chrono::Duration::milliseconds(offset),
@@ -171,17 +165,7 @@ fn skew_node_entry() {
             .expect("clock_now")
             .expect("SQL stores have a clock");
         let skew = (clock.now() - store_now).num_milliseconds();
-        let running = sb.start();
-        println!("SBX-READY {node} skew_ms={skew}");
-        tokio::task::spawn_blocking(wait_for_stop_signal)
-            .await
-            .expect("stdin");
-        running.shutdown().await.expect("shutdown");
-        let m = sb.metrics();
-        println!(
-            "SBX-STOPPED {node} delivered={} pick_ups={} takeovers={} losses={}",
-            m.delivered, m.lease_pick_ups, m.lease_takeovers, m.lease_losses
-        );
+        common::cluster::serve_until_stopped(&sb, &node, &format!(" skew_ms={skew}")).await;
     });
 }
 

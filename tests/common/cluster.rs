@@ -277,3 +277,36 @@ pub fn ids_per_shard(
     }
     ids
 }
+
+/// Logs of a node process on stderr when `SHARDBOX_TEST_LOG` holds a filter (for example
+/// `shardbox_core=debug`).
+pub fn init_node_log() {
+    if let Ok(filter) = std::env::var("SHARDBOX_TEST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+}
+
+/// A node process's life once built: starts `sb`, says `SBX-READY {node}{ready}`, serves
+/// until stdin closes, shuts down and says `SBX-STOPPED {node} delivered=… stages=…
+/// pick_ups=… refusals=… takeovers=… losses=…` (its counters, for the test to read).
+pub async fn serve_until_stopped(sb: &shardbox::Shardbox, node: &str, ready: &str) {
+    let running = sb.start();
+    println!("SBX-READY {node}{ready}");
+    tokio::task::spawn_blocking(wait_for_stop_signal)
+        .await
+        .expect("stdin");
+    running.shutdown().await.expect("shutdown");
+    let m = sb.metrics();
+    println!(
+        "SBX-STOPPED {node} delivered={} stages={} pick_ups={} refusals={} takeovers={} losses={}",
+        m.delivered,
+        m.stages,
+        m.lease_pick_ups,
+        m.lease_refusals,
+        m.lease_takeovers,
+        m.lease_losses
+    );
+}
