@@ -346,13 +346,7 @@ pub async fn parked_rows_settle_when_the_job_completes<S: Storage + Inspect>(sto
         })
         .await
         .expect("write");
-    let seqs: std::collections::HashMap<String, i64> = store
-        .event_seqs(&names.iter().map(|n| (*n).into()).collect::<Vec<_>>())
-        .await
-        .expect("seqs")
-        .into_iter()
-        .map(|(id, seq)| (id.0, seq))
-        .collect();
+    let seqs = event_seqs_by_id(&store, &names).await;
     let lease = store
         .pick_up(ShardIndex(1), &node("a"), WorkerId(0), secs(2), secs(60))
         .await

@@ -160,3 +160,17 @@ pub fn state(key: EntityKey, state: Option<&str>) -> EntityStateWrite {
 pub fn signals(rows: &[InboxMessage]) -> Vec<String> {
     rows.iter().map(|r| r.message.signal_id.0.clone()).collect()
 }
+
+/// The store's `seq` of each stored event among `ids`, by id.
+pub async fn event_seqs_by_id<S: shardbox_core::EventStore + ?Sized>(
+    store: &S,
+    ids: &[&str],
+) -> std::collections::HashMap<String, i64> {
+    store
+        .event_seqs(&ids.iter().map(|n| (*n).into()).collect::<Vec<_>>())
+        .await
+        .expect("seqs")
+        .into_iter()
+        .map(|(id, seq)| (id.0, seq))
+        .collect()
+}
