@@ -3,9 +3,7 @@
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
-use shardbox_core::{
-    validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection, ShardIndex,
-};
+use shardbox_core::{validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -73,15 +71,12 @@ impl Shardbox {
                 validate_id(IdField::TargetId, id)?;
             }
         }
-        let mut affected: Vec<ShardIndex> = match &request.targets {
-            CatchUpTargets::All => (0..env.config.shard_count).map(ShardIndex).collect(),
-            CatchUpTargets::Ids(ids) => ids
-                .iter()
-                .map(|id| env.registry.shard_of(P::KIND, id))
-                .collect(),
-        };
-        affected.sort_unstable();
-        affected.dedup();
+        let affected = shardbox_core::catch_up::affected_shards(
+            &request.targets,
+            P::KIND,
+            env.registry.shard_count(),
+            |kind, id| env.registry.shard_of(kind, id),
+        );
         let types: Vec<String> = <P::Event as EventSet>::TYPES
             .iter()
             .map(|t| (*t).to_owned())

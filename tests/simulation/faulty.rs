@@ -28,9 +28,9 @@ use shardbox::core::storage::listener::ListenerControl;
 use shardbox::core::storage::{
     BlockedTarget, CatchUpJob, CatchUpStore, CommitReport, DeadLetterFilter, DeadLetterStore,
     EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease,
-    ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ShardObserver, ShardSession,
-    StageCommit, StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener,
-    WriteReport,
+    ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ReshardAnnouncement,
+    ReshardMoves, ReshardSwitch, ShardLayout, ShardObserver, ShardSession, StageCommit,
+    StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener, WriteReport,
 };
 use shardbox::core::{
     EventSource, InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, WorkerId,
@@ -373,6 +373,17 @@ impl InboxStore for FaultyStorage {
         FaultyStorage::ack("write_all", d, r)
     }
 
+    async fn write_all_addressed(
+        &self,
+        batches: Vec<WriteBatch>,
+        shard_count: u32,
+    ) -> Result<Vec<WriteReport>, StorageError> {
+        let d = self.before("write_all", Effect::Write).await?;
+        let r = self.inner.write_all_addressed(batches, shard_count).await;
+        self.heard(&r, |ws| ws.iter().flat_map(|w| w.shards.clone()).collect());
+        FaultyStorage::ack("write_all", d, r)
+    }
+
     async fn read_page(
         &self,
         shard: ShardIndex,
@@ -505,6 +516,30 @@ impl WorkRegistry for FaultyStorage {
 
     async fn sessions(&self) -> Result<Vec<ShardSession>, StorageError> {
         read!(self, "sessions", self.inner.sessions())
+    }
+
+    async fn layout(&self) -> Result<ShardLayout, StorageError> {
+        read!(self, "layout", self.inner.layout())
+    }
+
+    async fn announce_reshard(
+        &self,
+        announcement: &ReshardAnnouncement,
+        now: DateTime<Utc>,
+    ) -> Result<ReshardAnnouncement, StorageError> {
+        write!(
+            self,
+            "announce_reshard",
+            self.inner.announce_reshard(announcement, now)
+        )
+    }
+
+    async fn withdraw_reshard(&self, by: &NodeId) -> Result<(), StorageError> {
+        write!(self, "withdraw_reshard", self.inner.withdraw_reshard(by))
+    }
+
+    async fn reshard(&self, switch: ReshardSwitch) -> Result<ReshardMoves, StorageError> {
+        write!(self, "reshard", self.inner.reshard(switch))
     }
 
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {

@@ -24,6 +24,21 @@ impl InboxStore for MemoryStorage {
         Ok(batches.into_iter().map(|b| state.write(b)).collect())
     }
 
+    async fn write_all_addressed(
+        &self,
+        batches: Vec<WriteBatch>,
+        shard_count: u32,
+    ) -> Result<Vec<WriteReport>, StorageError> {
+        let mut state = self.lock();
+        if let Some(recorded) = state.shard_count.filter(|r| *r != shard_count) {
+            return Err(StorageError::ShardCountChanged {
+                expected: shard_count,
+                recorded,
+            });
+        }
+        Ok(batches.into_iter().map(|b| state.write(b)).collect())
+    }
+
     async fn read_page(
         &self,
         shard: ShardIndex,

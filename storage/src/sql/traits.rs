@@ -46,6 +46,28 @@ macro_rules! storage_impls {
                 Ok(reports)
             }
 
+            async fn write_all_addressed(
+                &self,
+                batches: Vec<shardbox_core::storage::WriteBatch>,
+                shard_count: u32,
+            ) -> Result<Vec<shardbox_core::storage::WriteReport>, shardbox_core::StorageError> {
+                if batches.iter().all(|b| b.is_empty()) {
+                    return Ok(vec![Default::default(); batches.len()]);
+                }
+                let reports = self
+                    .db
+                    .run(move |conn| $units::write_addressed(conn, batches, Some(shard_count)))
+                    .await?;
+                let mut shards: Vec<shardbox_core::ShardIndex> = reports
+                    .iter()
+                    .flat_map(|r| r.shards.iter().copied())
+                    .collect();
+                shards.sort_unstable();
+                shards.dedup();
+                self.written_backend(&shards);
+                Ok(reports)
+            }
+
             async fn read_page(
                 &self,
                 shard: shardbox_core::ShardIndex,
@@ -282,6 +304,45 @@ macro_rules! storage_impls {
                 now: chrono::DateTime<chrono::Utc>,
             ) -> Result<Vec<shardbox_core::storage::Member>, shardbox_core::StorageError> {
                 self.db.run(move |conn| $units::members(conn, now)).await
+            }
+
+            async fn layout(
+                &self,
+            ) -> Result<shardbox_core::storage::ShardLayout, shardbox_core::StorageError> {
+                self.db.run($units::layout).await
+            }
+
+            async fn announce_reshard(
+                &self,
+                announcement: &shardbox_core::storage::ReshardAnnouncement,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<shardbox_core::storage::ReshardAnnouncement, shardbox_core::StorageError>
+            {
+                let announcement = announcement.clone();
+                self.db
+                    .run(move |conn| $units::announce_reshard(conn, announcement, now))
+                    .await
+            }
+
+            async fn withdraw_reshard(
+                &self,
+                by: &shardbox_core::NodeId,
+            ) -> Result<(), shardbox_core::StorageError> {
+                let by = by.clone();
+                self.db
+                    .run(move |conn| $units::withdraw_reshard(conn, by))
+                    .await
+            }
+
+            async fn reshard(
+                &self,
+                switch: shardbox_core::storage::ReshardSwitch,
+            ) -> Result<shardbox_core::storage::ReshardMoves, shardbox_core::StorageError> {
+                let moves = self
+                    .db
+                    .run(move |conn| $units::reshard(conn, switch))
+                    .await?;
+                Ok(moves)
             }
 
             async fn recorded_shard_count(
