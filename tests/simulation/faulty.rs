@@ -637,8 +637,16 @@ impl EntityStore for FaultyStorage {
 
 #[async_trait]
 impl CatchUpStore for FaultyStorage {
-    async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError> {
-        write!(self, "start_catch_up", self.inner.start_catch_up(job))
+    async fn start_catch_up(
+        &self,
+        job: NewCatchUp,
+        shard_count: u32,
+    ) -> Result<CatchUpJob, StorageError> {
+        write!(
+            self,
+            "start_catch_up",
+            self.inner.start_catch_up(job, shard_count)
+        )
     }
 
     async fn has_pending_replay(
@@ -705,10 +713,14 @@ impl DeadLetterStore for FaultyStorage {
     async fn requeue_dead_letters(
         &self,
         requeue: Vec<Requeue>,
+        shard_count: u32,
         now: DateTime<Utc>,
     ) -> Result<RequeueReport, StorageError> {
         let d = self.before("requeue_dead_letters", Effect::Write).await?;
-        let r = self.inner.requeue_dead_letters(requeue, now).await;
+        let r = self
+            .inner
+            .requeue_dead_letters(requeue, shard_count, now)
+            .await;
         self.heard(&r, |report| report.shards.clone());
         FaultyStorage::ack("requeue_dead_letters", d, r)
     }

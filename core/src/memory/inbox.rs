@@ -30,12 +30,7 @@ impl InboxStore for MemoryStorage {
         shard_count: u32,
     ) -> Result<Vec<WriteReport>, StorageError> {
         let mut state = self.lock();
-        if let Some(recorded) = state.shard_count.filter(|r| *r != shard_count) {
-            return Err(StorageError::ShardCountChanged {
-                expected: shard_count,
-                recorded,
-            });
-        }
+        state.check_shard_count(shard_count)?;
         Ok(batches.into_iter().map(|b| state.write(b)).collect())
     }
 

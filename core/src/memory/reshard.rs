@@ -9,6 +9,18 @@ use crate::storage::{ReshardMoves, ReshardSwitch, ShardSession};
 use std::collections::BTreeSet;
 
 impl State {
+    /// Refuses rows addressed by `shard_count` if another count is recorded (see
+    /// `InboxStore::write_all_addressed`).
+    pub(super) fn check_shard_count(&self, shard_count: u32) -> Result<(), StorageError> {
+        match self.shard_count {
+            Some(recorded) if recorded != shard_count => Err(StorageError::ShardCountChanged {
+                expected: shard_count,
+                recorded,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks the recorded count and the switch's leases, then moves everything to `to`
     /// shards (see `WorkRegistry::reshard`). Writes nothing if a check fails.
     pub(super) fn reshard(&mut self, switch: &ReshardSwitch) -> Result<ReshardMoves, StorageError> {

@@ -38,8 +38,8 @@ pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
 pub use registry::{
-    Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, ShardLayout, ShardSession,
-    WorkRegistry,
+    Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
+    ShardSession, WorkRegistry,
 };
 pub use schema::SchemaCheck;
 pub use write::{WriteBatch, WriteReport};

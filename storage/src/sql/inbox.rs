@@ -116,15 +116,7 @@ macro_rules! inbox_units {
             }
             <Conn as Dialect>::write_transaction(conn, |conn| {
                 if let Some(expected) = shard_count {
-                    let recorded = <Conn as Dialect>::read_shard_count_locked(conn, false)?
-                        .map(|v| $crate::sql::reshard::parse_count(&v))
-                        .transpose()?;
-                    if let Some(recorded) = recorded.filter(|r| *r != expected) {
-                        return Err(Failure::from(StorageError::ShardCountChanged {
-                            expected,
-                            recorded,
-                        }));
-                    }
+                    check_shard_count(conn, expected)?;
                 }
                 let mut reports = Vec::with_capacity(batches.len());
                 for (messages, _) in &batches {

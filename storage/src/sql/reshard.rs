@@ -31,6 +31,24 @@ macro_rules! reshard_units {
                 .transpose()
         }
 
+        /// Inside a write transaction: refuses rows addressed by `expected` if another count
+        /// is recorded, under the shared lock a re-sharding's switch waits for (see
+        /// `Dialect::read_shard_count_locked`).
+        pub(crate) fn check_shard_count(conn: &mut Conn, expected: u32) -> Result<(), Failure> {
+            let recorded = <Conn as Dialect>::read_shard_count_locked(conn, false)?
+                .map(|v| $crate::sql::reshard::parse_count(&v))
+                .transpose()?;
+            match recorded {
+                Some(recorded) if recorded != expected => {
+                    Err(Failure::from(StorageError::ShardCountChanged {
+                        expected,
+                        recorded,
+                    }))
+                }
+                _ => Ok(()),
+            }
+        }
+
         /// `WorkRegistry::layout`.
         pub(crate) fn layout(
             conn: &mut Conn,

@@ -186,13 +186,14 @@ macro_rules! storage_impls {
             async fn requeue_dead_letters(
                 &self,
                 requeue: Vec<shardbox_core::storage::Requeue>,
+                shard_count: u32,
                 _now: chrono::DateTime<chrono::Utc>,
             ) -> Result<shardbox_core::storage::RequeueReport, shardbox_core::StorageError> {
                 if requeue.is_empty() {
                     return Ok(Default::default());
                 }
                 self.db
-                    .run(move |conn| $units::requeue_dead_letters(conn, requeue))
+                    .run(move |conn| $units::requeue_dead_letters(conn, requeue, shard_count))
                     .await
             }
 
@@ -441,9 +442,10 @@ macro_rules! storage_impls {
             async fn start_catch_up(
                 &self,
                 job: shardbox_core::storage::NewCatchUp,
+                shard_count: u32,
             ) -> Result<shardbox_core::storage::CatchUpJob, shardbox_core::StorageError> {
                 self.db
-                    .run(move |conn| $units::start_catch_up(conn, job))
+                    .run(move |conn| $units::start_catch_up(conn, job, shard_count))
                     .await
             }
 
