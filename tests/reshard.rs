@@ -235,3 +235,53 @@ async fn postgres_reshards_under_traffic() {
     )
     .await;
 }
+
+/// A node built before a re-sharding it never saw announced (it was not running) starts
+/// with the old count: its first pick-up finds another count recorded, and it serves the new
+/// layout from then on; a client built with the old count sends on. Every command once, in
+/// order, and the node's lease watch re-lays its own cycle (it drains all 16 shards).
+async fn a_node_that_missed_the_change_follows_it(storage: Arc<dyn Storage>) {
+    let node = build(storage.clone(), "late-node", 4).await.expect("build");
+    let client = build(storage.clone(), "late-client", 4).await.expect("build");
+    let ids: Vec<String> = (0..40).map(|t| format!("l-{t}")).collect();
+    let round = |n: u64| {
+        let (client, ids) = (client.clone(), ids.clone());
+        async move {
+            let commands: Vec<(&str, TallyCommand)> = ids
+                .iter()
+                .map(|id| (id.as_str(), TallyCommand::Record(n)))
+                .collect();
+            client.send_many::<Tally>(&commands).await.expect("send");
+        }
+    };
+    round(0).await;
+    let operator = build(storage.clone(), "late-operator", 4).await.expect("build");
+    let report = operator.reshard(16).await.expect("re-sharding with no node running");
+    assert_eq!((report.from, report.to), (4, 16));
+    // The client still addresses by 4: its write is refused and addressed anew, unseen.
+    round(1).await;
+    let running = node.start();
+    round(2).await;
+    assert!(
+        running.drain(Duration::from_secs(20)).await.expect("drain"),
+        "the node that started with 4 serves all 16 shards"
+    );
+    running.shutdown().await.expect("shutdown");
+    let keys: Vec<EntityKey> = ids.iter().map(|id| EntityKey::new("tally", "", id)).collect();
+    for s in storage.load_states(&keys).await.expect("states") {
+        let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
+        assert_eq!(tally.applied, vec![0, 1, 2], "{}: once each, in order", s.key.id);
+    }
+    assert_eq!(node.metrics().delivered, 3 * ids.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_node_that_missed_the_change_follows_it() {
+    a_node_that_missed_the_change_follows_it(common::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_node_that_missed_the_change_follows_it() {
+    let (storage, _dir) = common::sqlite().await;
+    a_node_that_missed_the_change_follows_it(storage).await;
+}

@@ -43,8 +43,11 @@ fn summary(status: &Status) -> String {
     let t = &status.totals;
     let live = status.nodes.iter().filter(|n| n.member).count();
     let held = status.shards.iter().filter(|s| s.held).count();
+    let shards = status
+        .shard_count
+        .map_or_else(|| "no shard count recorded".to_owned(), |n| format!("{n} shards"));
     let mut out = format!(
-        "summary: {} pending ({} due, lag {}), {} delivered kept for dedup; {} live node{}, {} lease{} held\n",
+        "summary: {shards}; {} pending ({} due, lag {}), {} delivered kept for dedup; {} live node{}, {} lease{} held\n",
         pending(t),
         t.due,
         lag(t),
@@ -55,6 +58,12 @@ fn summary(status: &Status) -> String {
         if held == 1 { "" } else { "s" },
     );
     let mut attention = Vec::new();
+    if let Some(r) = &status.resharding {
+        attention.push(format!(
+            "re-sharding to {} shards in progress (by {}): delivery pauses until it switches",
+            r.to, r.by
+        ));
+    }
     if status.dead_letters > 0 {
         attention.push(format!(
             "{} dead letter(s): `shardbox dead-letters list`",

@@ -194,7 +194,7 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
     // The summary and what needs attention come first; idle shards are counted, not listed.
     let lines: Vec<&str> = text.lines().collect();
     assert!(
-        lines[1].starts_with("summary: 4 pending (1 due, lag "),
+        lines[1].starts_with("summary: 4 shards; 4 pending (1 due, lag "),
         "{text}"
     );
     assert!(lines[1].contains("2 live nodes"), "{text}");
@@ -315,6 +315,53 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
     assert_eq!(json(db, schema, &["migrate", "--check"])["current"], true);
     let usage = run(db, schema, &["dead-letters", "frobnicate"]);
     assert_eq!(code(&usage), 2);
+
+    // reshard: 4 -> 8 with no node serving (every lease free): the rows move and the count
+    // is recorded; the library's handle learns it at its next send and delivers on.
+    let pending = json(db, schema, &["status"])["totals"].clone();
+    let resharded = json(db, schema, &["reshard", "--shards", "8"]);
+    assert_eq!((&resharded["from"], &resharded["to"]), (&4.into(), &8.into()));
+    assert!(
+        resharded["inbox_rows"].as_u64().is_some_and(|n| n >= 4),
+        "{resharded}"
+    );
+    assert_eq!(
+        sb.storage().recorded_shard_count().await.expect("count"),
+        Some(8)
+    );
+    let after = json(db, schema, &["status"]);
+    assert_eq!(after["shards"].as_array().map(Vec::len), Some(8), "{after}");
+    assert_eq!(
+        (&after["totals"]["due"], &after["totals"]["delayed"]),
+        (&pending["due"], &pending["delayed"]),
+        "the same messages wait, in the new layout"
+    );
+    sb.send::<Ledger>("l-4", &Cmd::Ok).await.expect("send");
+    sb.deliver_all().await.expect("deliver");
+    assert_eq!(json(db, schema, &["status"])["totals"]["due"], 0);
+    let again = json(db, schema, &["reshard", "--shards", "8"]);
+    assert_eq!(again["inbox_moved"], 0, "the same count changes nothing");
+    assert_eq!(code(&run(db, schema, &["reshard", "--shards", "0"])), 2);
+    // Another operator's re-sharding in force: refused (exit 1), nothing changed.
+    let now = chrono::Utc::now();
+    sb.storage()
+        .announce_reshard(
+            &shardbox::core::storage::ReshardAnnouncement {
+                by: shardbox::NodeId("other-operator".into()),
+                to: 2,
+                until: now + chrono::TimeDelta::minutes(5),
+            },
+            now,
+        )
+        .await
+        .expect("announce");
+    let refused = run(db, schema, &["reshard", "--shards", "16"]);
+    assert_eq!(code(&refused), 1, "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("another re-sharding"));
+    sb.storage()
+        .withdraw_reshard(&shardbox::NodeId("other-operator".into()))
+        .await
+        .expect("withdraw");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -491,3 +491,78 @@ async fn overlapping_catch_up_completions_do_not_deadlock() {
         );
     }
 }
+
+/// A send that addresses its rows by the recorded shard count while a re-sharding's switch
+/// is in flight waits for the switch, then reads the count the switch committed and is
+/// refused, writing nothing (the sender addresses it anew); a write that locked the count
+/// first holds the switch off until it commits, so the switch sees (and moves) its rows. What
+/// `FOR KEY SHARE` against the switch's `FOR UPDATE` on the setting's row promises, checked
+/// with the switch's first statement held open on a connection of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_addressed_write_waits_for_a_switch_in_flight_and_sees_its_count() {
+    use shardbox_core::WorkRegistry;
+    use std::sync::Arc;
+
+    let Some(url) = pg_url("an_addressed_write_waits_for_a_switch_in_flight") else {
+        return;
+    };
+    let schema = Schema::new(&url, "reshard_fence");
+    let storage = Arc::new(schema.connect(2).await);
+    storage.claim_shard_count(4).await.expect("claim");
+
+    // The switch: the count's row locked, then 4 -> 8, committed while the write waits.
+    let mut raw = schema.raw();
+    raw.batch_execute(
+        "BEGIN; SELECT value FROM shardbox_settings WHERE name = 'shard_count' FOR UPDATE",
+    )
+    .expect("a switch in flight");
+    let writing = {
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            storage
+                .write_all_addressed(vec![messages(vec![command(1, "a", "a1")])], 4)
+                .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !writing.is_finished(),
+        "the write waits for the switch in flight"
+    );
+    raw.batch_execute("UPDATE shardbox_settings SET value = '8' WHERE name = 'shard_count'; COMMIT")
+        .expect("switch commits");
+    let refused = writing.await.expect("task");
+    assert!(
+        matches!(
+            refused,
+            Err(StorageError::ShardCountChanged {
+                expected: 4,
+                recorded: 8
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(storage.rows().await.expect("rows").is_empty(), "nothing was written");
+
+    // The other order: a write holding the shared lock keeps the switch's lock waiting.
+    let mut raw = schema.raw();
+    raw.batch_execute(
+        "BEGIN; SELECT value FROM shardbox_settings WHERE name = 'shard_count' FOR KEY SHARE",
+    )
+    .expect("a write in flight");
+    let switching = {
+        let mut other = schema.raw();
+        tokio::task::spawn_blocking(move || {
+            other.batch_execute(
+                "BEGIN; SELECT value FROM shardbox_settings WHERE name = 'shard_count' FOR UPDATE; COMMIT",
+            )
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !switching.is_finished(),
+        "the switch waits for the write in flight"
+    );
+    raw.batch_execute("COMMIT").expect("write commits");
+    switching.await.expect("task").expect("switch");
+}

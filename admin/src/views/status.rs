@@ -43,6 +43,21 @@ pub struct Status {
     pub blocked_targets: u64,
     /// Catch-up jobs not completed.
     pub running_catch_ups: Vec<CatchUpView>,
+    /// The shard count recorded in the database (none before a node first ran).
+    pub shard_count: Option<u32>,
+    /// A re-sharding in progress: to how many shards, by whom, announced until when.
+    pub resharding: Option<ReshardView>,
+}
+
+/// A re-sharding in progress (see docs/clustering.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct ReshardView {
+    /// The shard count it moves to.
+    pub to: u32,
+    /// The operator running it (its holder id in the lock table).
+    pub by: String,
+    /// Its announcement runs out then unless renewed (the operator died).
+    pub until: DateTime<Utc>,
 }
 
 /// One node: its membership (heartbeats) and its leases.
@@ -137,6 +152,7 @@ pub async fn read(storage: &dyn Storage, now: DateTime<Utc>) -> Result<Status, S
     let depths = storage.depths(now).await?;
     let dead_letters = storage.count_dead_letters(&DeadLetterFilter::all()).await?;
     let jobs = storage.running_catch_ups().await?;
+    let layout = storage.layout().await?;
 
     let mut by_shard: BTreeMap<ShardIndex, (Option<&ShardSession>, ShardDepth)> = BTreeMap::new();
     for s in &sessions {
@@ -201,5 +217,14 @@ pub async fn read(storage: &dyn Storage, now: DateTime<Utc>) -> Result<Status, S
         totals: DepthView::of(&totals, now),
         dead_letters,
         running_catch_ups: jobs.iter().map(|j| CatchUpView::of(j, now)).collect(),
+        shard_count: layout.shard_count,
+        resharding: layout
+            .resharding
+            .filter(|a| a.until > now)
+            .map(|a| ReshardView {
+                to: a.to,
+                by: a.by.0,
+                until: a.until,
+            }),
     })
 }

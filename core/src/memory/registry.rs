@@ -21,11 +21,14 @@ impl WorkRegistry for MemoryStorage {
         lease_until: DateTime<Utc>,
     ) -> Result<Option<Lease>, StorageError> {
         let mut state = self.lock();
+        // A new row starts at the highest epoch of any shard, so that a shard whose row a
+        // re-sharding dropped never hands out an epoch it handed out before.
+        let top = state.sessions.values().map(|s| s.epoch.0).max().unwrap_or(0);
         let session = state.sessions.entry(shard).or_insert(ShardSession {
             shard,
             node_id: None,
             worker_id: None,
-            epoch: LeaseEpoch(0),
+            epoch: LeaseEpoch(top),
             picked_at: None,
             lease_until: None,
         });

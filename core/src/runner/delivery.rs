@@ -233,7 +233,9 @@ impl Delivery {
         // its stages fan out, by a stale count. A re-sharding's switch needs every lease, so
         // the count read while this one is held is the one it was picked up under.
         let recorded = env.storage.recorded_shard_count().await?;
-        if let Some(recorded) = recorded.filter(|r| *r != env.registry.shard_count()) {
+        if let Some(recorded) =
+            recorded.filter(|r| *r != env.registry.shard_count() || shard.0 >= *r)
+        {
             env.registry.set_shard_count(recorded);
             tracing::info!(%shard, shards = recorded, "the Inbox was re-sharded; leaving the shard for the new layout");
             self.release(&lease).await?;

@@ -209,8 +209,18 @@ async fn gather(
         (env.config.poll_interval / 8).clamp(Duration::from_millis(5), Duration::from_millis(50));
     loop {
         let now = env.clock.now();
+        // One read of the lock table, then a pick-up only of the shards that look free: the
+        // pick-ups are write transactions, which on SQLite queue behind the nodes' stages.
+        let busy: std::collections::BTreeSet<ShardIndex> = env
+            .storage
+            .sessions()
+            .await?
+            .into_iter()
+            .filter(|s| s.lease_until.is_some_and(|until| until > now))
+            .map(|s| s.shard)
+            .collect();
         for shard in (0..from).map(ShardIndex) {
-            if held.contains_key(&shard) {
+            if held.contains_key(&shard) || busy.contains(&shard) {
                 continue;
             }
             if let Some(lease) = env

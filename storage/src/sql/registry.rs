@@ -128,11 +128,16 @@ macro_rules! registry_units {
             use $crate::schema::shard_sessions::dsl as ss;
             let s = shard.as_i32();
             <Conn as Dialect>::write_transaction(conn, |conn| {
-                diesel::insert_into(ss::shard_sessions)
-                    .values((ss::shard.eq(s), ss::epoch.eq(0_i64)))
-                    .on_conflict(ss::shard)
-                    .do_nothing()
-                    .execute(conn)?;
+                // A new row starts at the highest epoch of any shard, so that a shard whose row
+                // a re-sharding dropped never hands out an epoch it handed out before. (`WHERE
+                // true`: SQLite's parser needs it before `ON CONFLICT` after a `SELECT`.)
+                diesel::sql_query(
+                    "INSERT INTO shard_sessions (shard, epoch) \
+                     SELECT $1, COALESCE(MAX(epoch), 0) FROM shard_sessions WHERE true \
+                     ON CONFLICT (shard) DO NOTHING",
+                )
+                .bind::<diesel::sql_types::Integer, _>(s)
+                .execute(conn)?;
                 // A lease that is set but has passed lost its holder without a release: clear
                 // it first, so that the pick-up below knows it took the shard over. On
                 // PostgreSQL this locks the row, and a concurrent pick-up then finds it held.
