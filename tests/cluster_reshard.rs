@@ -409,6 +409,20 @@ fn served(log: &[CommitEntry], from_us: i64, to_us: i64) -> BTreeSet<u32> {
         .collect()
 }
 
+/// The longest stretch with no stage starting anywhere that overlaps `switch`'s call: how
+/// long delivery paused around it, as the commit log shows.
+fn longest_pause(log: &[CommitEntry], switch: &Switch) -> Duration {
+    let mut at: Vec<i64> = log.iter().map(|e| e.at_micros).collect();
+    at.sort_unstable();
+    let longest = at
+        .windows(2)
+        .filter(|w| w[0] < switch.ended_us && w[1] > switch.began_us)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(0);
+    Duration::from_micros(longest as u64)
+}
+
 fn spawn_node(name: &str, store: &Store, shards: u32, sends: bool) -> NodeProcess {
     let env = [
         ("SHARDBOX_RESHARD_NODE", name.to_owned()),
@@ -630,9 +644,7 @@ async fn reshard_under_load(store: Store, label: &str) {
         "cluster_reshard[{label}]: nodes ready {ready:?}; traffic {traffic_took:.1?}: test \
          process {} rounds × {} targets = {parent_commands} ({:.0}/s, slowest write {:?}), \
          {SENDING_NODE} {node_rounds} rounds × {} targets = {node_commands} ({:.0}/s, \
-         slowest write {} ms); all applied {applied_after:?} after the traffic; \
-         reshard {}→{} took {:?}: {}; reshard {}→{} took {:?}: {}; {} stages, rows per node \
-         {rows:?}; shards served before/between/after: {}/{}/{}; total {:?}",
+         slowest write {} ms); all applied {applied_after:?} after the traffic stopped",
         sent.rounds,
         targets.len(),
         parent_commands as f64 / secs,
@@ -640,14 +652,20 @@ async fn reshard_under_load(store: Store, label: &str) {
         stale.len(),
         node_commands as f64 / secs,
         field(&node_sent, "slowest_ms"),
-        grow.from,
-        grow.to,
-        grow.took,
-        grow.report,
-        shrink.from,
-        shrink.to,
-        shrink.took,
-        shrink.report,
+    );
+    for switch in [&grow, &shrink] {
+        eprintln!(
+            "  reshard {} → {}: call {:?}, no stage for {:?} around it (commit log); {}",
+            switch.from,
+            switch.to,
+            switch.took,
+            longest_pause(&log, switch),
+            switch.report
+        );
+    }
+    eprintln!(
+        "  {} stages, rows per node {rows:?}; shards served before/between/after the changes: \
+         {}/{}/{}; total {:?}",
         log.len(),
         before.len(),
         between.len(),
@@ -655,7 +673,7 @@ async fn reshard_under_load(store: Store, label: &str) {
         started.elapsed(),
     );
     for line in &stopped {
-        eprintln!("{line}");
+        eprintln!("  {line}");
     }
     assert!(
         faults.is_empty(),
