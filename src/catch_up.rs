@@ -4,7 +4,7 @@ use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
 use shardbox_core::{
-    validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection, ShardIndex,
+    validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection, StorageError,
 };
 use shardbox_stations::tick_message;
 use std::time::Duration;
@@ -73,15 +73,6 @@ impl Shardbox {
                 validate_id(IdField::TargetId, id)?;
             }
         }
-        let mut affected: Vec<ShardIndex> = match &request.targets {
-            CatchUpTargets::All => (0..env.config.shard_count).map(ShardIndex).collect(),
-            CatchUpTargets::Ids(ids) => ids
-                .iter()
-                .map(|id| env.registry.shard_of(P::KIND, id))
-                .collect(),
-        };
-        affected.sort_unstable();
-        affected.dedup();
         let types: Vec<String> = <P::Event as EventSet>::TYPES
             .iter()
             .map(|t| (*t).to_owned())
@@ -89,18 +80,32 @@ impl Shardbox {
         let total = env.storage.count_events(&types, request.since).await?;
         let now = env.clock.now();
         let zero_targets = matches!(&request.targets, CatchUpTargets::Ids(ids) if ids.is_empty());
-        let mut job = env
-            .storage
-            .start_catch_up(NewCatchUp {
+        let mut job = loop {
+            let shard_count = env.registry.shard_count();
+            let spec = NewCatchUp {
                 projection_kind: P::KIND.to_owned(),
-                tenant: request.tenant,
-                targets: request.targets,
+                tenant: request.tenant.clone(),
+                targets: request.targets.clone(),
                 since: request.since,
-                affected_shards: affected,
+                affected_shards: shardbox_core::catch_up::affected_shards(
+                    &request.targets,
+                    P::KIND,
+                    shard_count,
+                    |kind, id| env.registry.shard_of(kind, id),
+                ),
                 total_estimate: if zero_targets { 0 } else { total },
                 created_at: now,
-            })
-            .await?;
+            };
+            match env.storage.start_catch_up(spec, shard_count).await {
+                // Re-sharded meanwhile: nothing was written; the shards again, by the new count.
+                Err(StorageError::ShardCountChanged { recorded, .. })
+                    if recorded != shard_count =>
+                {
+                    env.registry.set_shard_count(recorded);
+                }
+                started => break started?,
+            }
+        };
         tracing::info!(
             job = job.id,
             kind = P::KIND,

@@ -17,7 +17,7 @@ use shardbox_core::storage::{
     BlockedTarget, DeadLetterFilter, EntityKey, Requeue, RequeueReport, StoredDeadLetter, Unblock,
     UnblockReport,
 };
-use shardbox_core::{DeliveryError, DeliveryReport, WorkerId};
+use shardbox_core::{DeliveryError, DeliveryReport, StorageError, WorkerId};
 
 /// Dead letters requeued per storage call.
 const REQUEUE_BATCH: usize = 500;
@@ -80,20 +80,7 @@ impl Shardbox {
             let Some(last) = page.last() else { break };
             after = Some(last.id);
             remaining = remaining.saturating_sub(page.len());
-            let requeue: Vec<Requeue> = page
-                .iter()
-                .map(|d| {
-                    let m = &d.letter.original.message;
-                    Requeue {
-                        id: d.id,
-                        shard: env.registry.shard_of(&m.target_kind, &m.target_id),
-                    }
-                })
-                .collect();
-            let done = env
-                .storage
-                .requeue_dead_letters(requeue, env.clock.now())
-                .await?;
+            let done = self.requeue_page(&page).await?;
             env.metrics.record_requeued(done.requeued);
             env.notify(&done.shards);
             report.merge(done);
@@ -106,6 +93,41 @@ impl Shardbox {
             "dead letters requeued"
         );
         Ok(report)
+    }
+
+    /// Requeues one page of dead letters, each into its target's shard by the registry; if
+    /// the Inbox was re-sharded meanwhile (the storage refuses, writing nothing), learns the
+    /// new count and places them again.
+    async fn requeue_page(
+        &self,
+        page: &[StoredDeadLetter],
+    ) -> Result<RequeueReport, DeliveryError> {
+        let env = self.env();
+        loop {
+            let shard_count = env.registry.shard_count();
+            let requeue: Vec<Requeue> = page
+                .iter()
+                .map(|d| {
+                    let m = &d.letter.original.message;
+                    Requeue {
+                        id: d.id,
+                        shard: env.registry.shard_of(&m.target_kind, &m.target_id),
+                    }
+                })
+                .collect();
+            match env
+                .storage
+                .requeue_dead_letters(requeue, shard_count, env.clock.now())
+                .await
+            {
+                Err(StorageError::ShardCountChanged { recorded, .. })
+                    if recorded != shard_count =>
+                {
+                    env.registry.set_shard_count(recorded);
+                }
+                done => return Ok(done?),
+            }
+        }
     }
 
     /// Deletes the dead letters matching `filter` (at most `filter.limit`, oldest first);

@@ -63,7 +63,7 @@ pub use shardbox::{Node, Shardbox};
 
 pub use shardbox_core::storage::{
     BlockedTarget, CatchUpStatus, CatchUpTargets, DeadLetterFilter, DeadLetterId, EntityKey,
-    Member, RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
+    Member, RequeueReport, ReshardMoves, StoredDeadLetter, Unblock, UnblockReport,
 };
 
 pub use shardbox_core as core;
@@ -86,9 +86,9 @@ pub use shardbox_core::{
     EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
     IdField, IdProblem, Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NextAttempt,
     NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions, ProcessManager,
-    Projection, Reactor, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
-    StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError, SystemClock,
-    MAX_ID_BYTES,
+    Projection, Reactor, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
+    ShardStrategy, SignalId, StableHashStrategy, StageInfo, StageReport, Station, StationContext,
+    StorageError, SystemClock, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 

@@ -7,8 +7,8 @@ use shardbox_core::DeliveryEnv;
 use shardbox_core::{
     Aggregate, CommandOutcome, Delivery, DeliveryConfig, DeliveryError, DeliveryReport,
     EventSource, Inbox, InboxWrite, LocalRunner, Message, NewMessage, OutcomeWait, ProcessManager,
-    Projection, SendOptions, SendReceipt, ShardIndex, StationContext, Storage, StorageError,
-    WorkerId,
+    Projection, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
+    StationContext, Storage, StorageError, WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -226,6 +226,39 @@ impl Shardbox {
     /// if it dies.
     pub async fn members(&self) -> Result<Vec<shardbox_core::storage::Member>, DeliveryError> {
         Ok(self.env.storage.members(self.env.clock.now()).await?)
+    }
+
+    /// Changes the Inbox's shard count to `to` while nodes run and traffic flows: the
+    /// operator action behind `shardbox reshard --shards N`. The running nodes hand their
+    /// shards over at their next poll round and pause; this call then holds every shard's
+    /// lease, moves every row to its target's shard among `to` in one transaction (sends
+    /// wait for it, then go on — a sender addressing by the old count is re-addressed, it
+    /// sees no error), and the nodes serve the new layout at their next round. Nothing is
+    /// lost, per-target order and exactly-once state changes hold across it; delayed,
+    /// retrying, blocked and held rows, dead letters and running catch-ups keep their meaning.
+    ///
+    /// This `Shardbox` need not run a node. Afterwards, start new nodes with `.shards(to)`
+    /// (one configured with the old count is refused). Refused, with nothing changed, if
+    /// another re-sharding is in progress or the nodes do not hand every shard over within
+    /// two minutes (see [`Shardbox::reshard_with`]). See docs/clustering.md.
+    ///
+    /// ```no_run
+    /// # async fn f(shardbox: shardbox::Shardbox) -> Result<(), shardbox::DeliveryError> {
+    /// let report = shardbox.reshard(32).await?;
+    /// println!("{} -> {} shards, {} rows moved", report.from, report.to, report.moves.inbox_moved);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reshard(&self, to: u32) -> Result<ReshardReport, DeliveryError> {
+        self.reshard_with(to, &ReshardOptions::default()).await
+    }
+
+    /// [`Shardbox::reshard`] with options (how long to wait for the nodes).
+    pub async fn reshard_with(
+        &self,
+        to: u32,
+        options: &ReshardOptions,
+    ) -> Result<ReshardReport, DeliveryError> {
+        shardbox_core::reshard(&self.env, to, options).await
     }
 
     /// A snapshot of this node's delivery counters (also exported via the `metrics` crate).

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 /// Operate a Shardbox database: see the shards and their depth, handle dead letters and
 /// blocked targets, watch catch-ups, migrate the schema.
 ///
-/// Exit codes: 0 ok; 1 a check failed, nothing matched what was asked for, or a catch-up
-/// overlaps a running one or has already ended; 2 usage error;
+/// Exit codes: 0 ok; 1 a check failed, nothing matched what was asked for, a catch-up
+/// overlaps a running one or has already ended, or a re-sharding was refused; 2 usage error;
 /// 3 the database is unreachable or refused the operation.
 #[derive(Debug, Parser)]
 #[command(name = "shardbox", version)]
@@ -53,6 +53,20 @@ pub enum Command {
     /// application's nodes (a node that has the projection).
     #[command(subcommand, name = "catch-up")]
     CatchUp(CatchUpCommand),
+    /// Changes the Inbox's shard count while the nodes run and traffic flows: the nodes hand
+    /// their shards over and pause, every row moves to its target's shard among N in one
+    /// transaction (sends wait for it), then the nodes serve the new layout. Start new nodes
+    /// with the new count afterwards. Uses the stable hash strategy (an application with a
+    /// custom ShardStrategy re-shards through `Shardbox::reshard`). Exit 1 if refused
+    /// (another re-sharding runs, or the nodes did not hand over in time): nothing changed.
+    Reshard {
+        /// The new shard count (1..=65536).
+        #[arg(long)]
+        shards: u32,
+        /// How long to wait for the nodes to hand every shard over, in seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout_secs: u64,
+    },
     /// Brings the schema to this binary's version, or checks it with --check.
     Migrate {
         /// Only say whether the schema is current (exit 1 if not); change nothing.

@@ -36,6 +36,8 @@ impl CliError {
             CliError::Storage(StorageError::CatchUpNotRunning { .. }) => 1,
             // Refused in the library's words: another job runs on these targets.
             CliError::Storage(StorageError::CatchUpOverlap { .. }) => 1,
+            // Refused, nothing changed: another re-sharding runs, or nodes did not hand over.
+            CliError::Storage(StorageError::ReshardRefused { .. }) => 1,
             CliError::Storage(_) => 3,
             CliError::Output(_) => 1,
         })

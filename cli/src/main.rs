@@ -5,6 +5,7 @@
 //!                                    dead-letters list|show|requeue|purge
 //!                                    blocked list|unblock
 //!                                    catch-up start|list|progress [--follow]|cancel
+//!                                    reshard --shards N [--timeout-secs S]
 //!                                    migrate [--check]
 //!                                    serve [--listen ADDR] [--allow-actions]
 //! ```
@@ -25,6 +26,7 @@ mod dead_letters;
 mod error;
 mod migrate;
 mod output;
+mod reshard;
 mod serve;
 mod status;
 mod table;
@@ -79,6 +81,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Blocked(command) => blocked::run(&*verified().await?, command, json, now).await,
         Command::CatchUp(command) => catch_up::run(&*verified().await?, command, json).await,
+        Command::Reshard {
+            shards,
+            timeout_secs,
+        } => {
+            let timeout = std::time::Duration::from_secs(timeout_secs);
+            reshard::run(verified().await?, shards, timeout, json).await
+        }
         Command::Serve {
             listen,
             allow_actions,

@@ -29,6 +29,7 @@
 //! doubled. Events before the start that the replay had not reached yet are not re-applied,
 //! so a cancelled rebuild is partial until a new catch-up of the same targets runs.
 
+use crate::model::ids::ShardIndex;
 use crate::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -149,6 +150,24 @@ pub enum StepDecision {
     /// Cancel requested and no replayed row left: the job ends `Cancelled` (its parked rows
     /// are settled as at a completion).
     Cancel,
+}
+
+/// The shards a catch-up of `projection_kind` over `targets` touches among `shard_count`
+/// shards, sorted and distinct: every shard for [`CatchUpTargets::All`], else the shard of each
+/// id by `route` — at a start, and again when the Inbox is re-sharded under a running job.
+pub fn affected_shards(
+    targets: &CatchUpTargets,
+    projection_kind: &str,
+    shard_count: u32,
+    route: impl Fn(&str, &str) -> ShardIndex,
+) -> Vec<ShardIndex> {
+    let mut affected: Vec<ShardIndex> = match targets {
+        CatchUpTargets::All => (0..shard_count).map(ShardIndex).collect(),
+        CatchUpTargets::Ids(ids) => ids.iter().map(|id| route(projection_kind, id)).collect(),
+    };
+    affected.sort_unstable();
+    affected.dedup();
+    affected
 }
 
 /// Whether a tick of `job` replays events (`false`: it only waits for the replayed rows

@@ -61,7 +61,7 @@ pub use entity::traits::{
     Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
 };
 pub use model::clock::{Clock, ManualClock, SystemClock};
-pub use model::config::{DeliveryConfig, DeliveryConfigBuilder};
+pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, MAX_SHARDS};
 pub use model::error::{Cause, ConfigError, DeliveryError, PayloadError, StorageError};
 pub use model::event::{EventSource, NewEvent, StoredEvent};
 pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy, NextAttempt};
@@ -83,6 +83,7 @@ pub use runner::delivery::DeliveryReport;
 pub use runner::env::DeliveryEnv;
 pub use runner::liveness::{Liveness, NodeLiveness};
 pub use runner::local::{LocalRunner, RunnerHandle};
+pub use runner::reshard::{reshard, ReshardOptions, ReshardReport};
 pub use send::inbox::{Inbox, SendOptions, SendReceipt};
 pub use send::outcome::OutcomeWait;
 pub use stage::context::StationContext;

@@ -443,11 +443,11 @@ async fn overlapping_catch_up_completions_do_not_deadlock() {
     };
     for round in 0..3 {
         let one = storage
-            .start_catch_up(start(&format!("p1-{round}")))
+            .start_catch_up(start(&format!("p1-{round}")), 16)
             .await
             .expect("start");
         let two = storage
-            .start_catch_up(start(&format!("p2-{round}")))
+            .start_catch_up(start(&format!("p2-{round}")), 16)
             .await
             .expect("start");
         let complete = |mut job: shardbox_core::storage::CatchUpJob| {

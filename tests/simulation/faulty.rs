@@ -28,9 +28,9 @@ use shardbox::core::storage::listener::ListenerControl;
 use shardbox::core::storage::{
     BlockedTarget, CatchUpJob, CatchUpStore, CommitReport, DeadLetterFilter, DeadLetterStore,
     EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease,
-    ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ShardObserver, ShardSession,
-    StageCommit, StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener,
-    WriteReport,
+    ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ReshardAnnouncement,
+    ReshardMoves, ReshardSwitch, ShardLayout, ShardObserver, ShardSession, StageCommit,
+    StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener, WriteReport,
 };
 use shardbox::core::{
     EventSource, InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, WorkerId,
@@ -373,6 +373,17 @@ impl InboxStore for FaultyStorage {
         FaultyStorage::ack("write_all", d, r)
     }
 
+    async fn write_all_addressed(
+        &self,
+        batches: Vec<WriteBatch>,
+        shard_count: u32,
+    ) -> Result<Vec<WriteReport>, StorageError> {
+        let d = self.before("write_all", Effect::Write).await?;
+        let r = self.inner.write_all_addressed(batches, shard_count).await;
+        self.heard(&r, |ws| ws.iter().flat_map(|w| w.shards.clone()).collect());
+        FaultyStorage::ack("write_all", d, r)
+    }
+
     async fn read_page(
         &self,
         shard: ShardIndex,
@@ -507,6 +518,30 @@ impl WorkRegistry for FaultyStorage {
         read!(self, "sessions", self.inner.sessions())
     }
 
+    async fn layout(&self) -> Result<ShardLayout, StorageError> {
+        read!(self, "layout", self.inner.layout())
+    }
+
+    async fn announce_reshard(
+        &self,
+        announcement: &ReshardAnnouncement,
+        now: DateTime<Utc>,
+    ) -> Result<ReshardAnnouncement, StorageError> {
+        write!(
+            self,
+            "announce_reshard",
+            self.inner.announce_reshard(announcement, now)
+        )
+    }
+
+    async fn withdraw_reshard(&self, by: &NodeId) -> Result<(), StorageError> {
+        write!(self, "withdraw_reshard", self.inner.withdraw_reshard(by))
+    }
+
+    async fn reshard(&self, switch: ReshardSwitch) -> Result<ReshardMoves, StorageError> {
+        write!(self, "reshard", self.inner.reshard(switch))
+    }
+
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {
         write!(
             self,
@@ -602,8 +637,16 @@ impl EntityStore for FaultyStorage {
 
 #[async_trait]
 impl CatchUpStore for FaultyStorage {
-    async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError> {
-        write!(self, "start_catch_up", self.inner.start_catch_up(job))
+    async fn start_catch_up(
+        &self,
+        job: NewCatchUp,
+        shard_count: u32,
+    ) -> Result<CatchUpJob, StorageError> {
+        write!(
+            self,
+            "start_catch_up",
+            self.inner.start_catch_up(job, shard_count)
+        )
     }
 
     async fn has_pending_replay(
@@ -670,10 +713,14 @@ impl DeadLetterStore for FaultyStorage {
     async fn requeue_dead_letters(
         &self,
         requeue: Vec<Requeue>,
+        shard_count: u32,
         now: DateTime<Utc>,
     ) -> Result<RequeueReport, StorageError> {
         let d = self.before("requeue_dead_letters", Effect::Write).await?;
-        let r = self.inner.requeue_dead_letters(requeue, now).await;
+        let r = self
+            .inner
+            .requeue_dead_letters(requeue, shard_count, now)
+            .await;
         self.heard(&r, |report| report.shards.clone());
         FaultyStorage::ack("requeue_dead_letters", d, r)
     }

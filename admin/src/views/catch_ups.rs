@@ -24,8 +24,7 @@ use serde::{Deserialize, Serialize};
 use shardbox_core::catch_up::{tick, PURGED_HINT};
 use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
 use shardbox_core::{
-    validate_id, CatchUpProgress, IdField, InboxWrite, ShardIndex, ShardStrategy,
-    StableHashStrategy, Storage,
+    validate_id, CatchUpProgress, IdField, InboxWrite, ShardStrategy, StableHashStrategy, Storage,
 };
 
 /// One catch-up job and its progress.
@@ -176,26 +175,28 @@ pub async fn start(
         )
     })?;
     let strategy = StableHashStrategy::new();
-    let mut affected: Vec<ShardIndex> = match &targets {
-        CatchUpTargets::All => (0..shards).map(ShardIndex).collect(),
-        CatchUpTargets::Ids(ids) => ids
-            .iter()
-            .map(|id| strategy.shard_of(&request.projection_kind, id, shards))
-            .collect(),
-    };
-    affected.sort_unstable();
-    affected.dedup();
+    let affected = shardbox_core::catch_up::affected_shards(
+        &targets,
+        &request.projection_kind,
+        shards,
+        |kind, id| strategy.shard_of(kind, id, shards),
+    );
+    // Refused if the Inbox is re-sharded before the start commits (asked again, it is
+    // computed by the new count).
     let job = storage
-        .start_catch_up(NewCatchUp {
-            projection_kind: request.projection_kind.clone(),
-            tenant: request.tenant.clone(),
-            targets,
-            since: request.since,
-            affected_shards: affected,
-            // Counted by the first step, on a node that knows the projection's event types.
-            total_estimate: 0,
-            created_at: now,
-        })
+        .start_catch_up(
+            NewCatchUp {
+                projection_kind: request.projection_kind.clone(),
+                tenant: request.tenant.clone(),
+                targets,
+                since: request.since,
+                affected_shards: affected,
+                // Counted by the first step, on a node that knows the projection's event types.
+                total_estimate: 0,
+                created_at: now,
+            },
+            shards,
+        )
         .await?;
     let first = tick(&job, now, None);
     let shard = strategy.shard_of(&first.target_kind, &first.target_id, shards);

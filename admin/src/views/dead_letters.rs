@@ -278,6 +278,12 @@ pub async fn requeue(
     if query.shards == Some(0) {
         return Err(AdminError::Refused("shards must be at least 1".into()));
     }
+    // The count the shards are placed by: a dead letter's own shard is its target's in the
+    // recorded layout (a re-sharding moves it too). The requeue is refused if the Inbox is
+    // re-sharded meanwhile; asked again, it places them by the new count.
+    let recorded = storage.recorded_shard_count().await?;
+    // With no count recorded (no node ran yet) the storage checks nothing.
+    let shard_count = query.shards.or(recorded).unwrap_or_default();
     let strategy = StableHashStrategy::new();
     let place = |d: &StoredDeadLetter| -> ShardIndex {
         let m = &d.letter.original.message;
@@ -307,7 +313,11 @@ pub async fn requeue(
                 shard: place(d),
             })
             .collect();
-        report.merge(storage.requeue_dead_letters(batch, now).await?);
+        report.merge(
+            storage
+                .requeue_dead_letters(batch, shard_count, now)
+                .await?,
+        );
     }
     Ok(RequeueOutcome::of(&report))
 }

@@ -14,6 +14,7 @@ use crate::model::message::{InboxWrite, MessageKind, NewMessage};
 use crate::model::strategy::ShardStrategy;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// The entity kinds of a delivery, their subscriptions and the shard strategy.
@@ -21,7 +22,9 @@ pub struct EntityRegistry {
     handlers: HashMap<&'static str, Arc<dyn EntityHandler>>,
     subscribers: HashMap<&'static str, Vec<Arc<dyn EntityHandler>>>,
     strategy: Arc<dyn ShardStrategy>,
-    shard_count: u32,
+    /// The Inbox's shard count as this process last learned it: set at build time, and
+    /// again when a re-sharding is seen (see `runner::reshard`).
+    shard_count: AtomicU32,
     services: Services,
 }
 
@@ -31,7 +34,7 @@ impl std::fmt::Debug for EntityRegistry {
         kinds.sort();
         f.debug_struct("EntityRegistry")
             .field("kinds", &kinds)
-            .field("shard_count", &self.shard_count)
+            .field("shard_count", &self.shard_count())
             .finish()
     }
 }
@@ -43,7 +46,7 @@ impl EntityRegistry {
             handlers: HashMap::new(),
             subscribers: HashMap::new(),
             strategy,
-            shard_count,
+            shard_count: AtomicU32::new(shard_count),
             services: Services::new(),
         }
     }
@@ -100,13 +103,32 @@ impl EntityRegistry {
 
     /// Number of shards.
     pub fn shard_count(&self) -> u32 {
-        self.shard_count
+        self.shard_count.load(Ordering::Acquire)
+    }
+
+    /// Learns that the Inbox has `shard_count` shards now (it was re-sharded): rows addressed
+    /// from now on go by it. Returns whether the count changed.
+    pub fn set_shard_count(&self, shard_count: u32) -> bool {
+        self.shard_count.swap(shard_count, Ordering::AcqRel) != shard_count
+    }
+
+    /// The shard strategy.
+    pub fn strategy(&self) -> &Arc<dyn ShardStrategy> {
+        &self.strategy
     }
 
     /// The shard of a target.
     pub fn shard_of(&self, target_kind: &str, target_id: &str) -> ShardIndex {
         self.strategy
-            .shard_of(target_kind, target_id, self.shard_count)
+            .shard_of(target_kind, target_id, self.shard_count())
+    }
+
+    /// Addresses `rows` again by the current shard count (after
+    /// [`EntityRegistry::set_shard_count`]).
+    pub fn readdress(&self, rows: &mut [InboxWrite]) {
+        for row in rows {
+            row.shard = self.shard_of(&row.message.target_kind, &row.message.target_id);
+        }
     }
 
     /// Addresses a message to its shard.

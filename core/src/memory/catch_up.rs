@@ -10,8 +10,13 @@ use chrono::{DateTime, Utc};
 
 #[async_trait]
 impl CatchUpStore for MemoryStorage {
-    async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError> {
+    async fn start_catch_up(
+        &self,
+        job: NewCatchUp,
+        shard_count: u32,
+    ) -> Result<CatchUpJob, StorageError> {
         let mut state = self.lock();
+        state.check_shard_count(shard_count)?;
         if let Some(running) = state.jobs.values().find(|j| {
             j.status.is_running()
                 && j.spec.projection_kind == job.projection_kind

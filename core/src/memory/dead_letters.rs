@@ -40,9 +40,11 @@ impl DeadLetterStore for MemoryStorage {
     async fn requeue_dead_letters(
         &self,
         requeue: Vec<Requeue>,
+        shard_count: u32,
         _now: DateTime<Utc>,
     ) -> Result<RequeueReport, StorageError> {
         let mut state = self.lock();
+        state.check_shard_count(shard_count)?;
         let mut report = RequeueReport::default();
         for Requeue { id, shard } in requeue {
             let Some(letter) = state.dead_letters.get(&id) else {

@@ -24,6 +24,16 @@ impl InboxStore for MemoryStorage {
         Ok(batches.into_iter().map(|b| state.write(b)).collect())
     }
 
+    async fn write_all_addressed(
+        &self,
+        batches: Vec<WriteBatch>,
+        shard_count: u32,
+    ) -> Result<Vec<WriteReport>, StorageError> {
+        let mut state = self.lock();
+        state.check_shard_count(shard_count)?;
+        Ok(batches.into_iter().map(|b| state.write(b)).collect())
+    }
+
     async fn read_page(
         &self,
         shard: ShardIndex,

@@ -26,6 +26,7 @@ mod events;
 mod inbox;
 mod outcomes;
 mod registry;
+mod reshard;
 
 use due_index::DueIndex;
 
@@ -57,6 +58,8 @@ struct State {
     next_dead_letter: i64,
     /// The recorded shard count (see `WorkRegistry::claim_shard_count`).
     shard_count: Option<u32>,
+    /// The re-sharding announced, if any (see `WorkRegistry::announce_reshard`).
+    resharding: Option<crate::storage::ReshardAnnouncement>,
     /// The membership, by node id.
     members: BTreeMap<NodeId, Member>,
     /// Command outcomes, kept for the deduplication window.

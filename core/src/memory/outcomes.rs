@@ -52,6 +52,25 @@ impl Outcomes {
         }]);
     }
 
+    /// Files every record under its target's shard by `route` (a re-sharding); returns how
+    /// many moved.
+    pub(super) fn reshard(&mut self, route: impl Fn(&str, &str) -> ShardIndex) -> u64 {
+        let mut moved = 0;
+        self.expiry.clear();
+        for record in self.records.values_mut() {
+            let to = route(&record.key.target_kind, &record.key.target_id);
+            if record.shard != to {
+                record.shard = to;
+                moved += 1;
+            }
+            self.expiry
+                .entry(to)
+                .or_default()
+                .insert((record.keep_until, record.key.clone()));
+        }
+        moved
+    }
+
     /// Deletes up to `limit` records of `shard` forgotten at `now`.
     pub(super) fn purge(&mut self, shard: ShardIndex, now: DateTime<Utc>, limit: usize) {
         let Some(index) = self.expiry.get_mut(&shard) else {

@@ -3,7 +3,10 @@
 use super::MemoryStorage;
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
-use crate::storage::{Lease, Member, ShardSession, WorkRegistry};
+use crate::storage::{
+    Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, ShardLayout, ShardSession,
+    WorkRegistry,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -80,6 +83,41 @@ impl WorkRegistry for MemoryStorage {
 
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {
         Ok(*self.lock().shard_count.get_or_insert(shard_count))
+    }
+
+    async fn layout(&self) -> Result<ShardLayout, StorageError> {
+        let state = self.lock();
+        Ok(ShardLayout {
+            shard_count: state.shard_count,
+            resharding: state.resharding.clone(),
+        })
+    }
+
+    async fn announce_reshard(
+        &self,
+        announcement: &ReshardAnnouncement,
+        now: DateTime<Utc>,
+    ) -> Result<ReshardAnnouncement, StorageError> {
+        let mut state = self.lock();
+        match &state.resharding {
+            Some(other) if other.by != announcement.by && other.until > now => Ok(other.clone()),
+            _ => {
+                state.resharding = Some(announcement.clone());
+                Ok(announcement.clone())
+            }
+        }
+    }
+
+    async fn withdraw_reshard(&self, by: &NodeId) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        if state.resharding.as_ref().is_some_and(|a| &a.by == by) {
+            state.resharding = None;
+        }
+        Ok(())
+    }
+
+    async fn reshard(&self, switch: ReshardSwitch) -> Result<ReshardMoves, StorageError> {
+        self.lock().reshard(&switch)
     }
 
     async fn beat(

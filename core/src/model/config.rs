@@ -7,6 +7,9 @@ use crate::model::ids::NodeId;
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// The most shards an Inbox can have (`shard_count`, and a re-sharding's target).
+pub const MAX_SHARDS: u32 = 65_536;
+
 /// The validated configuration of a delivery.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -145,8 +148,10 @@ impl DeliveryConfig {
     }
 
     /// Checks every field; the error names the first field at fault.
+    ///
+    /// The shard count is at most [`MAX_SHARDS`].
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=65_536).contains(&self.shard_count) {
+        if !(1..=MAX_SHARDS).contains(&self.shard_count) {
             return Err(invalid(
                 "shard_count",
                 self.shard_count,

@@ -28,7 +28,7 @@ pub enum ConfigError {
         reason: &'static str,
     },
     /// The database's Inbox was set up with another shard count than this node's.
-    #[error("the database's Inbox has {recorded} shards, but this node is configured with {configured}: start every node with .shards({recorded}). A node with another count would send one target's messages to two shards; the count cannot be changed while messages are in the Inbox")]
+    #[error("the database's Inbox has {recorded} shards, but this node is configured with {configured}: start every node with .shards({recorded}). A node with another count would send one target's messages to two shards; to change the count, re-shard the running cluster (`shardbox reshard --shards N` or `Shardbox::reshard`), then configure the new count")]
     ShardCountMismatch {
         /// The count recorded in the database by the first node.
         recorded: u32,
@@ -172,6 +172,23 @@ pub enum StorageError {
         job: i64,
         /// Its stored status (`completed` or `cancelled`).
         status: String,
+    },
+    /// A write or a pick-up addressed shards by a shard count the Inbox no longer has: it was
+    /// re-sharded meanwhile. Nothing was written; address the rows again by the recorded
+    /// count and retry (the send path and the runner do this themselves).
+    #[error("the Inbox has {recorded} shards now, not {expected}: it was re-sharded; nothing was written, address the rows by {recorded} shards and try again")]
+    ShardCountChanged {
+        /// The count the rows were addressed by.
+        expected: u32,
+        /// The count recorded in the database.
+        recorded: u32,
+    },
+    /// A re-sharding was refused or could not finish; nothing of it was applied (the Inbox
+    /// keeps its shard count).
+    #[error("re-sharding refused: {reason}")]
+    ReshardRefused {
+        /// What stood in the way, and what to do.
+        reason: String,
     },
     /// A blocking storage task could not complete (the runtime is shutting down).
     #[error("storage task did not complete: {0}")]

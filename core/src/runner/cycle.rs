@@ -51,7 +51,12 @@ impl ShardCycle {
         }
     }
 
-    /// The first shard of the cycle.
+    /// The shards the cycle goes over.
+    pub fn shard_count(&self) -> u32 {
+        self.shard_count
+    }
+
+    /// The shard this node's cycle starts at.
     pub fn offset(&self) -> ShardIndex {
         ShardIndex(self.offset)
     }
@@ -213,6 +218,13 @@ impl HeldElsewhere {
     pub fn new(shard_count: u32) -> Self {
         HeldElsewhere {
             until: vec![None; shard_count as usize],
+        }
+    }
+
+    /// Makes room for shards up to `shard_count` (a re-sharding to more), unmarked.
+    pub fn grow_to(&mut self, shard_count: u32) {
+        if self.until.len() < shard_count as usize {
+            self.until.resize(shard_count as usize, None);
         }
     }
 

@@ -229,6 +229,16 @@ impl Delivery {
             tracing::trace!(%shard, node = %env.config.node_id, "shard held by another worker");
             return Ok(None);
         };
+        // A lease of a layout this node does not know would serve the shard, and address what
+        // its stages fan out, by a stale count. A re-sharding's switch needs every lease, so
+        // the count read while this one is held is the one it was picked up under.
+        let recorded = env.storage.recorded_shard_count().await?;
+        if let Some(recorded) = recorded.filter(|r| *r != env.registry.shard_count()) {
+            env.registry.set_shard_count(recorded);
+            tracing::info!(%shard, shards = recorded, "the Inbox was re-sharded; leaving the shard for the new layout");
+            self.release(&lease).await?;
+            return Ok(None);
+        }
         tracing::trace!(target: "shardbox::latency", point = "picked_up", node = %env.config.node_id, shard = shard.0, key = 0);
         env.metrics.record_pick_up(lease.taken_over);
         if lease.taken_over {

@@ -137,7 +137,8 @@ impl LocalRunner {
 /// Starts the storage's write listener, if it has one, feeding `queue`.
 fn listen(env: &DeliveryEnv, queue: Arc<WakeQueue>) -> Option<ListenerHandle> {
     let listener = env.storage.write_listener()?;
-    match listener.listen(&env.config.node_id, env.registry.shard_count(), queue) {
+    // Every shard a layout can have: the count may change under the listener (re-sharding).
+    match listener.listen(&env.config.node_id, crate::MAX_SHARDS, queue) {
         Ok(handle) => Some(handle),
         Err(e) => {
             tracing::warn!(node = %env.config.node_id, error = %e, "could not listen for other nodes' writes; finding them by polling");
@@ -151,7 +152,7 @@ fn listen(env: &DeliveryEnv, queue: Arc<WakeQueue>) -> Option<ListenerHandle> {
 /// waited a lease duration. If a worker of this node has it queued, it moves to the front.
 async fn take_over(delivery: &Arc<Delivery>, queue: &Arc<WakeQueue>, shard: ShardIndex) {
     let env = delivery.env();
-    if env.is_stopping() {
+    if env.is_stopping() || queue.is_paused() {
         return;
     }
     match env.probe_shard(shard).await {
@@ -183,12 +184,23 @@ async fn watch_leases(
     let env = delivery.env().clone();
     let me = &env.config.node_id;
     let interval = env.config.poll_interval;
-    let cycle = ShardCycle::for_node(me, env.registry.shard_count());
+    let mut cycle = ShardCycle::for_node(me, env.registry.shard_count());
     let mut view = OwnersView::new();
     let mut free_before = Vec::new();
     loop {
         let started = tokio::time::Instant::now();
         let now = env.clock.now();
+        // A re-sharding: paused while it runs, then the new layout (see `reshard`).
+        if follow_layout(&delivery, &queue, &mut cycle, now).await {
+            free.send_replace(Vec::new());
+            lock(&queue.held).refresh(&[]);
+            tokio::select! {
+                biased;
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep_until(started + interval) => {}
+            }
+            continue;
+        }
         let owners = view.read(&env, now).await;
         queue.set_owners(owners.clone());
         match env.storage.sessions().await {
@@ -223,6 +235,61 @@ async fn watch_leases(
             _ = tokio::time::sleep_until(started + interval) => {}
         }
     }
+}
+
+/// Reads the Inbox's layout (one poll round's look) and follows it: learns a new shard count
+/// (the registry's, the queue's room, the poll cycle), and pauses while an operator
+/// re-shards — every kept lease released, each turn handing its shard back after its stage,
+/// nothing picked up — so that the operator can take every shard's lease. Returns whether
+/// the node is paused. A failed read changes nothing (logged).
+async fn follow_layout(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    cycle: &mut ShardCycle,
+    now: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    let env = delivery.env();
+    let layout = match env.storage.layout().await {
+        Ok(layout) => layout,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the shard layout; keeping the last one");
+            return queue.is_paused();
+        }
+    };
+    if let Some(count) = layout.shard_count {
+        env.registry.set_shard_count(count);
+    }
+    let count = env.registry.shard_count();
+    if count != cycle.shard_count() {
+        tracing::info!(
+            from = cycle.shard_count(),
+            to = count,
+            "the Inbox was re-sharded; serving the new layout"
+        );
+        queue.grow_to(count);
+        *cycle = ShardCycle::for_node(&env.config.node_id, count);
+    }
+    let paused = layout.resharding.as_ref().is_some_and(|a| a.until > now);
+    if paused != queue.is_paused() {
+        queue.set_paused(paused);
+        if paused {
+            let by = layout
+                .resharding
+                .as_ref()
+                .map(|a| a.by.0.as_str())
+                .unwrap_or("");
+            tracing::info!(by, "a re-sharding was announced; handing every shard back");
+            for lease in queue.unpark_all() {
+                if let Err(e) = delivery.release(&lease).await {
+                    tracing::warn!(shard = %lease.shard, error = %e, "could not release a kept lease; it expires");
+                }
+            }
+        } else {
+            tracing::info!(shards = count, "the re-sharding is over; serving again");
+            queue.poll_now.notify_one();
+        }
+    }
+    paused
 }
 
 /// Every poll interval (or at once after missed writes): probes the free shards, in this

@@ -48,6 +48,8 @@ const MISSED_BEATS: u32 = 3;
 /// The assignment as this node last read it: recomputed when the live members change.
 pub(super) struct OwnersView {
     live: Vec<NodeId>,
+    /// The shard count the owners were assigned over.
+    shards: u32,
     owners: Arc<ShardOwners>,
 }
 
@@ -57,6 +59,7 @@ impl OwnersView {
     pub(super) fn new() -> Self {
         OwnersView {
             live: Vec::new(),
+            shards: 0,
             owners: Arc::new(ShardOwners::default()),
         }
     }
@@ -69,8 +72,10 @@ impl OwnersView {
             Ok(members) => {
                 let stale = env.config.poll_interval * MISSED_BEATS;
                 let live = live_members(&members, me, now, stale);
-                if live != self.live || self.owners.members().is_empty() {
-                    let owners = assign(env.registry.shard_count(), &live);
+                let shards = env.registry.shard_count();
+                if live != self.live || shards != self.shards || self.owners.members().is_empty() {
+                    let owners = assign(shards, &live);
+                    self.shards = shards;
                     tracing::info!(
                         members = ?live.iter().map(|n| n.0.as_str()).collect::<Vec<_>>(),
                         preferred = owners.shards_of(me).len(),

@@ -13,6 +13,7 @@
 //!  sweep     the periodic TTL sweep and the purge of idle shards
 //!  unreleased leases whose release failed, released again by a retry
 //!  outcomes  wakes the senders waiting for their commands' outcomes
+//!  reshard   online re-sharding, the operator's side: announce, gather every lease, switch
 //!  worker    a worker task under a supervisor that restarts and counts it if it dies
 //!  env       DeliveryEnv: the runtime services (storage, timers, observers, stop flag)
 //!  storage_clock  the node's clock read off the storage's clock (leases on one time line)
@@ -32,6 +33,7 @@ pub mod liveness;
 pub mod local;
 mod membership;
 pub mod outcomes;
+pub mod reshard;
 pub mod storage_clock;
 pub(crate) mod sweep;
 pub(crate) mod tasks;

@@ -39,15 +39,21 @@ impl OutcomeSignals {
     /// A receiver that sees every signal of `shard` from now on (`None` for a shard out of
     /// range).
     pub fn subscribe(&self, shard: ShardIndex) -> Option<watch::Receiver<u64>> {
-        self.shards
-            .get(shard.0 as usize)
-            .map(watch::Sender::subscribe)
+        self.slot(shard).map(watch::Sender::subscribe)
+    }
+
+    /// The signal of `shard`. Shards share signals modulo the count this node started with,
+    /// so a re-sharding to more shards needs no new ones: a shared signal only wakes a waiter
+    /// for a read that finds nothing new.
+    fn slot(&self, shard: ShardIndex) -> Option<&watch::Sender<u64>> {
+        let n = self.shards.len();
+        (n > 0).then(|| &self.shards[shard.0 as usize % n])
     }
 
     /// Outcomes of `shards` were committed: wakes their waiters.
     pub fn decided(&self, shards: &[ShardIndex]) {
         for shard in shards {
-            if let Some(tx) = self.shards.get(shard.0 as usize) {
+            if let Some(tx) = self.slot(*shard) {
                 if tx.receiver_count() > 0 {
                     tx.send_modify(|g| *g = g.wrapping_add(1));
                 }

@@ -31,6 +31,16 @@ pub(super) async fn serve(
     worker: WorkerId,
 ) {
     let config = &delivery.env().config;
+    if queue.is_paused() || shard.0 >= delivery.env().registry.shard_count() {
+        // A re-sharding is in progress, or the shard left the layout: not ours to pick up.
+        if let Some(lease) = queue.unpark(shard, None) {
+            if let Err(e) = delivery.release(&lease).await {
+                tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires");
+            }
+        }
+        queue.finish(shard, TurnEnd::HandedOver);
+        return;
+    }
     let turn = config.poll_interval;
     let linger_for = config.lease_linger;
     let started = tokio::time::Instant::now();

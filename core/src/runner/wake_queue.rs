@@ -22,6 +22,7 @@ use crate::storage::observer::ShardObserver;
 use crate::storage::Lease;
 use crate::sync::lock;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{watch, Notify};
 
@@ -43,6 +44,9 @@ pub(super) struct WakeQueue {
     pub(super) failures: Mutex<Vec<u32>>,
     /// The node's tasks besides its workers (take-overs, releases, the sweep).
     pub(super) tasks: NodeTasks,
+    /// Set while an operator re-shards the Inbox (see `reshard`): every shard is handed back
+    /// after its stage, and none is picked up.
+    paused: AtomicBool,
 }
 
 /// A drained shard's lease kept for `lease_linger`: the next turn on the shard uses it
@@ -67,6 +71,36 @@ impl WakeQueue {
             parked: Mutex::new((0..shards).map(|_| None).collect()),
             failures: Mutex::new(vec![0; shards as usize]),
             tasks: NodeTasks::new(stop),
+            paused: AtomicBool::new(false),
+        }
+    }
+
+    /// Pauses or resumes serving for a re-sharding (see [`WakeQueue::is_paused`]).
+    pub(super) fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::SeqCst);
+    }
+
+    /// Whether a re-sharding is in progress: turns hand their shards back after the stage
+    /// they run, and no shard is picked up.
+    pub(super) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Makes room for shards up to `shard_count` after a re-sharding to more. Shards beyond
+    /// a smaller count keep their slots, unused: they are no longer served (see
+    /// [`WakeQueue::is_others`]).
+    pub(super) fn grow_to(&self, shard_count: u32) {
+        let n = shard_count as usize;
+        self.wakeups.grow_to(shard_count);
+        lock(&self.held).grow_to(shard_count);
+        let mut parked = lock(&self.parked);
+        while parked.len() < n {
+            parked.push(None);
+        }
+        drop(parked);
+        let mut failures = lock(&self.failures);
+        if failures.len() < n {
+            failures.resize(n, 0);
         }
     }
 
@@ -75,10 +109,13 @@ impl WakeQueue {
         *lock(&self.owners) = owners;
     }
 
-    /// Whether `shard` is preferred by another live member: this node leaves it to that
-    /// member and hands it back after a stage when it serves it.
+    /// Whether `shard` is not this node's to serve now: another live member prefers it, a
+    /// re-sharding is in progress, or the shard is no longer in the Inbox's layout. This node
+    /// leaves it alone and hands it back after a stage when it serves it.
     pub(super) fn is_others(&self, shard: ShardIndex) -> bool {
-        lock(&self.owners).is_others(shard, &self.env.config.node_id)
+        self.is_paused()
+            || shard.0 >= self.env.registry.shard_count()
+            || lock(&self.owners).is_others(shard, &self.env.config.node_id)
     }
 
     /// Keeps `lease` for the next turn on its shard; returns the generation to release it by.

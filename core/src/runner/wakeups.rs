@@ -38,6 +38,15 @@ impl ShardWakeups {
         }
     }
 
+    /// Makes room for shards up to `shard_count` (the Inbox was re-sharded to more); the new
+    /// ones are idle. Never shrinks: shards beyond the count are never woken again.
+    pub fn grow_to(&self, shard_count: u32) {
+        let mut states = lock(&self.states);
+        if states.len() < shard_count as usize {
+            states.resize(shard_count as usize, WakeState::Idle);
+        }
+    }
+
     fn with<R>(&self, shard: ShardIndex, f: impl FnOnce(&mut WakeState) -> R) -> Option<R> {
         let mut states = lock(&self.states);
         states.get_mut(shard.0 as usize).map(f)

@@ -382,7 +382,10 @@ impl Inbox {
     /// framework's own catch-up ticks).
     #[doc(hidden)]
     pub async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
-        let report = self.writes.write(&self.env.storage, batch).await?;
+        let report = self
+            .writes
+            .write(&self.env.storage, &self.env.registry, batch)
+            .await?;
         self.env.metrics.record_write(&report);
         self.env.notify(&report.shards);
         Ok(report)

@@ -56,7 +56,7 @@ fn listen_for_outcomes(env: &DeliveryEnv) {
         let listener = env.storage.write_listener()?;
         let node = NodeId(format!("{}/outcomes", env.config.node_id));
         let observer: Arc<dyn ShardObserver> = env.outcomes.clone();
-        match listener.listen(&node, env.config.shard_count, observer) {
+        match listener.listen(&node, crate::MAX_SHARDS, observer) {
             Ok(handle) => Some(handle),
             Err(error) => {
                 tracing::warn!(%error, "could not listen for other nodes' command outcomes; polling for them instead");

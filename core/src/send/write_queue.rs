@@ -25,6 +25,7 @@
 //! failed send is written, and sending again is safe (rows and events written twice are
 //! ignored as duplicates).
 
+use crate::entity::registry::EntityRegistry;
 use crate::model::error::StorageError;
 use crate::storage::{InboxStore, WriteBatch, WriteReport};
 use crate::sync::lock;
@@ -61,6 +62,7 @@ impl WriteQueue {
     pub(crate) async fn write<S: InboxStore + ?Sized>(
         &self,
         storage: &Arc<S>,
+        registry: &Arc<EntityRegistry>,
         batch: WriteBatch,
     ) -> Result<WriteReport, StorageError> {
         let (done, mut report) = oneshot::channel();
@@ -87,7 +89,7 @@ impl WriteQueue {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     // On a task of its own: a leader whose send is cancelled does not abandon
                     // the batches it took.
-                    if tokio::spawn(write_group(storage.clone(), group))
+                    if tokio::spawn(write_group(storage.clone(), registry.clone(), group))
                         .await
                         .is_err()
                     {
@@ -159,7 +161,11 @@ fn may_be_particular(error: &StorageError) -> bool {
 /// Writes one group in one `write_all` and hands every caller its report; a group that fails
 /// for what may be one batch is bisected (see the module doc), otherwise every caller gets
 /// the group's error.
-async fn write_group<S: InboxStore + ?Sized>(storage: Arc<S>, group: Vec<Queued>) {
+async fn write_group<S: InboxStore + ?Sized>(
+    storage: Arc<S>,
+    registry: Arc<EntityRegistry>,
+    group: Vec<Queued>,
+) {
     // Groups still to write; the first half of a split one is written first, so batches keep
     // their queue order (which one of two writes of a key wins).
     let mut todo = vec![group];
@@ -167,8 +173,8 @@ async fn write_group<S: InboxStore + ?Sized>(storage: Arc<S>, group: Vec<Queued>
         let n = group.len();
         let (batches, callers): (Vec<WriteBatch>, Vec<_>) =
             group.into_iter().map(|q| (q.batch, q.done)).unzip();
-        // A lone batch's failure is its own: nothing to keep for a retry.
-        let kept = (n > 1).then(|| batches.clone());
+        // Kept to write again: the halves of a refused group, or all of it addressed anew.
+        let mut kept = batches.clone();
         // The latency trace points (see `telemetry`): the messages' keys, only when traced.
         let traced: Vec<(u32, i64)> = if tracing::enabled!(target: "shardbox::latency", tracing::Level::TRACE)
         {
@@ -183,7 +189,7 @@ async fn write_group<S: InboxStore + ?Sized>(storage: Arc<S>, group: Vec<Queued>
         for &(shard, key) in &traced {
             tracing::trace!(target: "shardbox::latency", point = "write", node = "", shard, key);
         }
-        let written = storage.write_all(batches).await;
+        let written = write_addressed(storage.as_ref(), &registry, batches, &mut kept).await;
         for &(shard, key) in &traced {
             tracing::trace!(target: "shardbox::latency", point = "written", node = "", shard, key);
         }
@@ -193,11 +199,10 @@ async fn write_group<S: InboxStore + ?Sized>(storage: Arc<S>, group: Vec<Queued>
                     let _ = done.send(Ok(report));
                 }
             }
-            Err(error) if may_be_particular(&error) && kept.is_some() => {
+            Err(error) if may_be_particular(&error) && n > 1 => {
                 tracing::debug!(%error, batches = n, "group write refused; writing its halves apart");
                 let mut queued: Vec<Queued> = kept
                     .into_iter()
-                    .flatten()
                     .zip(callers)
                     .map(|(batch, done)| Queued { batch, done })
                     .collect();
@@ -216,6 +221,46 @@ async fn write_group<S: InboxStore + ?Sized>(storage: Arc<S>, group: Vec<Queued>
                     let _ = done.send(Err(error.clone()));
                 }
             }
+        }
+    }
+}
+
+/// How many times one group is addressed anew after the Inbox was re-sharded under it: a
+/// count changes only by an operator's re-sharding, so a second change during one write is
+/// all but impossible, a fourth a sign of a bug.
+const READDRESS_LIMIT: usize = 3;
+
+/// Writes `batches` addressed by the registry's shard count. If the Inbox was re-sharded
+/// meanwhile (the storage refuses the write, having written nothing), learns the recorded
+/// count, addresses `kept` — the same batches — again and writes them.
+async fn write_addressed<S: InboxStore + ?Sized>(
+    storage: &S,
+    registry: &EntityRegistry,
+    mut batches: Vec<WriteBatch>,
+    kept: &mut [WriteBatch],
+) -> Result<Vec<WriteReport>, StorageError> {
+    let mut readdressed = 0;
+    loop {
+        match storage
+            .write_all_addressed(batches, registry.shard_count())
+            .await
+        {
+            Err(StorageError::ShardCountChanged { expected, recorded })
+                if readdressed < READDRESS_LIMIT =>
+            {
+                readdressed += 1;
+                registry.set_shard_count(recorded);
+                tracing::info!(
+                    from = expected,
+                    to = recorded,
+                    "the Inbox was re-sharded; addressing the write anew"
+                );
+                for batch in kept.iter_mut() {
+                    registry.readdress(&mut batch.messages);
+                }
+                batches = kept.to_vec();
+            }
+            written => return written,
         }
     }
 }
@@ -243,6 +288,36 @@ mod tests {
         }
     }
 
+    /// The routing of the tests: 4 shards, as [`batch`] addresses its rows.
+    fn registry() -> Arc<EntityRegistry> {
+        Arc::new(EntityRegistry::new(
+            Arc::new(crate::model::strategy::StableHashStrategy::new()),
+            4,
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_write_addressed_by_an_old_shard_count_is_addressed_anew() {
+        let memory = Arc::new(MemoryStorage::new());
+        let storage: Arc<dyn Storage> = memory.clone();
+        // The Inbox was re-sharded to 8 since this process learned its count (4).
+        storage.claim_shard_count(8).await.expect("claim");
+        let registry = registry();
+        let queue = Arc::new(WriteQueue::default());
+        let report = queue
+            .write(&storage, &registry, batch(1))
+            .await
+            .expect("the write goes through");
+        assert_eq!(registry.shard_count(), 8, "the process learned the count");
+        let row = &memory.rows()[0];
+        assert_eq!(
+            row.shard,
+            registry.shard_of("counter", "t1"),
+            "the row went to its shard among 8"
+        );
+        assert_eq!(report.shards, vec![row.shard]);
+    }
+
     /// Spawns sends of batches `0..n` and waits until all of them are queued (the test holds
     /// the leader's place, so none can be written yet).
     async fn queue_sends(
@@ -253,7 +328,7 @@ mod tests {
         let sends = (0..n)
             .map(|i| {
                 let (queue, storage) = (queue.clone(), storage.clone());
-                tokio::spawn(async move { queue.write(&storage, batch(i)).await })
+                tokio::spawn(async move { queue.write(&storage, &registry(), batch(i)).await })
             })
             .collect();
         while queue.queued().len() < n {
@@ -274,7 +349,10 @@ mod tests {
         let sends = queue_sends(&queue, &storage, 50).await;
         drop(in_flight);
         // The next send leads and takes every queued batch with its own.
-        let last = queue.write(&storage, batch(50)).await.expect("last send");
+        let last = queue
+            .write(&storage, &registry(), batch(50))
+            .await
+            .expect("last send");
         assert_eq!((last.written, last.duplicates), (1, 0));
         for send in sends {
             let report = send.await.expect("task").expect("send");
@@ -296,7 +374,9 @@ mod tests {
             let (queue, storage) = (queue.clone(), storage.clone());
             sends.push(tokio::spawn(async move {
                 for i in 0..200 {
-                    let report = queue.write(&storage, batch(task * 1000 + i)).await?;
+                    let report = queue
+                        .write(&storage, &registry(), batch(task * 1000 + i))
+                        .await?;
                     assert_eq!(report.written, 1);
                 }
                 Ok::<(), StorageError>(())
@@ -352,20 +432,9 @@ mod tests {
                 calls: Default::default(),
             })
         }
-    }
 
-    #[async_trait::async_trait]
-    impl InboxStore for Refusing {
-        async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError> {
-            let mut reports = self.write_all(vec![batch]).await?;
-            reports
-                .pop()
-                .ok_or_else(|| StorageError::Corrupt("no report".into()))
-        }
-        async fn write_all(
-            &self,
-            batches: Vec<WriteBatch>,
-        ) -> Result<Vec<WriteReport>, StorageError> {
+        /// Counts the call; the outage, or a refusal of a batch to target `refused`.
+        fn refuse(&self, batches: &[WriteBatch]) -> Result<(), StorageError> {
             self.calls
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(outage) = &self.outage {
@@ -382,7 +451,32 @@ mod tests {
                     source: None,
                 });
             }
+            Ok(())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl InboxStore for Refusing {
+        async fn write(&self, batch: WriteBatch) -> Result<WriteReport, StorageError> {
+            let mut reports = self.write_all(vec![batch]).await?;
+            reports
+                .pop()
+                .ok_or_else(|| StorageError::Corrupt("no report".into()))
+        }
+        async fn write_all(
+            &self,
+            batches: Vec<WriteBatch>,
+        ) -> Result<Vec<WriteReport>, StorageError> {
+            self.refuse(&batches)?;
             self.inner.write_all(batches).await
+        }
+        async fn write_all_addressed(
+            &self,
+            batches: Vec<WriteBatch>,
+            shard_count: u32,
+        ) -> Result<Vec<WriteReport>, StorageError> {
+            self.refuse(&batches)?;
+            self.inner.write_all_addressed(batches, shard_count).await
         }
         async fn read_page(
             &self,
@@ -469,7 +563,11 @@ mod tests {
         let sends: Vec<_> = (0..20)
             .map(|i| {
                 let (queue, storage) = (queue.clone(), storage.clone());
-                tokio::spawn(async move { queue.write(&storage, maybe_refused(i, i == 7)).await })
+                tokio::spawn(async move {
+                    queue
+                        .write(&storage, &registry(), maybe_refused(i, i == 7))
+                        .await
+                })
             })
             .collect();
         while queue.queued().len() < 20 {

@@ -142,7 +142,16 @@ pub trait CatchUpStore: Send + Sync + 'static {
     /// projection kind and tenant — only the listed ids for [`CatchUpTargets::Ids`]) and
     /// re-fences every affected shard (epoch + 1, lease freed), so that a stage that read its
     /// page before the job existed cannot commit a live event onto the reset state.
-    async fn start_catch_up(&self, job: NewCatchUp) -> Result<CatchUpJob, StorageError>;
+    ///
+    /// `shard_count` is the count `job.affected_shards` were computed by: refused with
+    /// [`StorageError::ShardCountChanged`], writing nothing, if another one is recorded (the
+    /// Inbox was re-sharded; compute them again), checked under the lock a re-sharding's
+    /// switch takes (see `InboxStore::write_all_addressed`).
+    async fn start_catch_up(
+        &self,
+        job: NewCatchUp,
+        shard_count: u32,
+    ) -> Result<CatchUpJob, StorageError>;
 
     /// Whether, in `shards`, a replayed row (`to_catch_up`) of `projection_kind`/`tenant` is
     /// still undelivered, or a live event row of that kind whose event `seq <= cursor` (one the

@@ -261,9 +261,14 @@ pub trait DeadLetterStore: Send + Sync + 'static {
     /// given shard with the same signal, payload, metadata, kind and receipt time,
     /// `attempts` 0, due at once and without TTL; and leaves the dead letters. See
     /// [`RequeueReport`] for those that cannot be. `now` is the operation's time.
+    ///
+    /// `shard_count` is the count the shards of `requeue` were computed by: refused with
+    /// [`StorageError::ShardCountChanged`], writing nothing, if another one is recorded (see
+    /// `InboxStore::write_all_addressed`).
     async fn requeue_dead_letters(
         &self,
         requeue: Vec<Requeue>,
+        shard_count: u32,
         now: DateTime<Utc>,
     ) -> Result<RequeueReport, StorageError>;
 

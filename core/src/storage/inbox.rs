@@ -179,6 +179,18 @@ pub trait InboxStore: Send + Sync + 'static {
         Ok(reports)
     }
 
+    /// Writes the batches as [`InboxStore::write_all`] does, only if the Inbox's recorded
+    /// shard count is `shard_count` — the one the rows were addressed by — or none is
+    /// recorded; otherwise writes nothing and returns [`StorageError::ShardCountChanged`].
+    /// The check and the writes are one transaction that a re-sharding's switch waits for
+    /// (and that waits for it), so no row is written by a count that is no longer the
+    /// Inbox's. Every send goes this way.
+    async fn write_all_addressed(
+        &self,
+        batches: Vec<WriteBatch>,
+        shard_count: u32,
+    ) -> Result<Vec<WriteReport>, StorageError>;
+
     /// Up to `limit` rows of `shard` that are due at `now` (`deliver_after` unset or passed)
     /// and not delivered (nor blocked), in `seq` order, with the shard's waiting and blocked
     /// targets (see [`Page`]). Costs O(limit + waiting + blocked) whatever the size of the

@@ -37,7 +37,10 @@ pub use dead_letters::{
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
-pub use registry::{Lease, Member, ShardSession, WorkRegistry};
+pub use registry::{
+    Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
+    ShardSession, WorkRegistry,
+};
 pub use schema::SchemaCheck;
 pub use write::{WriteBatch, WriteReport};
 

@@ -4,6 +4,7 @@ use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use std::sync::Arc;
 
 /// A worker's right to serve a shard until `lease_until`, fenced by `epoch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,66 @@ pub struct Member {
     pub alive_until: DateTime<Utc>,
 }
 
+/// The Inbox's shard layout as recorded in the database (see `runner::reshard`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShardLayout {
+    /// The recorded shard count, if a node recorded one.
+    pub shard_count: Option<u32>,
+    /// A re-sharding announced by an operator and not finished: nodes hand their shards back
+    /// and pick none up until it ends or this time passes (the operator's process died).
+    pub resharding: Option<ReshardAnnouncement>,
+}
+
+/// A re-sharding in progress, as [`WorkRegistry::announce_reshard`] recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReshardAnnouncement {
+    /// Who runs it (the operator process's holder id in the lock table).
+    pub by: NodeId,
+    /// The shard count it moves to.
+    pub to: u32,
+    /// It counts as abandoned after this time unless announced again.
+    pub until: DateTime<Utc>,
+}
+
+/// The shard of a target (kind, id) in a layout.
+pub type Route = Arc<dyn Fn(&str, &str) -> ShardIndex + Send + Sync>;
+
+/// The switch of a re-sharding: everything [`WorkRegistry::reshard`] does in one transaction.
+pub struct ReshardSwitch {
+    /// The count the Inbox has now; the switch is refused if another is recorded.
+    pub from: u32,
+    /// The count it moves to.
+    pub to: u32,
+    /// The lease of every shard `0..from`, held by the re-sharding operator; the switch is
+    /// refused if one of them moved (nothing is written).
+    pub leases: Vec<Lease>,
+    /// The shard of a target (kind, id) among `to` shards: the registry's strategy.
+    pub route: Route,
+}
+
+impl std::fmt::Debug for ReshardSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReshardSwitch")
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .field("leases", &self.leases.len())
+            .finish()
+    }
+}
+
+/// What a switch moved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReshardMoves {
+    /// Inbox rows (every status) that were looked at.
+    pub inbox_rows: u64,
+    /// Inbox rows whose shard changed.
+    pub inbox_moved: u64,
+    /// Dead letters and kept command outcomes whose recorded shard changed.
+    pub records_moved: u64,
+    /// Running catch-up jobs whose affected shards were computed again.
+    pub catch_ups: u64,
+}
+
 /// The lock table.
 #[async_trait]
 pub trait WorkRegistry: Send + Sync + 'static {
@@ -89,6 +150,32 @@ pub trait WorkRegistry: Send + Sync + 'static {
     /// records nothing. For tools that address shards without a node's configuration (the
     /// `shardbox` command line).
     async fn recorded_shard_count(&self) -> Result<Option<u32>, StorageError>;
+
+    /// The recorded shard count and the re-sharding in progress, if any: read by every node's
+    /// lease watch each poll round.
+    async fn layout(&self) -> Result<ShardLayout, StorageError>;
+
+    /// Records that `announcement.by` re-shards the Inbox (nodes then hand their shards back
+    /// and pick none up), or renews its announcement. Returns the announcement in force: the
+    /// caller's, or another operator's that has not run out (the caller must then not go on).
+    async fn announce_reshard(
+        &self,
+        announcement: &ReshardAnnouncement,
+        now: DateTime<Utc>,
+    ) -> Result<ReshardAnnouncement, StorageError>;
+
+    /// Withdraws `by`'s announcement (the re-sharding gave up); a no-op if it is not in force.
+    async fn withdraw_reshard(&self, by: &NodeId) -> Result<(), StorageError>;
+
+    /// Switches the Inbox from `switch.from` to `switch.to` shards in one transaction that
+    /// writes wait for: checks the recorded count and that `switch.leases` still hold every
+    /// shard, gives every inbox row, dead letter and kept outcome the shard of its target
+    /// among `to`, computes the affected shards of running catch-ups again, frees the leases,
+    /// drops the lock-table rows of shards `>= to` (new ones start above every epoch handed
+    /// out, so no old lease can match them), records `to` and ends the announcement.
+    /// Refused with [`StorageError::ShardCountChanged`] or [`StorageError::LeaseLost`],
+    /// writing nothing.
+    async fn reshard(&self, switch: ReshardSwitch) -> Result<ReshardMoves, StorageError>;
 
     /// A heartbeat of `node_id` at `now`: it is a member until `alive_until`. The first beat
     /// after it was gone (or left) sets `started_at`. Also forgets nodes gone for a day.

@@ -33,7 +33,10 @@ fn overlap_with(result: Result<CatchUpJob, StorageError>) -> i64 {
 /// start; updates are stored; completed jobs stop blocking and are purged after their time.
 pub async fn catch_up_lifecycle<S: Storage + Inspect>(store: S) {
     let asked = spec("balances", "", ids(&["a", "b"]));
-    let first = store.start_catch_up(asked.clone()).await.expect("start");
+    let first = store
+        .start_catch_up(asked.clone(), SHARDS)
+        .await
+        .expect("start");
     assert_eq!(first.spec, asked);
     assert_eq!(first.status, CatchUpStatus::Started);
     assert_eq!((first.cursor, first.replayed), (0, 0));
@@ -51,24 +54,24 @@ pub async fn catch_up_lifecycle<S: Storage + Inspect>(store: S) {
     );
 
     let refused = store
-        .start_catch_up(spec("balances", "", ids(&["b", "c"])))
+        .start_catch_up(spec("balances", "", ids(&["b", "c"])), SHARDS)
         .await;
     assert_eq!(overlap_with(refused), first.id);
     let refused = store
-        .start_catch_up(spec("balances", "", CatchUpTargets::All))
+        .start_catch_up(spec("balances", "", CatchUpTargets::All), SHARDS)
         .await;
     assert_eq!(overlap_with(refused), first.id);
 
     let disjoint = store
-        .start_catch_up(spec("balances", "", ids(&["c"])))
+        .start_catch_up(spec("balances", "", ids(&["c"])), SHARDS)
         .await
         .expect("disjoint ids start");
     let other_tenant = store
-        .start_catch_up(spec("balances", "t2", ids(&["a"])))
+        .start_catch_up(spec("balances", "t2", ids(&["a"])), SHARDS)
         .await
         .expect("another tenant starts");
     let other_kind = store
-        .start_catch_up(spec("ledger", "", CatchUpTargets::All))
+        .start_catch_up(spec("ledger", "", CatchUpTargets::All), SHARDS)
         .await
         .expect("another kind starts");
     let mut started = [first.id, disjoint.id, other_tenant.id, other_kind.id];
@@ -104,7 +107,7 @@ pub async fn catch_up_lifecycle<S: Storage + Inspect>(store: S) {
         .collect();
     assert_eq!(running, [disjoint.id, other_tenant.id, other_kind.id]);
     let again = store
-        .start_catch_up(spec("balances", "", ids(&["a"])))
+        .start_catch_up(spec("balances", "", ids(&["a"])), SHARDS)
         .await
         .expect("a completed job no longer blocks");
 
@@ -139,7 +142,9 @@ pub async fn concurrent_overlapping_catch_up_starts_one_wins<S: Storage + Inspec
                 ids(&["a", &format!("only-{i}")])
             };
             barrier.wait().await;
-            store.start_catch_up(spec("balances", "", targets)).await
+            store
+                .start_catch_up(spec("balances", "", targets), SHARDS)
+                .await
         }));
     }
     let mut winners = Vec::new();
@@ -186,7 +191,7 @@ pub async fn catch_up_start_resets_targets_and_refences_shards<S: Storage + Insp
     store.commit_stage(seed).await.expect("seed states");
 
     store
-        .start_catch_up(spec("balances", "", ids(&["a"])))
+        .start_catch_up(spec("balances", "", ids(&["a"])), SHARDS)
         .await
         .expect("start");
     let all = [
@@ -225,7 +230,7 @@ pub async fn catch_up_start_resets_targets_and_refences_shards<S: Storage + Insp
 
     // An `All` job resets every instance of the kind and tenant.
     store
-        .start_catch_up(spec("ledger", "", CatchUpTargets::All))
+        .start_catch_up(spec("ledger", "", CatchUpTargets::All), SHARDS)
         .await
         .expect("start all");
     assert!(store
@@ -239,7 +244,7 @@ pub async fn catch_up_start_resets_targets_and_refences_shards<S: Storage + Insp
 /// are found by `has_pending_replay` until delivered.
 pub async fn catch_up_progress_commits_with_the_stage<S: Storage + Inspect>(store: S) {
     let job = store
-        .start_catch_up(spec("balances", "", CatchUpTargets::All))
+        .start_catch_up(spec("balances", "", CatchUpTargets::All), SHARDS)
         .await
         .expect("start");
     let lease = store
@@ -319,7 +324,7 @@ pub async fn parked_rows_settle_when_the_job_completes<S: Storage + Inspect>(sto
     use shardbox_core::catch_up::parked_until;
     use shardbox_core::storage::{RowChange, RowUpdate, WriteBatch};
     let job = store
-        .start_catch_up(spec("balances", "", ids(&["x", "y"])))
+        .start_catch_up(spec("balances", "", ids(&["x", "y"])), SHARDS)
         .await
         .expect("start");
     let live = |signal: &str, target: &str, kind: &str| {

@@ -25,7 +25,7 @@ fn not_running(result: Result<impl std::fmt::Debug, StorageError>, id: i64, stat
 /// longer blocks an overlapping start, refuses a second cancel and is purged after its time.
 pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect>(store: S) {
     let job = store
-        .start_catch_up(spec("balances", "", ids(&["x", "y"])))
+        .start_catch_up(spec("balances", "", ids(&["x", "y"])), SHARDS)
         .await
         .expect("start");
     assert_eq!(job.cancel_requested_at, None);
@@ -175,7 +175,7 @@ pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect
         "cancelled",
     );
     let next = store
-        .start_catch_up(spec("balances", "", ids(&["x"])))
+        .start_catch_up(spec("balances", "", ids(&["x"])), SHARDS)
         .await
         .expect("a cancelled job no longer blocks");
 

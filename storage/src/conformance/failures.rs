@@ -530,6 +530,7 @@ pub async fn requeued_dead_letters_return_to_the_inbox<S: Storage + Inspect>(sto
                 requeue(ids[2], 0),
                 requeue(DeadLetterId(i64::MAX), 0),
             ],
+            SHARDS,
             secs(2),
         )
         .await
@@ -571,7 +572,7 @@ pub async fn requeued_dead_letters_return_to_the_inbox<S: Storage + Inspect>(sto
     assert_eq!(back.message.received_at, a1.message.received_at);
 
     let again = store
-        .requeue_dead_letters(vec![requeue(ids[0], 3)], secs(3))
+        .requeue_dead_letters(vec![requeue(ids[0], 3)], SHARDS, secs(3))
         .await
         .expect("requeue");
     assert_eq!(
@@ -614,7 +615,7 @@ pub async fn concurrent_requeue_of_one_dead_letter_requeues_it_once<S: Storage +
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             store
-                .requeue_dead_letters(requeue, secs(2))
+                .requeue_dead_letters(requeue, SHARDS, secs(2))
                 .await
                 .expect("requeue")
         }));

@@ -43,6 +43,7 @@ mod failures;
 mod inbox;
 mod outcomes;
 mod registry;
+mod reshard;
 
 pub use catch_up::{
     a_parked_retrying_row_does_not_make_its_target_wait, catch_up_lifecycle,
@@ -82,6 +83,11 @@ pub use registry::{
     fenced_commit_refused_after_lease_taken, members_beat_expire_and_leave,
     pick_up_refused_while_held, release_then_pick_up_gives_higher_epoch,
     the_first_shard_count_claimed_is_recorded,
+};
+pub use reshard::{
+    a_reshard_switch_is_refused_whole, a_reshard_switch_moves_every_row_to_its_targets_shard,
+    a_write_addressed_by_another_count_is_refused_whole,
+    one_reshard_announcement_is_in_force_at_a_time,
 };
 
 /// Stamps one `#[tokio::test]` per conformance case into the calling module.
@@ -136,6 +142,10 @@ macro_rules! conformance_suite {
             expired_rows_are_found_due_or_not,
             pick_up_tells_a_takeover_from_a_free_shard,
             command_outcomes_are_kept_for_their_window,
+            a_reshard_switch_moves_every_row_to_its_targets_shard,
+            a_reshard_switch_is_refused_whole,
+            a_write_addressed_by_another_count_is_refused_whole,
+            one_reshard_announcement_is_in_force_at_a_time,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {

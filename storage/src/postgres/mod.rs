@@ -258,6 +258,19 @@ impl Dialect for PgConnection {
         Ok(())
     }
 
+    fn read_shard_count_locked(&mut self, exclusive: bool) -> Result<Option<String>, Failure> {
+        let query = if exclusive {
+            "SELECT value FROM shardbox_settings WHERE name = 'shard_count' FOR UPDATE"
+        } else {
+            "SELECT value FROM shardbox_settings WHERE name = 'shard_count' FOR KEY SHARE"
+        };
+        use diesel::OptionalExtension;
+        Ok(diesel::sql_query(query)
+            .get_result::<crate::sql::reshard::SettingValue>(self)
+            .optional()?
+            .map(|s| s.value))
+    }
+
     fn lock_catch_up_start(&mut self, kind: &str, tenant: &str) -> Result<(), Failure> {
         diesel::sql_query(
             "SELECT pg_advisory_xact_lock($1, \

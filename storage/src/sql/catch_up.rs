@@ -13,9 +13,11 @@ macro_rules! catch_up_units {
         pub(crate) fn start_catch_up(
             conn: &mut Conn,
             job: NewCatchUp,
+            shard_count: u32,
         ) -> Result<CatchUpJob, Failure> {
             use $crate::schema::catch_ups::dsl as cu;
             <Conn as Dialect>::write_transaction(conn, |conn| {
+                check_shard_count(conn, shard_count)?;
                 <Conn as Dialect>::lock_catch_up_start(conn, &job.projection_kind, &job.tenant)?;
                 let running: Vec<CatchUpRow> = cu::catch_ups
                     .filter(cu::projection_kind.eq(&job.projection_kind))

@@ -107,12 +107,14 @@ macro_rules! dead_letter_units {
         pub(crate) fn requeue_dead_letters(
             conn: &mut Conn,
             requeue: Vec<shardbox_core::storage::Requeue>,
+            shard_count: u32,
         ) -> Result<shardbox_core::storage::RequeueReport, Failure> {
             use $crate::schema::dead_letters::dsl as dl;
             let shards: BTreeMap<i64, ShardIndex> =
                 requeue.iter().map(|r| (r.id.0, r.shard)).collect();
             let ids: Vec<i64> = shards.keys().copied().collect();
             <Conn as Dialect>::write_transaction(conn, |conn| {
+                check_shard_count(conn, shard_count)?;
                 let mut report = shardbox_core::storage::RequeueReport::default();
                 let mut writes = Vec::new();
                 for chunk in ids.chunks(IN_CHUNK) {

@@ -80,6 +80,17 @@ macro_rules! inbox_units {
             conn: &mut Conn,
             batches: Vec<WriteBatch>,
         ) -> Result<Vec<WriteReport>, Failure> {
+            write_addressed(conn, batches, None)
+        }
+
+        /// `InboxStore::write_all` and, with `shard_count`, `write_all_addressed`: the rows are
+        /// written only if the recorded count is the one they were addressed by, checked in
+        /// their transaction under the lock a re-sharding's switch takes.
+        pub(crate) fn write_addressed(
+            conn: &mut Conn,
+            batches: Vec<WriteBatch>,
+            shard_count: Option<u32>,
+        ) -> Result<Vec<WriteReport>, Failure> {
             // Rows are made before the transaction and dropped after it.
             let batches = batches
                 .into_iter()
@@ -91,7 +102,9 @@ macro_rules! inbox_units {
                 })
                 .collect::<Result<Vec<_>, Failure>>()?;
             if let [(messages, events)] = batches.as_slice() {
-                if events.is_empty() && <Conn as Dialect>::inserts_in_one_statement(messages.len())
+                if shard_count.is_none()
+                    && events.is_empty()
+                    && <Conn as Dialect>::inserts_in_one_statement(messages.len())
                 {
                     return <Conn as Dialect>::write_statement(conn, |conn| {
                         let mut report = WriteReport::default();
@@ -102,6 +115,9 @@ macro_rules! inbox_units {
                 }
             }
             <Conn as Dialect>::write_transaction(conn, |conn| {
+                if let Some(expected) = shard_count {
+                    check_shard_count(conn, expected)?;
+                }
                 let mut reports = Vec::with_capacity(batches.len());
                 for (messages, _) in &batches {
                     let mut report = WriteReport::default();

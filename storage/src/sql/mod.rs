@@ -28,6 +28,7 @@ pub(crate) mod predicate;
 pub(crate) mod prelude;
 pub(crate) mod prepared;
 pub(crate) mod registry;
+pub(crate) mod reshard;
 pub(crate) mod traits;
 
 use crate::error::Failure;
@@ -109,6 +110,15 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// UPDATE`; SQLite needs nothing, its write transactions exclude each other.
     fn lock_sessions_in_order(&mut self, shards: &[i32]) -> Result<(), Failure>;
 
+    /// Inside a write transaction: the recorded `shard_count` setting, read under a lock that
+    /// holds until the transaction ends — `exclusive` for a re-sharding's switch, shared for
+    /// a write that addresses rows by the count — so that no write commits rows addressed by
+    /// a count a switch replaced meanwhile: a write that locked first is moved by the switch,
+    /// one that locks after it reads the new count. PostgreSQL: `FOR UPDATE` / `FOR KEY
+    /// SHARE` on the setting's row (a shared lock re-reads the row a switch committed while
+    /// it waited); SQLite needs none, its write transactions exclude each other.
+    fn read_shard_count_locked(&mut self, exclusive: bool) -> Result<Option<String>, Failure>;
+
     /// Inside a write transaction: serialises catch-up starts of one projection kind and
     /// tenant until the transaction ends, so that "check for overlap, then insert" is atomic.
     fn lock_catch_up_start(&mut self, projection_kind: &str, tenant: &str) -> Result<(), Failure>;
@@ -179,6 +189,7 @@ macro_rules! units {
         $crate::sql::inbox::inbox_units!();
         $crate::sql::commit::commit_units!();
         $crate::sql::registry::registry_units!();
+        $crate::sql::reshard::reshard_units!();
         $crate::sql::events::event_units!();
         $crate::sql::entities::entity_units!();
         $crate::sql::catch_up::catch_up_units!();

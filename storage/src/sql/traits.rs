@@ -46,6 +46,28 @@ macro_rules! storage_impls {
                 Ok(reports)
             }
 
+            async fn write_all_addressed(
+                &self,
+                batches: Vec<shardbox_core::storage::WriteBatch>,
+                shard_count: u32,
+            ) -> Result<Vec<shardbox_core::storage::WriteReport>, shardbox_core::StorageError> {
+                if batches.iter().all(|b| b.is_empty()) {
+                    return Ok(vec![Default::default(); batches.len()]);
+                }
+                let reports = self
+                    .db
+                    .run(move |conn| $units::write_addressed(conn, batches, Some(shard_count)))
+                    .await?;
+                let mut shards: Vec<shardbox_core::ShardIndex> = reports
+                    .iter()
+                    .flat_map(|r| r.shards.iter().copied())
+                    .collect();
+                shards.sort_unstable();
+                shards.dedup();
+                self.written_backend(&shards);
+                Ok(reports)
+            }
+
             async fn read_page(
                 &self,
                 shard: shardbox_core::ShardIndex,
@@ -164,13 +186,14 @@ macro_rules! storage_impls {
             async fn requeue_dead_letters(
                 &self,
                 requeue: Vec<shardbox_core::storage::Requeue>,
+                shard_count: u32,
                 _now: chrono::DateTime<chrono::Utc>,
             ) -> Result<shardbox_core::storage::RequeueReport, shardbox_core::StorageError> {
                 if requeue.is_empty() {
                     return Ok(Default::default());
                 }
                 self.db
-                    .run(move |conn| $units::requeue_dead_letters(conn, requeue))
+                    .run(move |conn| $units::requeue_dead_letters(conn, requeue, shard_count))
                     .await
             }
 
@@ -284,6 +307,45 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::members(conn, now)).await
             }
 
+            async fn layout(
+                &self,
+            ) -> Result<shardbox_core::storage::ShardLayout, shardbox_core::StorageError> {
+                self.db.run($units::layout).await
+            }
+
+            async fn announce_reshard(
+                &self,
+                announcement: &shardbox_core::storage::ReshardAnnouncement,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<shardbox_core::storage::ReshardAnnouncement, shardbox_core::StorageError>
+            {
+                let announcement = announcement.clone();
+                self.db
+                    .run(move |conn| $units::announce_reshard(conn, announcement, now))
+                    .await
+            }
+
+            async fn withdraw_reshard(
+                &self,
+                by: &shardbox_core::NodeId,
+            ) -> Result<(), shardbox_core::StorageError> {
+                let by = by.clone();
+                self.db
+                    .run(move |conn| $units::withdraw_reshard(conn, by))
+                    .await
+            }
+
+            async fn reshard(
+                &self,
+                switch: shardbox_core::storage::ReshardSwitch,
+            ) -> Result<shardbox_core::storage::ReshardMoves, shardbox_core::StorageError> {
+                let moves = self
+                    .db
+                    .run(move |conn| $units::reshard(conn, switch))
+                    .await?;
+                Ok(moves)
+            }
+
             async fn recorded_shard_count(
                 &self,
             ) -> Result<Option<u32>, shardbox_core::StorageError> {
@@ -380,9 +442,10 @@ macro_rules! storage_impls {
             async fn start_catch_up(
                 &self,
                 job: shardbox_core::storage::NewCatchUp,
+                shard_count: u32,
             ) -> Result<shardbox_core::storage::CatchUpJob, shardbox_core::StorageError> {
                 self.db
-                    .run(move |conn| $units::start_catch_up(conn, job))
+                    .run(move |conn| $units::start_catch_up(conn, job, shard_count))
                     .await
             }
 

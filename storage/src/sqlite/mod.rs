@@ -222,6 +222,17 @@ impl Dialect for SqliteConnection {
         Ok(())
     }
 
+    fn read_shard_count_locked(&mut self, _exclusive: bool) -> Result<Option<String>, Failure> {
+        // Inside an immediate transaction: no other writer runs until it ends.
+        use crate::schema::shardbox_settings::dsl as st;
+        use diesel::prelude::*;
+        Ok(st::shardbox_settings
+            .filter(st::name.eq("shard_count"))
+            .select(st::value)
+            .first(self)
+            .optional()?)
+    }
+
     fn lock_catch_up_start(&mut self, _kind: &str, _tenant: &str) -> Result<(), Failure> {
         // The immediate transaction already excludes every other writer.
         Ok(())

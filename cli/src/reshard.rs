@@ -1,0 +1,101 @@
+//! `shardbox reshard --shards N`: changes the Inbox's shard count while the nodes run and
+//! traffic flows (see docs/clustering.md, "Changing the shard count"). It runs the library's
+//! re-sharding (`shardbox_core::reshard`) with the default strategy, the stable hash: an
+//! application with a custom `ShardStrategy` re-shards through `Shardbox::reshard`.
+
+use crate::error::CliError;
+use crate::output;
+use serde::Serialize;
+use shardbox_core::{
+    DeliveryConfig, DeliveryEnv, DeliveryError, EntityRegistry, NodeId, NoopMonitor,
+    ReshardOptions, StableHashStrategy, Storage, SystemClock,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the command prints.
+#[derive(Debug, Serialize)]
+struct Done {
+    from: u32,
+    to: u32,
+    inbox_rows: u64,
+    inbox_moved: u64,
+    records_moved: u64,
+    catch_ups: u64,
+    gathered_ms: u64,
+    switched_ms: u64,
+}
+
+/// Re-shards `storage` to `to` shards, waiting at most `timeout` for the nodes.
+pub async fn run(
+    storage: Arc<dyn Storage>,
+    to: u32,
+    timeout: Duration,
+    json: bool,
+) -> Result<(), CliError> {
+    let recorded = storage.recorded_shard_count().await?.ok_or_else(|| {
+        CliError::NotFound(
+            "no shard count is recorded in this database: no node has started on it yet".into(),
+        )
+    })?;
+    let registry = Arc::new(EntityRegistry::new(
+        Arc::new(StableHashStrategy::new()),
+        recorded,
+    ));
+    let config = DeliveryConfig::builder()
+        .shard_count(recorded)
+        .node_id(NodeId("cli".into()))
+        .build()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let env = DeliveryEnv::new(
+        registry,
+        storage,
+        config,
+        Arc::new(NoopMonitor),
+        Arc::new(SystemClock),
+    );
+    if !json {
+        eprintln!(
+            "re-sharding {recorded} -> {to}: the nodes hand their shards over at their next poll round…"
+        );
+    }
+    let report = shardbox_core::reshard(&env, to, &ReshardOptions { timeout })
+        .await
+        .map_err(|e| match e {
+            DeliveryError::Storage(e) => CliError::Storage(e),
+            other => CliError::Usage(other.to_string()),
+        })?;
+    let done = Done {
+        from: report.from,
+        to: report.to,
+        inbox_rows: report.moves.inbox_rows,
+        inbox_moved: report.moves.inbox_moved,
+        records_moved: report.moves.records_moved,
+        catch_ups: report.moves.catch_ups,
+        gathered_ms: report.gathered_in.as_millis() as u64,
+        switched_ms: report.switched_in.as_millis() as u64,
+    };
+    if json {
+        return output::print_json(&done);
+    }
+    if done.from == done.to {
+        println!("the Inbox has {} shards already; nothing changed", done.to);
+        return Ok(());
+    }
+    println!(
+        "re-sharded {} -> {} shards: {} of {} inbox rows moved, {} dead letters/outcomes, {} running catch-ups; delivery paused {} ms (gather) + {} ms (switch, sends waited)",
+        done.from,
+        done.to,
+        done.inbox_moved,
+        done.inbox_rows,
+        done.records_moved,
+        done.catch_ups,
+        done.gathered_ms,
+        done.switched_ms
+    );
+    println!(
+        "start new nodes with .shards({}); a node configured with {} is refused",
+        done.to, done.from
+    );
+    Ok(())
+}
