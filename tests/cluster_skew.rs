@@ -21,9 +21,7 @@
 mod common;
 
 use chrono::{DateTime, Utc};
-use common::cluster::{
-    pg_commit_log, shared_epochs, sqlite_commit_log, CommitEntry, CommitLog, NodeProcess,
-};
+use common::cluster::{field, shared_epochs, CommitLog, NodeProcess, Store};
 use common::{Tally, TallyCommand};
 use shardbox::core::storage::EntityKey;
 use shardbox::core::Storage;
@@ -79,50 +77,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-/// Where the nodes keep their data.
-#[derive(Clone)]
-enum Store {
-    Postgres { url: String, schema: String },
-    Sqlite(std::path::PathBuf),
-}
-
-impl Store {
-    /// `pg:<schema>` or `sqlite:<path>`, for a node process's environment.
-    fn spec(&self) -> String {
-        match self {
-            Store::Postgres { schema, .. } => format!("pg:{schema}"),
-            Store::Sqlite(path) => format!("sqlite:{}", path.display()),
-        }
-    }
-
-    async fn open(&self) -> Arc<dyn Storage> {
-        match self {
-            Store::Postgres { url, schema } => {
-                let options = shardbox::storage::PostgresOptions::default()
-                    .schema(schema.clone())
-                    .pool_size(6);
-                Arc::new(
-                    shardbox::storage::PostgresStorage::connect_with(url.clone(), options)
-                        .await
-                        .expect("connect"),
-                )
-            }
-            Store::Sqlite(path) => Arc::new(
-                shardbox::storage::SqliteStorage::open(path)
-                    .await
-                    .expect("open SQLite"),
-            ),
-        }
-    }
-
-    fn commit_log(&self) -> Vec<CommitEntry> {
-        match self {
-            Store::Postgres { url, schema } => pg_commit_log(url, schema),
-            Store::Sqlite(path) => sqlite_commit_log(path),
-        }
-    }
-}
-
 /// A node process's main: serves the store until stdin closes, with its clock off by
 /// `SHARDBOX_SKEW_OFFSET_MS`. Does nothing in a normal test run.
 #[test]
@@ -130,25 +84,18 @@ fn skew_node_entry() {
     let Ok(node) = std::env::var("SHARDBOX_SKEW_NODE") else {
         return;
     };
-    let spec = std::env::var("SHARDBOX_SKEW_STORE").expect("SHARDBOX_SKEW_STORE");
+    let store =
+        Store::from_spec(&std::env::var("SHARDBOX_SKEW_STORE").expect("SHARDBOX_SKEW_STORE"));
     let offset: i64 = std::env::var("SHARDBOX_SKEW_OFFSET_MS")
         .expect("SHARDBOX_SKEW_OFFSET_MS")
         .parse()
         .expect("SHARDBOX_SKEW_OFFSET_MS: milliseconds");
-    let store = match spec.split_once(':') {
-        Some(("pg", schema)) => Store::Postgres {
-            url: std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process"),
-            schema: schema.to_owned(),
-        },
-        Some(("sqlite", path)) => Store::Sqlite(path.into()),
-        _ => panic!("SHARDBOX_SKEW_STORE: pg:<schema> or sqlite:<path>, not {spec}"),
-    };
     common::cluster::init_node_log();
     runtime().block_on(async {
         let clock = Arc::new(SkewedClock {
             offset: chrono::Duration::milliseconds(offset),
         });
-        let sb_storage = store.open().await;
+        let sb_storage = store.open(6).await;
         let sb = builder(sb_storage.clone())
             .node_id(NodeId(node.clone()))
             .clock(clock.clone())
@@ -174,16 +121,8 @@ fn target_ids(sb: &Shardbox) -> Vec<String> {
     common::cluster::ids_per_shard(sb, "tally", "skew", SHARDS, PER_SHARD)
 }
 
-/// The number after `key=` in a `SBX-STOPPED` line.
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
-}
-
 async fn skewed_nodes_share_leases(store: Store) {
-    let storage = store.open().await;
+    let storage = store.open(6).await;
     let sender = builder(storage.clone())
         .node_id(NodeId("sender".into()))
         .build()

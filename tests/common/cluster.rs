@@ -242,11 +242,17 @@ impl Drop for NodeProcess {
 
 /// In a node process: blocks until the parent closes stdin (or says `stop`).
 pub fn wait_for_stop_signal() {
+    wait_for_stop_signal_with(|_| {});
+}
+
+/// [`wait_for_stop_signal`], handing every other line (trimmed) to `on_line`: the parent's
+/// way to tell a running node something else than `stop`.
+pub fn wait_for_stop_signal_with(mut on_line: impl FnMut(&str)) {
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         match line {
             Ok(l) if l.trim() == "stop" => return,
-            Ok(_) => {}
+            Ok(l) => on_line(l.trim()),
             Err(_) => return,
         }
     }
@@ -278,6 +284,14 @@ pub fn ids_per_shard(
     ids
 }
 
+/// The number after `key=` in an `SBX-` line (`SBX-STOPPED node-a delivered=12 …`).
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
 /// Logs of a node process on stderr when `SHARDBOX_TEST_LOG` holds a filter (for example
 /// `shardbox_core=debug`).
 pub fn init_node_log() {
@@ -293,9 +307,20 @@ pub fn init_node_log() {
 /// until stdin closes, shuts down and says `SBX-STOPPED {node} delivered=… stages=…
 /// pick_ups=… refusals=… takeovers=… losses=…` (its counters, for the test to read).
 pub async fn serve_until_stopped(sb: &shardbox::Shardbox, node: &str, ready: &str) {
+    serve_until_stopped_with(sb, node, ready, |_| {}).await;
+}
+
+/// [`serve_until_stopped`], handing every line the parent sends other than `stop` to
+/// `on_line` (see [`wait_for_stop_signal_with`]).
+pub async fn serve_until_stopped_with(
+    sb: &shardbox::Shardbox,
+    node: &str,
+    ready: &str,
+    on_line: impl FnMut(&str) + Send + 'static,
+) {
     let running = sb.start();
     println!("SBX-READY {node}{ready}");
-    tokio::task::spawn_blocking(wait_for_stop_signal)
+    tokio::task::spawn_blocking(move || wait_for_stop_signal_with(on_line))
         .await
         .expect("stdin");
     running.shutdown().await.expect("shutdown");
@@ -309,4 +334,64 @@ pub async fn serve_until_stopped(sb: &shardbox::Shardbox, node: &str, ready: &st
         m.lease_takeovers,
         m.lease_losses
     );
+}
+
+/// Where the node processes of a test keep their data: one PostgreSQL schema or one SQLite
+/// file, shared by every process.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Postgres { url: String, schema: String },
+    Sqlite(std::path::PathBuf),
+}
+
+impl Store {
+    /// `pg:<schema>` or `sqlite:<path>`, for a node process's environment (see
+    /// [`Store::from_spec`]).
+    pub fn spec(&self) -> String {
+        match self {
+            Store::Postgres { schema, .. } => format!("pg:{schema}"),
+            Store::Sqlite(path) => format!("sqlite:{}", path.display()),
+        }
+    }
+
+    /// The store [`Store::spec`] names; the PostgreSQL URL comes from `SHARDBOX_PG_URL`.
+    pub fn from_spec(spec: &str) -> Store {
+        match spec.split_once(':') {
+            Some(("pg", schema)) => Store::Postgres {
+                url: std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process"),
+                schema: schema.to_owned(),
+            },
+            Some(("sqlite", path)) => Store::Sqlite(path.into()),
+            _ => panic!("a store is pg:<schema> or sqlite:<path>, not {spec}"),
+        }
+    }
+
+    /// Opens the store (`pool_size` PostgreSQL connections; SQLite keeps its default).
+    pub async fn open(&self, pool_size: u32) -> std::sync::Arc<dyn shardbox::core::Storage> {
+        match self {
+            Store::Postgres { url, schema } => {
+                let options = shardbox::storage::PostgresOptions::default()
+                    .schema(schema.clone())
+                    .pool_size(pool_size);
+                std::sync::Arc::new(
+                    shardbox::storage::PostgresStorage::connect_with(url.clone(), options)
+                        .await
+                        .expect("connect"),
+                )
+            }
+            Store::Sqlite(path) => std::sync::Arc::new(
+                shardbox::storage::SqliteStorage::open(path)
+                    .await
+                    .expect("open SQLite"),
+            ),
+        }
+    }
+
+    /// Every commit-log entry of the store.
+    pub fn commit_log(&self) -> Vec<CommitEntry> {
+        match self {
+            Store::Postgres { url, schema } => pg_commit_log(url, schema),
+            Store::Sqlite(path) => sqlite_commit_log(path),
+        }
+    }
 }
