@@ -242,7 +242,9 @@ async fn postgres_reshards_under_traffic() {
 /// order, and the node's lease watch re-lays its own cycle (it drains all 16 shards).
 async fn a_node_that_missed_the_change_follows_it(storage: Arc<dyn Storage>) {
     let node = build(storage.clone(), "late-node", 4).await.expect("build");
-    let client = build(storage.clone(), "late-client", 4).await.expect("build");
+    let client = build(storage.clone(), "late-client", 4)
+        .await
+        .expect("build");
     let ids: Vec<String> = (0..40).map(|t| format!("l-{t}")).collect();
     let round = |n: u64| {
         let (client, ids) = (client.clone(), ids.clone());
@@ -255,8 +257,13 @@ async fn a_node_that_missed_the_change_follows_it(storage: Arc<dyn Storage>) {
         }
     };
     round(0).await;
-    let operator = build(storage.clone(), "late-operator", 4).await.expect("build");
-    let report = operator.reshard(16).await.expect("re-sharding with no node running");
+    let operator = build(storage.clone(), "late-operator", 4)
+        .await
+        .expect("build");
+    let report = operator
+        .reshard(16)
+        .await
+        .expect("re-sharding with no node running");
     assert_eq!((report.from, report.to), (4, 16));
     // The client still addresses by 4: its write is refused and addressed anew, unseen.
     round(1).await;
@@ -267,10 +274,18 @@ async fn a_node_that_missed_the_change_follows_it(storage: Arc<dyn Storage>) {
         "the node that started with 4 serves all 16 shards"
     );
     running.shutdown().await.expect("shutdown");
-    let keys: Vec<EntityKey> = ids.iter().map(|id| EntityKey::new("tally", "", id)).collect();
+    let keys: Vec<EntityKey> = ids
+        .iter()
+        .map(|id| EntityKey::new("tally", "", id))
+        .collect();
     for s in storage.load_states(&keys).await.expect("states") {
         let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
-        assert_eq!(tally.applied, vec![0, 1, 2], "{}: once each, in order", s.key.id);
+        assert_eq!(
+            tally.applied,
+            vec![0, 1, 2],
+            "{}: once each, in order",
+            s.key.id
+        );
     }
     assert_eq!(node.metrics().delivered, 3 * ids.len() as u64);
 }

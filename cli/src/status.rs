@@ -43,9 +43,10 @@ fn summary(status: &Status) -> String {
     let t = &status.totals;
     let live = status.nodes.iter().filter(|n| n.member).count();
     let held = status.shards.iter().filter(|s| s.held).count();
-    let shards = status
-        .shard_count
-        .map_or_else(|| "no shard count recorded".to_owned(), |n| format!("{n} shards"));
+    let shards = status.shard_count.map_or_else(
+        || "no shard count recorded".to_owned(),
+        |n| format!("{n} shards"),
+    );
     let mut out = format!(
         "summary: {shards}; {} pending ({} due, lag {}), {} delivered kept for dedup; {} live node{}, {} lease{} held\n",
         pending(t),

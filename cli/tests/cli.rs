@@ -320,7 +320,10 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
     // is recorded; the library's handle learns it at its next send and delivers on.
     let pending = json(db, schema, &["status"])["totals"].clone();
     let resharded = json(db, schema, &["reshard", "--shards", "8"]);
-    assert_eq!((&resharded["from"], &resharded["to"]), (&4.into(), &8.into()));
+    assert_eq!(
+        (&resharded["from"], &resharded["to"]),
+        (&4.into(), &8.into())
+    );
     assert!(
         resharded["inbox_rows"].as_u64().is_some_and(|n| n >= 4),
         "{resharded}"
@@ -356,7 +359,12 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
         .await
         .expect("announce");
     let refused = run(db, schema, &["reshard", "--shards", "16"]);
-    assert_eq!(code(&refused), 1, "{}", String::from_utf8_lossy(&refused.stderr));
+    assert_eq!(
+        code(&refused),
+        1,
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     assert!(String::from_utf8_lossy(&refused.stderr).contains("another re-sharding"));
     sb.storage()
         .withdraw_reshard(&shardbox::NodeId("other-operator".into()))

@@ -529,8 +529,10 @@ async fn an_addressed_write_waits_for_a_switch_in_flight_and_sees_its_count() {
         !writing.is_finished(),
         "the write waits for the switch in flight"
     );
-    raw.batch_execute("UPDATE shardbox_settings SET value = '8' WHERE name = 'shard_count'; COMMIT")
-        .expect("switch commits");
+    raw.batch_execute(
+        "UPDATE shardbox_settings SET value = '8' WHERE name = 'shard_count'; COMMIT",
+    )
+    .expect("switch commits");
     let refused = writing.await.expect("task");
     assert!(
         matches!(
@@ -542,7 +544,10 @@ async fn an_addressed_write_waits_for_a_switch_in_flight_and_sees_its_count() {
         ),
         "{refused:?}"
     );
-    assert!(storage.rows().await.expect("rows").is_empty(), "nothing was written");
+    assert!(
+        storage.rows().await.expect("rows").is_empty(),
+        "nothing was written"
+    );
 
     // The other order: a write holding the shared lock keeps the switch's lock waiting.
     let mut raw = schema.raw();

@@ -23,7 +23,12 @@ impl WorkRegistry for MemoryStorage {
         let mut state = self.lock();
         // A new row starts at the highest epoch of any shard, so that a shard whose row a
         // re-sharding dropped never hands out an epoch it handed out before.
-        let top = state.sessions.values().map(|s| s.epoch.0).max().unwrap_or(0);
+        let top = state
+            .sessions
+            .values()
+            .map(|s| s.epoch.0)
+            .max()
+            .unwrap_or(0);
         let session = state.sessions.entry(shard).or_insert(ShardSession {
             shard,
             node_id: None,

@@ -260,13 +260,15 @@ async fn follow_layout(
         env.registry.set_shard_count(count);
     }
     let count = env.registry.shard_count();
+    // Every round, not only when the cycle changes: a pick-up or a send of this node may
+    // have learned the count first (the queue's room is checked under its locks, cheaply).
+    queue.grow_to(count);
     if count != cycle.shard_count() {
         tracing::info!(
             from = cycle.shard_count(),
             to = count,
             "the Inbox was re-sharded; serving the new layout"
         );
-        queue.grow_to(count);
         *cycle = ShardCycle::for_node(&env.config.node_id, count);
     }
     let paused = layout.resharding.as_ref().is_some_and(|a| a.until > now);

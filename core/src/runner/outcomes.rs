@@ -98,7 +98,7 @@ mod tests {
         let mut rx = signals.subscribe(ShardIndex(2)).expect("in range");
         // A shard beyond the count the node started with (the Inbox was re-sharded to more)
         // shares a signal modulo that count: a spurious wake costs a read, never an answer.
-        let mut beyond = signals.subscribe(ShardIndex(6)).expect("shares shard 2's");
+        let beyond = signals.subscribe(ShardIndex(6)).expect("shares shard 2's");
         signals.decided(&[ShardIndex(1)]);
         assert!(!rx.has_changed().unwrap(), "another shard's signal");
         assert!(!beyond.has_changed().unwrap(), "another shard's signal");
