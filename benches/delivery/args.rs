@@ -3,7 +3,7 @@
 /// How to run the benchmark.
 pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
-[--workload live|latency|scale|catch-up|cluster|jobs] [--n N] [--targets T] [--shards S] \
+[--workload live|latency|scale|catch-up|cluster|jobs|reshard] [--n N] [--targets T] [--shards S] \
 [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
@@ -37,6 +37,7 @@ pub enum Workload {
     CatchUp,
     Cluster,
     Jobs,
+    Reshard,
 }
 
 impl Workload {
@@ -47,6 +48,7 @@ impl Workload {
             Workload::Scale => "scale",
             Workload::CatchUp => "catch-up",
             Workload::Cluster => "cluster",
+            Workload::Reshard => "reshard",
             Workload::Jobs => "jobs",
         }
     }
@@ -138,6 +140,7 @@ impl Args {
                         Some("scale") => Workload::Scale,
                         Some("catch-up") => Workload::CatchUp,
                         Some("cluster") => Workload::Cluster,
+                        Some("reshard") => Workload::Reshard,
                         Some("jobs") => Workload::Jobs,
                         other => return Err(format!("--workload: unknown workload {other:?}")),
                     }

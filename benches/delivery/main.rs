@@ -20,6 +20,7 @@ mod floor;
 mod jobs;
 mod model;
 mod report;
+mod reshard;
 mod statements;
 mod timeline;
 mod workloads;
@@ -64,6 +65,7 @@ fn main() {
             Workload::CatchUp => workloads::catch_up(&args).await,
             Workload::Cluster => workloads::cluster(&args).await,
             Workload::Jobs => jobs::jobs(&args).await,
+            Workload::Reshard => reshard::reshard(&args).await,
         }
     });
     match result {
