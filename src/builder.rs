@@ -76,7 +76,8 @@ macro_rules! config_setters {
 }
 
 config_setters! {
-    /// Number of shards (default 16).
+    /// Number of shards (default 16): the count recorded in the database by the first node;
+    /// another one is refused at build. Change it with [`Shardbox::reshard`](crate::Shardbox::reshard).
     shards => shard_count: u32;
     /// Rows per stage (default 256).
     page_size => page_size: usize;

@@ -168,7 +168,8 @@ impl Shardbox {
     /// Serves every shard once, on the calling task; returns the summed report.
     pub async fn deliver_all(&self) -> Result<DeliveryReport, DeliveryError> {
         let mut total = DeliveryReport::default();
-        for s in 0..self.env.config.shard_count {
+        // The count as this process knows it now (a re-sharding may have changed it).
+        for s in 0..self.env.registry.shard_count() {
             total.absorb(&self.deliver(ShardIndex(s)).await?);
         }
         Ok(total)

@@ -14,8 +14,9 @@ pub const MAX_SHARDS: u32 = 65_536;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct DeliveryConfig {
-    /// Number of shards of the Inbox (1..=65,536). Default 16. Changing it re-shards targets:
-    /// drain the Inbox first.
+    /// Number of shards of the Inbox (1..=65,536). Default 16. The first node records it; a
+    /// node with another count is refused. It changes online with a re-sharding
+    /// (`Shardbox::reshard`, `shardbox reshard`), after which nodes start with the new count.
     pub shard_count: u32,
     /// Rows read and committed per stage (1..=10,000). Default 256.
     pub page_size: usize,

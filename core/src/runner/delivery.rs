@@ -232,7 +232,14 @@ impl Delivery {
         // A lease of a layout this node does not know would serve the shard, and address what
         // its stages fan out, by a stale count. A re-sharding's switch needs every lease, so
         // the count read while this one is held is the one it was picked up under.
-        let recorded = env.storage.recorded_shard_count().await?;
+        let recorded = match env.storage.recorded_shard_count().await {
+            Ok(recorded) => recorded,
+            Err(e) => {
+                // Not served: the lease goes to the retried release, not to its expiry.
+                env.unreleased.keep(lease);
+                return Err(e.into());
+            }
+        };
         if let Some(recorded) =
             recorded.filter(|r| *r != env.registry.shard_count() || shard.0 >= *r)
         {
