@@ -40,20 +40,7 @@ const HOLD: Duration = Duration::from_secs(4);
 const ENTRY: &str = "balance_node_entry";
 
 fn builder(storage: Arc<dyn Storage>) -> ShardboxBuilder {
-    Shardbox::builder()
-        .shared_storage(storage)
-        .shards(SHARDS)
-        .lease_duration(LEASE)
-        .poll_interval(POLL)
-        .workers(4)
-        .aggregate::<Tally>()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    common::cluster::tally_node(storage, SHARDS, LEASE, POLL, 4)
 }
 
 /// A node process's main: serves the schema until stdin closes. Does nothing in a normal
@@ -66,7 +53,7 @@ fn balance_node_entry() {
     let url = std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process");
     let schema = std::env::var("SHARDBOX_BALANCE_SCHEMA").expect("SHARDBOX_BALANCE_SCHEMA");
     common::cluster::init_node_log();
-    runtime().block_on(async {
+    common::cluster::runtime().block_on(async {
         let options = shardbox::storage::PostgresOptions::default()
             .schema(schema)
             .pool_size(6);
@@ -161,7 +148,7 @@ fn nodes_share_the_shards_evenly_and_hand_them_over() {
     let Some(url) = common::pg_url("nodes_share_the_shards_evenly_and_hand_them_over") else {
         return;
     };
-    runtime().block_on(balance(url));
+    common::cluster::runtime().block_on(balance(url));
 }
 
 async fn balance(url: String) {

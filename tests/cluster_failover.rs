@@ -39,20 +39,7 @@ const KILL_AFTER_ROUND: u64 = 8;
 const ENTRY: &str = "cluster_node_entry";
 
 fn builder(storage: Arc<dyn Storage>) -> ShardboxBuilder {
-    Shardbox::builder()
-        .shared_storage(storage)
-        .shards(SHARDS)
-        .lease_duration(LEASE)
-        .poll_interval(POLL)
-        .workers(WORKERS)
-        .aggregate::<Tally>()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    common::cluster::tally_node(storage, SHARDS, LEASE, POLL, WORKERS)
 }
 
 /// A node process's main: serves the schema until stdin closes. Does nothing in a normal
@@ -66,7 +53,7 @@ fn cluster_node_entry() {
     let schema = std::env::var("SHARDBOX_CLUSTER_SCHEMA").expect("SHARDBOX_CLUSTER_SCHEMA");
     // `SHARDBOX_TEST_LOG=shardbox_core=debug` shows what the nodes do (on stderr).
     common::cluster::init_node_log();
-    runtime().block_on(async {
+    common::cluster::runtime().block_on(async {
         let options = shardbox::storage::PostgresOptions::default()
             .schema(schema)
             .pool_size(8);
@@ -125,7 +112,7 @@ fn three_node_processes_lose_one_to_sigkill_and_deliver_everything_once() {
     let Some(url) = common::pg_url("three_node_processes_lose_one_to_sigkill") else {
         return;
     };
-    runtime().block_on(failover(url));
+    common::cluster::runtime().block_on(failover(url));
 }
 
 async fn failover(url: String) {

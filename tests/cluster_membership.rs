@@ -135,33 +135,27 @@ async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>
     assert_eq!(ma.delivered + mb.delivered, sent * TARGETS as u64);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_nodes_join_and_leave() {
-    let storage = common::memory();
-    join_and_leave(storage.clone(), storage).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_nodes_join_and_leave() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("shared.db");
-    let open = || shardbox::storage::SqliteStorage::open(&path);
-    let a: Arc<dyn Storage> = Arc::new(open().await.expect("open A"));
-    let b: Arc<dyn Storage> = Arc::new(open().await.expect("open B"));
+/// The case on `backend`, two storages over one database (see `common::two_storages`).
+async fn on(backend: &str) {
+    let Some((a, b, _guard)) = common::two_storages(backend, "membership", 4).await else {
+        return;
+    };
     join_and_leave(a, b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_nodes_join_and_leave() {
+    on("memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_nodes_join_and_leave() {
+    on("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_nodes_join_and_leave() {
-    let Some(url) = common::pg_url("postgres_nodes_join_and_leave") else {
-        return;
-    };
-    let schema = common::PgSchema::new(&url, "membership");
-    join_and_leave(
-        std::sync::Arc::new(schema.connect(4).await),
-        std::sync::Arc::new(schema.connect(4).await),
-    )
-    .await;
+    on("postgres").await;
 }
 
 /// Membership: running nodes beat, and `members()` lists them; a node that stops beating

@@ -63,20 +63,7 @@ const SENDING_NODE: &str = "node-a";
 const ENTRY: &str = "reshard_node_entry";
 
 fn builder(storage: Arc<dyn Storage>, shards: u32) -> ShardboxBuilder {
-    Shardbox::builder()
-        .shared_storage(storage)
-        .shards(shards)
-        .lease_duration(LEASE)
-        .poll_interval(POLL)
-        .workers(4)
-        .aggregate::<Tally>()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    common::cluster::tally_node(storage, shards, LEASE, POLL, 4)
 }
 
 /// A node process's main: builds a node with `SHARDBOX_RESHARD_SHARDS` shards and serves the
@@ -96,7 +83,7 @@ fn reshard_node_entry() {
         .expect("SHARDBOX_RESHARD_SHARDS: a count");
     let sends = std::env::var("SHARDBOX_RESHARD_SENDS").is_ok_and(|v| v == "1");
     common::cluster::init_node_log();
-    runtime().block_on(async {
+    common::cluster::runtime().block_on(async {
         let built = builder(store.open(6).await, shards)
             .node_id(NodeId(node.clone()))
             .stations(|p| {
@@ -699,7 +686,7 @@ fn postgres_reshards_16_to_32_to_8_under_load_from_three_node_processes() {
         return;
     };
     let schema = common::PgSchema::new(&url, "reshard");
-    runtime().block_on(reshard_under_load(
+    common::cluster::runtime().block_on(reshard_under_load(
         Store::Postgres {
             url: url.clone(),
             schema: schema.name.clone(),
@@ -712,7 +699,7 @@ fn postgres_reshards_16_to_32_to_8_under_load_from_three_node_processes() {
 fn sqlite_reshards_16_to_32_to_8_under_load_from_three_node_processes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("shardbox.db");
-    runtime().block_on(reshard_under_load(Store::Sqlite(path), "sqlite"));
+    common::cluster::runtime().block_on(reshard_under_load(Store::Sqlite(path), "sqlite"));
 }
 
 /// The sequence check flags what it must: a gap, a repeat, a reorder, a number never sent.

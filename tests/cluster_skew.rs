@@ -61,20 +61,7 @@ impl Clock for SkewedClock {
 }
 
 fn builder(storage: Arc<dyn Storage>) -> ShardboxBuilder {
-    Shardbox::builder()
-        .shared_storage(storage)
-        .shards(SHARDS)
-        .lease_duration(LEASE)
-        .poll_interval(POLL)
-        .workers(4)
-        .aggregate::<Tally>()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    common::cluster::tally_node(storage, SHARDS, LEASE, POLL, 4)
 }
 
 /// A node process's main: serves the store until stdin closes, with its clock off by
@@ -91,7 +78,7 @@ fn skew_node_entry() {
         .parse()
         .expect("SHARDBOX_SKEW_OFFSET_MS: milliseconds");
     common::cluster::init_node_log();
-    runtime().block_on(async {
+    common::cluster::runtime().block_on(async {
         let clock = Arc::new(SkewedClock {
             offset: chrono::Duration::milliseconds(offset),
         });
@@ -258,7 +245,7 @@ fn postgres_nodes_with_skewed_clocks_take_no_live_lease() {
         return;
     };
     let schema = common::PgSchema::new(&url, "skew");
-    runtime().block_on(async {
+    common::cluster::runtime().block_on(async {
         skewed_nodes_share_leases(Store::Postgres {
             url: url.clone(),
             schema: schema.name.clone(),
@@ -271,5 +258,5 @@ fn postgres_nodes_with_skewed_clocks_take_no_live_lease() {
 fn sqlite_processes_with_skewed_clocks_take_no_live_lease() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("shardbox.db");
-    runtime().block_on(skewed_nodes_share_leases(Store::Sqlite(path)));
+    common::cluster::runtime().block_on(skewed_nodes_share_leases(Store::Sqlite(path)));
 }

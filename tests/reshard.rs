@@ -207,33 +207,27 @@ async fn reshard_under_traffic(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn S
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_reshards_under_traffic() {
-    let storage = common::memory();
-    reshard_under_traffic(storage.clone(), storage).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_reshards_under_traffic() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("shared.db");
-    let open = || shardbox::storage::SqliteStorage::open(&path);
-    let a: Arc<dyn Storage> = Arc::new(open().await.expect("open A"));
-    let b: Arc<dyn Storage> = Arc::new(open().await.expect("open B"));
+/// The case on `backend`, two storages over one database (see `common::two_storages`).
+async fn on(backend: &str) {
+    let Some((a, b, _guard)) = common::two_storages(backend, "reshard", 6).await else {
+        return;
+    };
     reshard_under_traffic(a, b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_reshards_under_traffic() {
+    on("memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_reshards_under_traffic() {
+    on("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_reshards_under_traffic() {
-    let Some(url) = common::pg_url("postgres_reshards_under_traffic") else {
-        return;
-    };
-    let schema = common::PgSchema::new(&url, "reshard");
-    reshard_under_traffic(
-        Arc::new(schema.connect(6).await),
-        Arc::new(schema.connect(6).await),
-    )
-    .await;
+    on("postgres").await;
 }
 
 /// A node built before a re-sharding it never saw announced (it was not running) starts
@@ -290,13 +284,4 @@ async fn a_node_that_missed_the_change_follows_it(storage: Arc<dyn Storage>) {
     assert_eq!(node.metrics().delivered, 3 * ids.len() as u64);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_a_node_that_missed_the_change_follows_it() {
-    a_node_that_missed_the_change_follows_it(common::memory()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_a_node_that_missed_the_change_follows_it() {
-    let (storage, _dir) = common::sqlite().await;
-    a_node_that_missed_the_change_follows_it(storage).await;
-}
+common::on_every_backend!("reshard"; a_node_that_missed_the_change_follows_it);

@@ -395,3 +395,29 @@ impl Store {
         }
     }
 }
+
+/// The node every multi-node test runs: `shards` shards, `lease` and `poll`, `workers`
+/// workers, the [`Tally`](super::Tally) aggregate, over `storage`.
+pub fn tally_node(
+    storage: std::sync::Arc<dyn shardbox::core::Storage>,
+    shards: u32,
+    lease: Duration,
+    poll: Duration,
+    workers: usize,
+) -> shardbox::ShardboxBuilder {
+    shardbox::Shardbox::builder()
+        .shared_storage(storage)
+        .shards(shards)
+        .lease_duration(lease)
+        .poll_interval(poll)
+        .workers(workers)
+        .aggregate::<super::Tally>()
+}
+
+/// The runtime of a node process or a multi-node test: multi-threaded, every driver on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}

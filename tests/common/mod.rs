@@ -113,6 +113,39 @@ pub async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
     (Arc::new(storage), dir)
 }
 
+/// Two storages over one fresh database, as two nodes in one process have them: memory
+/// shares one backend; SQLite opens one file twice; PostgreSQL connects twice (`connections`
+/// each) to one schema named after `test`. The guard keeps the file or schema until dropped.
+/// `None` (said loudly) for PostgreSQL without `SHARDBOX_PG_URL`.
+#[allow(dead_code)] // each test crate uses a part of common
+pub async fn two_storages(
+    backend: &str,
+    test: &str,
+    connections: u32,
+) -> Option<(Arc<dyn Storage>, Arc<dyn Storage>, Box<dyn std::any::Any>)> {
+    match backend {
+        "memory" => {
+            let storage = memory();
+            Some((storage.clone(), storage, Box::new(())))
+        }
+        "sqlite" => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("shared.db");
+            let open = || shardbox::storage::SqliteStorage::open(&path);
+            let a: Arc<dyn Storage> = Arc::new(open().await.expect("open A"));
+            let b: Arc<dyn Storage> = Arc::new(open().await.expect("open B"));
+            Some((a, b, Box::new(dir)))
+        }
+        _ => {
+            let url = pg_url(test)?;
+            let schema = PgSchema::new(&url, test);
+            let a: Arc<dyn Storage> = Arc::new(schema.connect(connections).await);
+            let b: Arc<dyn Storage> = Arc::new(schema.connect(connections).await);
+            Some((a, b, Box::new(schema)))
+        }
+    }
+}
+
 /// The PostgreSQL URL and test schemas, shared with the storage crate's tests.
 #[allow(unused_imports)] // each test crate uses a part
 pub use shardbox::storage::conformance::{pg_url, TestSchema as PgSchema};

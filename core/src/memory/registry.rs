@@ -21,6 +21,12 @@ impl WorkRegistry for MemoryStorage {
         lease_until: DateTime<Utc>,
     ) -> Result<Option<Lease>, StorageError> {
         let mut state = self.lock();
+        // A row is made only for a shard of the recorded layout (see the SQL pick-up).
+        if state.shard_count.is_some_and(|count| shard.0 >= count)
+            && !state.sessions.contains_key(&shard)
+        {
+            return Ok(None);
+        }
         // A new row starts at the highest epoch of any shard, so that a shard whose row a
         // re-sharding dropped never hands out an epoch it handed out before.
         let top = state

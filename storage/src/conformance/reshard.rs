@@ -214,9 +214,32 @@ pub async fn a_reshard_switch_moves_every_row_to_its_targets_shard<S: Storage + 
         let due = !["a", "eeeee", "ffffff"].contains(&id);
         assert_eq!(signals.contains(&first), due, "{id}: {signals:?}");
     }
-    // A new shard can be picked up.
+    // A new shard can be picked up; one outside the layout cannot, and gets no row.
     let lease = pick(&store, 7, "node-a", secs(3)).await;
     assert!(lease.epoch.0 > top_epoch);
+    let outside = store
+        .pick_up(
+            ShardIndex(9),
+            &node("stale-node"),
+            shardbox_core::WorkerId(0),
+            secs(3),
+            secs(30),
+        )
+        .await
+        .expect("pick-up");
+    assert_eq!(outside, None, "no lease outside the layout");
+    let shards: Vec<u32> = store
+        .sessions()
+        .await
+        .expect("sessions")
+        .iter()
+        .map(|s| s.shard.0)
+        .collect();
+    assert_eq!(
+        shards,
+        (0..8).collect::<Vec<_>>(),
+        "no row outside the layout"
+    );
 }
 
 /// The switch refuses, writing nothing, when the recorded count is not its `from` or when

@@ -1,7 +1,8 @@
 //! The lock table's SQL: pick up, renew, release shard leases.
 //!
 //! A pick-up is one compare-and-set: make sure the shard has a session row (`ON CONFLICT DO
-//! NOTHING`), then `UPDATE … SET epoch = epoch + 1 … WHERE lease is free or expired
+//! NOTHING`; made only for a shard of the recorded layout, starting at the highest epoch of
+//! any shard — see `sql::reshard`), then `UPDATE … SET epoch = epoch + 1 … WHERE lease is free or expired
 //! RETURNING epoch`, after clearing an expired lease (which tells a takeover from a pick-up of
 //! a free shard). On PostgreSQL a concurrent pick-up blocks on the row lock and re-checks the
 //! `WHERE` against the new row, so exactly one wins; on SQLite the immediate transaction
@@ -129,11 +130,14 @@ macro_rules! registry_units {
             let s = shard.as_i32();
             <Conn as Dialect>::write_transaction(conn, |conn| {
                 // A new row starts at the highest epoch of any shard, so that a shard whose row
-                // a re-sharding dropped never hands out an epoch it handed out before. (`WHERE
-                // true`: SQLite's parser needs it before `ON CONFLICT` after a `SELECT`.)
+                // a re-sharding dropped never hands out an epoch it handed out before; and it is
+                // made only for a shard of the recorded layout (a node that has not learned of a
+                // re-sharding to fewer shards finds no row, and no lease, outside it).
                 diesel::sql_query(
                     "INSERT INTO shard_sessions (shard, epoch) \
-                     SELECT $1, COALESCE(MAX(epoch), 0) FROM shard_sessions WHERE true \
+                     SELECT $1, (SELECT COALESCE(MAX(epoch), 0) FROM shard_sessions) \
+                     WHERE NOT EXISTS (SELECT 1 FROM shardbox_settings \
+                       WHERE name = 'shard_count' AND CAST(value AS INTEGER) <= $1) \
                      ON CONFLICT (shard) DO NOTHING",
                 )
                 .bind::<diesel::sql_types::Integer, _>(s)
