@@ -3,9 +3,7 @@
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
-use shardbox_core::{
-    validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection, StorageError,
-};
+use shardbox_core::{validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -80,32 +78,27 @@ impl Shardbox {
         let total = env.storage.count_events(&types, request.since).await?;
         let now = env.clock.now();
         let zero_targets = matches!(&request.targets, CatchUpTargets::Ids(ids) if ids.is_empty());
-        let mut job = loop {
-            let shard_count = env.registry.shard_count();
-            let spec = NewCatchUp {
-                projection_kind: P::KIND.to_owned(),
-                tenant: request.tenant.clone(),
-                targets: request.targets.clone(),
-                since: request.since,
-                affected_shards: shardbox_core::catch_up::affected_shards(
-                    &request.targets,
-                    P::KIND,
-                    shard_count,
-                    |kind, id| env.registry.shard_of(kind, id),
-                ),
-                total_estimate: if zero_targets { 0 } else { total },
-                created_at: now,
-            };
-            match env.storage.start_catch_up(spec, shard_count).await {
-                // Re-sharded meanwhile: nothing was written; the shards again, by the new count.
-                Err(StorageError::ShardCountChanged { recorded, .. })
-                    if recorded != shard_count =>
-                {
-                    env.registry.set_shard_count(recorded);
-                }
-                started => break started?,
-            }
-        };
+        let strategy = env.registry.strategy();
+        let mut job = env
+            .registry
+            .addressed(|shard_count| {
+                let spec = NewCatchUp {
+                    projection_kind: P::KIND.to_owned(),
+                    tenant: request.tenant.clone(),
+                    targets: request.targets.clone(),
+                    since: request.since,
+                    affected_shards: shardbox_core::catch_up::affected_shards(
+                        &request.targets,
+                        P::KIND,
+                        shard_count,
+                        |kind, id| strategy.shard_of(kind, id, shard_count),
+                    ),
+                    total_estimate: if zero_targets { 0 } else { total },
+                    created_at: now,
+                };
+                env.storage.start_catch_up(spec, shard_count)
+            })
+            .await?;
         tracing::info!(
             job = job.id,
             kind = P::KIND,

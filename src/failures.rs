@@ -17,7 +17,7 @@ use shardbox_core::storage::{
     BlockedTarget, DeadLetterFilter, EntityKey, Requeue, RequeueReport, StoredDeadLetter, Unblock,
     UnblockReport,
 };
-use shardbox_core::{DeliveryError, DeliveryReport, StorageError, WorkerId};
+use shardbox_core::{DeliveryError, DeliveryReport, WorkerId};
 
 /// Dead letters requeued per storage call.
 const REQUEUE_BATCH: usize = 500;
@@ -103,31 +103,25 @@ impl Shardbox {
         page: &[StoredDeadLetter],
     ) -> Result<RequeueReport, DeliveryError> {
         let env = self.env();
-        loop {
-            let shard_count = env.registry.shard_count();
-            let requeue: Vec<Requeue> = page
-                .iter()
-                .map(|d| {
-                    let m = &d.letter.original.message;
-                    Requeue {
-                        id: d.id,
-                        shard: env.registry.shard_of(&m.target_kind, &m.target_id),
-                    }
-                })
-                .collect();
-            match env
-                .storage
-                .requeue_dead_letters(requeue, shard_count, env.clock.now())
-                .await
-            {
-                Err(StorageError::ShardCountChanged { recorded, .. })
-                    if recorded != shard_count =>
-                {
-                    env.registry.set_shard_count(recorded);
-                }
-                done => return Ok(done?),
-            }
-        }
+        let strategy = env.registry.strategy();
+        let done = env
+            .registry
+            .addressed(|shard_count| {
+                let requeue: Vec<Requeue> = page
+                    .iter()
+                    .map(|d| {
+                        let m = &d.letter.original.message;
+                        Requeue {
+                            id: d.id,
+                            shard: strategy.shard_of(&m.target_kind, &m.target_id, shard_count),
+                        }
+                    })
+                    .collect();
+                env.storage
+                    .requeue_dead_letters(requeue, shard_count, env.clock.now())
+            })
+            .await?;
+        Ok(done)
     }
 
     /// Deletes the dead letters matching `filter` (at most `filter.limit`, oldest first);

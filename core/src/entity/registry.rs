@@ -7,7 +7,7 @@
 
 use crate::entity::handler::EntityHandler;
 use crate::entity::services::Services;
-use crate::model::error::ConfigError;
+use crate::model::error::{ConfigError, StorageError};
 use crate::model::event::NewEvent;
 use crate::model::ids::{validate, IdField, ShardIndex};
 use crate::model::message::{InboxWrite, MessageKind, NewMessage};
@@ -16,6 +16,9 @@ use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+
+/// How many times [`EntityRegistry::addressed`] addresses a write anew.
+const READDRESS_LIMIT: usize = 3;
 
 /// The entity kinds of a delivery, their subscriptions and the shard strategy.
 pub struct EntityRegistry {
@@ -121,6 +124,37 @@ impl EntityRegistry {
     pub fn shard_of(&self, target_kind: &str, target_id: &str) -> ShardIndex {
         self.strategy
             .shard_of(target_kind, target_id, self.shard_count())
+    }
+
+    /// Runs `attempt` — a write that addresses rows by the shard count it is given and is
+    /// refused whole ([`StorageError::ShardCountChanged`]) if another count is recorded — with
+    /// this registry's count; after such a refusal, learns the recorded count and runs it again
+    /// with that one. The one way every writer outside a stage (the send path, a catch-up
+    /// start, a requeue) follows a re-sharding without its caller seeing an error. A count
+    /// changes only by an operator's re-sharding, so a second change within one write is all
+    /// but impossible: after three the refusal is returned.
+    pub async fn addressed<T, F, Fut>(&self, mut attempt: F) -> Result<T, StorageError>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StorageError>>,
+    {
+        let mut readdressed = 0;
+        loop {
+            match attempt(self.shard_count()).await {
+                Err(StorageError::ShardCountChanged { expected, recorded })
+                    if readdressed < READDRESS_LIMIT =>
+                {
+                    readdressed += 1;
+                    self.set_shard_count(recorded);
+                    tracing::info!(
+                        from = expected,
+                        to = recorded,
+                        "the Inbox was re-sharded; addressing the write anew"
+                    );
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Addresses `rows` again by the current shard count (after

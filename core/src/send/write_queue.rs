@@ -225,44 +225,27 @@ async fn write_group<S: InboxStore + ?Sized>(
     }
 }
 
-/// How many times one group is addressed anew after the Inbox was re-sharded under it: a
-/// count changes only by an operator's re-sharding, so a second change during one write is
-/// all but impossible, a fourth a sign of a bug.
-const READDRESS_LIMIT: usize = 3;
-
-/// Writes `batches` addressed by the registry's shard count. If the Inbox was re-sharded
-/// meanwhile (the storage refuses the write, having written nothing), learns the recorded
-/// count, addresses `kept` — the same batches — again and writes them.
+/// Writes `batches` addressed by the registry's shard count (see
+/// [`EntityRegistry::addressed`]): if the Inbox was re-sharded meanwhile, `kept` — the same
+/// batches — is addressed by the recorded count and written instead.
 async fn write_addressed<S: InboxStore + ?Sized>(
     storage: &S,
     registry: &EntityRegistry,
-    mut batches: Vec<WriteBatch>,
+    batches: Vec<WriteBatch>,
     kept: &mut [WriteBatch],
 ) -> Result<Vec<WriteReport>, StorageError> {
-    let mut readdressed = 0;
-    loop {
-        match storage
-            .write_all_addressed(batches, registry.shard_count())
-            .await
-        {
-            Err(StorageError::ShardCountChanged { expected, recorded })
-                if readdressed < READDRESS_LIMIT =>
-            {
-                readdressed += 1;
-                registry.set_shard_count(recorded);
-                tracing::info!(
-                    from = expected,
-                    to = recorded,
-                    "the Inbox was re-sharded; addressing the write anew"
-                );
+    let mut first = Some(batches);
+    registry
+        .addressed(|count| {
+            let batches = first.take().unwrap_or_else(|| {
                 for batch in kept.iter_mut() {
                     registry.readdress(&mut batch.messages);
                 }
-                batches = kept.to_vec();
-            }
-            written => return written,
-        }
-    }
+                kept.to_vec()
+            });
+            storage.write_all_addressed(batches, count)
+        })
+        .await
 }
 
 #[cfg(test)]

@@ -75,17 +75,10 @@ macro_rules! inbox_units {
         /// `InboxStore::write_all` (and `write`, a group of one): every batch's messages, then
         /// every batch's events (the appends last, see `append_events`), in one write
         /// transaction — or, for one batch of messages that a single `INSERT` holds (a lone
-        /// `send`), that statement alone (`Dialect::write_statement`).
-        pub(crate) fn write_all(
-            conn: &mut Conn,
-            batches: Vec<WriteBatch>,
-        ) -> Result<Vec<WriteReport>, Failure> {
-            write_addressed(conn, batches, None)
-        }
-
-        /// `InboxStore::write_all` and, with `shard_count`, `write_all_addressed`: the rows are
-        /// written only if the recorded count is the one they were addressed by, checked in
-        /// their transaction under the lock a re-sharding's switch takes.
+        /// `send`, unchecked), that statement alone (`Dialect::write_statement`). With
+        /// `shard_count` (`write_all_addressed`, every send) the rows are written only if the
+        /// recorded count is the one they were addressed by, checked first in the transaction
+        /// under the lock a re-sharding's switch takes.
         pub(crate) fn write_addressed(
             conn: &mut Conn,
             batches: Vec<WriteBatch>,

@@ -28,11 +28,7 @@ macro_rules! registry_units {
                     .filter(st::name.eq("shard_count"))
                     .select(st::value)
                     .first(conn)?;
-                recorded.parse().map_err(|_| {
-                    Failure::from(shardbox_core::StorageError::Corrupt(format!(
-                        "shardbox_settings.shard_count is `{recorded}`, not a shard count"
-                    )))
-                })
+                $crate::sql::reshard::parse_count(&recorded)
             })
         }
 
@@ -231,13 +227,7 @@ macro_rules! registry_units {
                 .first(conn)
                 .optional()?;
             recorded
-                .map(|v| {
-                    v.parse().map_err(|_| {
-                        Failure::from(shardbox_core::StorageError::Corrupt(format!(
-                            "shardbox_settings.shard_count is `{v}`, not a shard count"
-                        )))
-                    })
-                })
+                .map(|v| $crate::sql::reshard::parse_count(&v))
                 .transpose()
         }
     };

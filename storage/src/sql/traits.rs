@@ -14,6 +14,32 @@
 /// functions of module `$units`.
 macro_rules! storage_impls {
     ($storage:ty, $units:ident) => {
+        impl $storage {
+            /// `write_all` and `write_all_addressed` (with the count the rows were addressed
+            /// by): one unit of work, then the writers' wake-ups for the shards written.
+            async fn write_batches(
+                &self,
+                batches: Vec<shardbox_core::storage::WriteBatch>,
+                shard_count: Option<u32>,
+            ) -> Result<Vec<shardbox_core::storage::WriteReport>, shardbox_core::StorageError> {
+                if batches.iter().all(|b| b.is_empty()) {
+                    return Ok(vec![Default::default(); batches.len()]);
+                }
+                let reports = self
+                    .db
+                    .run(move |conn| $units::write_addressed(conn, batches, shard_count))
+                    .await?;
+                let mut shards: Vec<shardbox_core::ShardIndex> = reports
+                    .iter()
+                    .flat_map(|r| r.shards.iter().copied())
+                    .collect();
+                shards.sort_unstable();
+                shards.dedup();
+                self.written_backend(&shards);
+                Ok(reports)
+            }
+        }
+
         #[async_trait::async_trait]
         impl shardbox_core::InboxStore for $storage {
             async fn write(
@@ -29,21 +55,7 @@ macro_rules! storage_impls {
                 &self,
                 batches: Vec<shardbox_core::storage::WriteBatch>,
             ) -> Result<Vec<shardbox_core::storage::WriteReport>, shardbox_core::StorageError> {
-                if batches.iter().all(|b| b.is_empty()) {
-                    return Ok(vec![Default::default(); batches.len()]);
-                }
-                let reports = self
-                    .db
-                    .run(move |conn| $units::write_all(conn, batches))
-                    .await?;
-                let mut shards: Vec<shardbox_core::ShardIndex> = reports
-                    .iter()
-                    .flat_map(|r| r.shards.iter().copied())
-                    .collect();
-                shards.sort_unstable();
-                shards.dedup();
-                self.written_backend(&shards);
-                Ok(reports)
+                self.write_batches(batches, None).await
             }
 
             async fn write_all_addressed(
@@ -51,21 +63,7 @@ macro_rules! storage_impls {
                 batches: Vec<shardbox_core::storage::WriteBatch>,
                 shard_count: u32,
             ) -> Result<Vec<shardbox_core::storage::WriteReport>, shardbox_core::StorageError> {
-                if batches.iter().all(|b| b.is_empty()) {
-                    return Ok(vec![Default::default(); batches.len()]);
-                }
-                let reports = self
-                    .db
-                    .run(move |conn| $units::write_addressed(conn, batches, Some(shard_count)))
-                    .await?;
-                let mut shards: Vec<shardbox_core::ShardIndex> = reports
-                    .iter()
-                    .flat_map(|r| r.shards.iter().copied())
-                    .collect();
-                shards.sort_unstable();
-                shards.dedup();
-                self.written_backend(&shards);
-                Ok(reports)
+                self.write_batches(batches, Some(shard_count)).await
             }
 
             async fn read_page(
