@@ -9,9 +9,12 @@ use shardbox::core::Storage;
 use shardbox::prelude::*;
 use shardbox::storage::conformance::{pg_url, TestSchema};
 use shardbox::{Backoff, DeadLetterFilter, ExhaustedOutcome, FailurePolicy, PostgresStorage};
-use std::process::{Command, Output};
+mod support;
+
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
+use support::binary::{code, json, run, stdout};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 enum Cmd {
@@ -104,45 +107,6 @@ async fn seed(storage: Arc<dyn Storage>) -> Shardbox {
     .expect("send");
     sb.send::<Ledger>("l-3", &Cmd::Ok).await.expect("send");
     sb
-}
-
-/// Runs the binary with `args` against `db` (and `schema`).
-fn run(db: &str, schema: Option<&str>, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shardbox"));
-    command
-        .env_remove("SHARDBOX_DB")
-        .env_remove("SHARDBOX_PG_SCHEMA");
-    command.arg("--db").arg(db);
-    if let Some(schema) = schema {
-        command.arg("--schema").arg(schema);
-    }
-    command
-        .args(args)
-        .output()
-        .expect("run the shardbox binary")
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("exited")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs and parses stdout as JSON; panics unless it exits 0.
-fn json(db: &str, schema: Option<&str>, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = run(db, schema, &all);
-    assert_eq!(
-        code(&out),
-        0,
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&out)))
 }
 
 /// Every command on a seeded database (`db`, tables in `schema` on PostgreSQL).

@@ -5,14 +5,15 @@
 //! events delivered once; the library's refusals come back in its words with exit code 1.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use shardbox::core::Storage;
 use shardbox::prelude::*;
 use shardbox::storage::conformance::{pg_url, TestSchema};
 use shardbox::{EventSource, PostgresStorage};
-use std::process::{Command, Output};
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
+use support::binary::{code, json, run, stderr};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Ticked;
@@ -36,41 +37,6 @@ const COUNTERS: usize = 5;
 
 fn counter(i: usize) -> String {
     format!("c-{i}")
-}
-
-fn run(db: &str, schema: Option<&str>, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shardbox"));
-    command
-        .env_remove("SHARDBOX_DB")
-        .env_remove("SHARDBOX_PG_SCHEMA");
-    command.arg("--db").arg(db);
-    if let Some(schema) = schema {
-        command.arg("--schema").arg(schema);
-    }
-    command
-        .args(args)
-        .output()
-        .expect("run the shardbox binary")
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("exited")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Runs with `--json`; the last JSON line (or the whole document) of stdout; exit 0 asserted.
-fn json(db: &str, schema: Option<&str>, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = run(db, schema, &all);
-    assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    serde_json::from_str(&text)
-        .or_else(|_| serde_json::from_str(text.lines().last().unwrap_or("")))
-        .unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
 }
 
 async fn counts(sb: &Shardbox) -> Vec<u64> {
