@@ -17,13 +17,12 @@
 mod common;
 
 use common::cluster::{pg_commit_log, shared_epochs, CommitLog, NodeProcess};
-use common::{Tally, TallyCommand};
+use common::Tally;
 use shardbox::core::storage::EntityKey;
 use shardbox::core::Storage;
 use shardbox::prelude::*;
 use shardbox::{NodeId, ShardboxBuilder};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,11 +82,7 @@ fn spawn_node(name: &str, schema: &str) -> NodeProcess {
         ("SHARDBOX_BALANCE_SCHEMA", schema.to_owned()),
     ];
     let node = NodeProcess::spawn(name, ENTRY, &env);
-    assert!(
-        node.wait_for("SBX-READY", Duration::from_secs(60))
-            .is_some(),
-        "{name} did not start"
-    );
+    node.ready();
     node
 }
 
@@ -161,24 +156,7 @@ async fn balance(url: String) {
         .expect("build the sender");
 
     // Steady traffic: round n sends Record(n) to every target, every ROUND_EVERY.
-    let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let traffic = {
-        let (sender, stop, rounds) = (sender.clone(), stop.clone(), rounds.clone());
-        tokio::spawn(async move {
-            let ids = target_ids(&sender);
-            while !stop.load(Ordering::SeqCst) {
-                let n = rounds.load(Ordering::SeqCst);
-                let commands: Vec<(&str, TallyCommand)> = ids
-                    .iter()
-                    .map(|id| (id.as_str(), TallyCommand::Record(n)))
-                    .collect();
-                sender.send_many::<Tally>(&commands).await.expect("send");
-                rounds.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(ROUND_EVERY).await;
-            }
-        })
-    };
+    let rounds = common::Rounds::start(vec![sender.clone()], target_ids(&sender), ROUND_EVERY);
 
     let settle = LEASE + 3 * POLL;
     let mut nodes: Vec<NodeProcess> = ["node-a", "node-b", "node-c"]
@@ -228,8 +206,7 @@ async fn balance(url: String) {
     )
     .await;
 
-    stop.store(true, Ordering::SeqCst);
-    traffic.await.expect("traffic");
+    let sent = rounds.stop().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while storage.counts(None).await.expect("counts").pending() > 0 {
         assert!(Instant::now() < deadline, "the cluster did not drain");
@@ -244,7 +221,6 @@ async fn balance(url: String) {
     }
 
     // Every command applied once, in send order.
-    let sent = rounds.load(Ordering::SeqCst);
     let keys: Vec<EntityKey> = target_ids(&sender)
         .into_iter()
         .map(|id| EntityKey {

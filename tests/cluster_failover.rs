@@ -137,11 +137,7 @@ async fn failover(url: String) {
         })
         .collect();
     for n in &nodes {
-        assert!(
-            n.wait_for("SBX-READY", Duration::from_secs(60)).is_some(),
-            "{} did not start",
-            n.name
-        );
+        n.ready();
     }
     let ready = started.elapsed();
 

@@ -5,12 +5,11 @@
 
 mod common;
 
-use common::{Tally, TallyCommand};
+use common::Tally;
 use shardbox::core::storage::EntityKey;
 use shardbox::core::Storage;
 use shardbox::prelude::*;
 use shardbox::NodeId;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,25 +48,8 @@ async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>
     // node A and node B in turn (clients talk to any node; a node hears its own writes at
     // once and others' at its poll, as the memory backend has no cross-node notification,
     // so without writes of its own a joining node finds work only when A falls behind).
-    let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let sender = {
-        let (a, b, stop, rounds) = (a.clone(), b.clone(), stop.clone(), rounds.clone());
-        tokio::spawn(async move {
-            let ids: Vec<String> = (0..TARGETS).map(|t| format!("m-{t}")).collect();
-            while !stop.load(Ordering::SeqCst) {
-                let n = rounds.load(Ordering::SeqCst);
-                let commands: Vec<(&str, TallyCommand)> = ids
-                    .iter()
-                    .map(|id| (id.as_str(), TallyCommand::Record(n)))
-                    .collect();
-                let via = if n % 2 == 0 { &a } else { &b };
-                via.send_many::<Tally>(&commands).await.expect("send");
-                rounds.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(30)).await;
-            }
-        })
-    };
+    let ids: Vec<String> = (0..TARGETS).map(|t| format!("m-{t}")).collect();
+    let rounds = common::Rounds::start(vec![a.clone(), b.clone()], ids, Duration::from_millis(30));
 
     let node_a = a.start();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -94,13 +76,12 @@ async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>
         0,
         "a node that shut down holds no lease"
     );
-    let rounds_at_leave = rounds.load(Ordering::SeqCst);
+    let rounds_at_leave = rounds.sent();
     wait_until("traffic goes on", Duration::from_secs(10), async || {
-        rounds.load(Ordering::SeqCst) >= rounds_at_leave + 5
+        rounds.sent() >= rounds_at_leave + 5
     })
     .await;
-    stop.store(true, Ordering::SeqCst);
-    sender.await.expect("sender");
+    let sent = rounds.stop().await;
     let left = Instant::now();
     assert!(
         node_b.drain(Duration::from_secs(20)).await.expect("drain"),
@@ -112,7 +93,6 @@ async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>
     );
     node_b.shutdown().await.expect("shutdown B");
 
-    let sent = rounds.load(Ordering::SeqCst);
     let keys: Vec<EntityKey> = (0..TARGETS)
         .map(|t| EntityKey {
             kind: "tally".into(),

@@ -448,11 +448,7 @@ async fn reshard_under_load(store: Store, label: &str) {
         .map(|name| spawn_node(name, &store, START, *name == SENDING_NODE))
         .collect();
     for n in &nodes {
-        assert!(
-            n.wait_for("SBX-READY", Duration::from_secs(60)).is_some(),
-            "{} did not start",
-            n.name
-        );
+        n.ready();
     }
     let ready = started.elapsed();
 

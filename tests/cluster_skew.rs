@@ -22,12 +22,11 @@ mod common;
 
 use chrono::{DateTime, Utc};
 use common::cluster::{field, shared_epochs, CommitLog, NodeProcess, Store};
-use common::{Tally, TallyCommand};
+use common::Tally;
 use shardbox::core::storage::EntityKey;
 use shardbox::core::Storage;
 use shardbox::prelude::*;
 use shardbox::{Clock, NodeId, ShardboxBuilder};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -128,8 +127,7 @@ async fn skewed_nodes_share_leases(store: Store) {
         })
         .collect();
     for (n, (_, offset)) in nodes.iter().zip(NODES) {
-        let line = n.wait_for("SBX-READY", Duration::from_secs(60));
-        let line = line.unwrap_or_else(|| panic!("{} did not start", n.name));
+        let line = n.ready();
         let skew = line
             .split_whitespace()
             .find_map(|w| w.strip_prefix("skew_ms="))
@@ -159,27 +157,9 @@ async fn skewed_nodes_share_leases(store: Store) {
     }
 
     // Steady traffic: round n sends Record(n) to every target.
-    let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let traffic = {
-        let (sender, stop, rounds) = (sender.clone(), stop.clone(), rounds.clone());
-        tokio::spawn(async move {
-            let ids = target_ids(&sender);
-            while !stop.load(Ordering::SeqCst) {
-                let n = rounds.load(Ordering::SeqCst);
-                let commands: Vec<(&str, TallyCommand)> = ids
-                    .iter()
-                    .map(|id| (id.as_str(), TallyCommand::Record(n)))
-                    .collect();
-                sender.send_many::<Tally>(&commands).await.expect("send");
-                rounds.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(ROUND_EVERY).await;
-            }
-        })
-    };
+    let rounds = common::Rounds::start(vec![sender.clone()], target_ids(&sender), ROUND_EVERY);
     tokio::time::sleep(TRAFFIC).await;
-    stop.store(true, Ordering::SeqCst);
-    traffic.await.expect("traffic");
+    let sent = rounds.stop().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while storage.counts(None).await.expect("counts").pending() > 0 {
         assert!(Instant::now() < deadline, "the cluster did not drain");
@@ -197,7 +177,6 @@ async fn skewed_nodes_share_leases(store: Store) {
     }
 
     // Every command applied once, in send order.
-    let sent = rounds.load(Ordering::SeqCst);
     let keys: Vec<EntityKey> = target_ids(&sender)
         .into_iter()
         .map(|id| EntityKey {

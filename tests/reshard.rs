@@ -14,7 +14,6 @@ use shardbox::core::storage::EntityKey;
 use shardbox::core::Storage;
 use shardbox::prelude::*;
 use shardbox::{ConfigError, NodeId, ReshardOptions};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,31 +57,12 @@ async fn reshard_under_traffic(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn S
 
     // Round n sends Record(n) to every target in one write, every 20 ms, through A, B and
     // the client in turn.
-    let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let sender = {
-        let (via, stop, rounds) = (
-            [a.clone(), b.clone(), client.clone()],
-            stop.clone(),
-            rounds.clone(),
-        );
-        tokio::spawn(async move {
-            let ids: Vec<String> = (0..TARGETS).map(|t| format!("r-{t}")).collect();
-            while !stop.load(Ordering::SeqCst) {
-                let n = rounds.load(Ordering::SeqCst);
-                let commands: Vec<(&str, TallyCommand)> = ids
-                    .iter()
-                    .map(|id| (id.as_str(), TallyCommand::Record(n)))
-                    .collect();
-                via[n as usize % 3]
-                    .send_many::<Tally>(&commands)
-                    .await
-                    .expect("a send across a re-sharding goes through");
-                rounds.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let ids: Vec<String> = (0..TARGETS).map(|t| format!("r-{t}")).collect();
+    let rounds = common::Rounds::start(
+        vec![a.clone(), b.clone(), client.clone()],
+        ids,
+        Duration::from_millis(20),
+    );
     let (node_a, node_b) = (a.start(), b.start());
     let delayed = |round: usize| {
         let client = client.clone();
@@ -106,7 +86,7 @@ async fn reshard_under_traffic(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn S
     for (round, to) in [16u32, 4].into_iter().enumerate() {
         tokio::time::sleep(Duration::from_millis(600)).await;
         delayed(round).await;
-        let before = rounds.load(Ordering::SeqCst);
+        let before = rounds.sent();
         let report = operator
             .reshard_with(
                 to,
@@ -139,17 +119,16 @@ async fn reshard_under_traffic(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn S
         );
     }
     // Traffic goes on after the last change, through every sender.
-    let after = rounds.load(Ordering::SeqCst);
+    let after = rounds.sent();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while rounds.load(Ordering::SeqCst) < after + 6 {
+    while rounds.sent() < after + 6 {
         assert!(
             Instant::now() < deadline,
             "traffic goes on after the re-sharding"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    stop.store(true, Ordering::SeqCst);
-    sender.await.expect("sender");
+    let sent = rounds.stop().await;
     // The delayed rows become due 1.5 s after they were sent: wait for them, then drain.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert!(
@@ -159,7 +138,6 @@ async fn reshard_under_traffic(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn S
     node_a.shutdown().await.expect("shutdown A");
     node_b.shutdown().await.expect("shutdown B");
 
-    let sent = rounds.load(Ordering::SeqCst);
     let keys: Vec<EntityKey> = (0..TARGETS)
         .map(|t| EntityKey::new("tally", "", format!("r-{t}")))
         .collect();

@@ -186,6 +186,13 @@ impl NodeProcess {
         }
     }
 
+    /// Waits (a minute at most) for the node's `SBX-READY` line and returns it; panics, naming
+    /// the node, if it does not come.
+    pub fn ready(&self) -> String {
+        self.wait_for("SBX-READY", Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{} did not start", self.name))
+    }
+
     /// Every line up to and including the first one starting with `prefix`.
     pub fn lines_until(&self, prefix: &str, timeout: Duration) -> Option<Vec<String>> {
         let deadline = Instant::now() + timeout;

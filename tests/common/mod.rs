@@ -149,3 +149,58 @@ pub async fn two_storages(
 /// The PostgreSQL URL and test schemas, shared with the storage crate's tests.
 #[allow(unused_imports)] // each test crate uses a part
 pub use shardbox::storage::conformance::{pg_url, TestSchema as PgSchema};
+
+/// Steady traffic for the multi-node tests: round n sends `Record(n)` to every one of `ids` in
+/// one write, through `via[n % via.len()]` (clients talk to any node), every `every`, until
+/// [`Rounds::stop`]. A send that fails panics the test, naming its round and sender.
+#[allow(dead_code)] // each test crate uses a part of common
+pub struct Rounds {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    sent: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[allow(dead_code)]
+impl Rounds {
+    /// Starts the rounds on the current runtime.
+    pub fn start(
+        via: Vec<shardbox::Shardbox>,
+        ids: Vec<String>,
+        every: std::time::Duration,
+    ) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let task = {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let n = sent.load(Ordering::SeqCst);
+                    let commands: Vec<(&str, TallyCommand)> = ids
+                        .iter()
+                        .map(|id| (id.as_str(), TallyCommand::Record(n)))
+                        .collect();
+                    let sender = n as usize % via.len();
+                    if let Err(e) = via[sender].send_many::<Tally>(&commands).await {
+                        panic!("round {n} through sender {sender}: {e}");
+                    }
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(every).await;
+                }
+            })
+        };
+        Rounds { stop, sent, task }
+    }
+
+    /// Rounds sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Stops after the round in flight; returns how many were sent.
+    pub async fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.expect("the rounds' task");
+        self.sent.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

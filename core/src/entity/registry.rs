@@ -157,11 +157,14 @@ impl EntityRegistry {
         }
     }
 
-    /// Addresses `rows` again by the current shard count (after
-    /// [`EntityRegistry::set_shard_count`]).
-    pub fn readdress(&self, rows: &mut [InboxWrite]) {
+    /// Addresses `rows` by `shard_count` shards (the count a write is about to claim, see
+    /// [`EntityRegistry::addressed`]).
+    pub fn address_by(&self, rows: &mut [InboxWrite], shard_count: u32) {
         for row in rows {
-            row.shard = self.shard_of(&row.message.target_kind, &row.message.target_id);
+            let m = &row.message;
+            row.shard = self
+                .strategy
+                .shard_of(&m.target_kind, &m.target_id, shard_count);
         }
     }
 

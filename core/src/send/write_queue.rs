@@ -174,7 +174,7 @@ async fn write_group<S: InboxStore + ?Sized>(
         let (batches, callers): (Vec<WriteBatch>, Vec<_>) =
             group.into_iter().map(|q| (q.batch, q.done)).unzip();
         // Kept to write again: the halves of a refused group, or all of it addressed anew.
-        let mut kept = batches.clone();
+        let kept = batches.clone();
         // The latency trace points (see `telemetry`): the messages' keys, only when traced.
         let traced: Vec<(u32, i64)> = if tracing::enabled!(target: "shardbox::latency", tracing::Level::TRACE)
         {
@@ -189,7 +189,7 @@ async fn write_group<S: InboxStore + ?Sized>(
         for &(shard, key) in &traced {
             tracing::trace!(target: "shardbox::latency", point = "write", node = "", shard, key);
         }
-        let written = write_addressed(storage.as_ref(), &registry, batches, &mut kept).await;
+        let written = write_addressed(storage.as_ref(), &registry, batches, &kept).await;
         for &(shard, key) in &traced {
             tracing::trace!(target: "shardbox::latency", point = "written", node = "", shard, key);
         }
@@ -227,22 +227,25 @@ async fn write_group<S: InboxStore + ?Sized>(
 
 /// Writes `batches` addressed by the registry's shard count (see
 /// [`EntityRegistry::addressed`]): if the Inbox was re-sharded meanwhile, `kept` — the same
-/// batches — is addressed by the recorded count and written instead.
+/// batches — is written instead, addressed by the recorded count.
+///
+/// Every attempt addresses the rows by the very count it claims: the rows were addressed when
+/// their messages were made, and this process may have learned a new count since (a pick-up,
+/// the lease watch, another write); claiming the new count for rows addressed by the old one
+/// would pass the storage's check and put a target's rows in two shards.
 async fn write_addressed<S: InboxStore + ?Sized>(
     storage: &S,
     registry: &EntityRegistry,
     batches: Vec<WriteBatch>,
-    kept: &mut [WriteBatch],
+    kept: &[WriteBatch],
 ) -> Result<Vec<WriteReport>, StorageError> {
     let mut first = Some(batches);
     registry
         .addressed(|count| {
-            let batches = first.take().unwrap_or_else(|| {
-                for batch in kept.iter_mut() {
-                    registry.readdress(&mut batch.messages);
-                }
-                kept.to_vec()
-            });
+            let mut batches = first.take().unwrap_or_else(|| kept.to_vec());
+            for batch in &mut batches {
+                registry.address_by(&mut batch.messages, count);
+            }
             storage.write_all_addressed(batches, count)
         })
         .await
@@ -299,6 +302,36 @@ mod tests {
             "the row went to its shard among 8"
         );
         assert_eq!(report.shards, vec![row.shard]);
+    }
+
+    #[tokio::test]
+    async fn rows_addressed_before_this_process_learned_a_new_count_are_addressed_by_it() {
+        use crate::model::strategy::ShardStrategy;
+        let memory = Arc::new(MemoryStorage::new());
+        let storage: Arc<dyn Storage> = memory.clone();
+        storage.claim_shard_count(8).await.expect("claim");
+        let registry = registry();
+        // The message was addressed by 4; then the process learned the Inbox has 8 (its
+        // lease watch, a pick-up): the write claims 8, so its rows must go by 8.
+        let strategy = crate::model::strategy::StableHashStrategy::new();
+        let by = |i: usize, n: u32| strategy.shard_of("counter", &format!("t{i}"), n);
+        let i = (0..100)
+            .find(|&i| by(i, 4) != by(i, 8))
+            .expect("a target that moves");
+        let mut stale = batch(i);
+        stale.messages[0].shard = by(i, 4);
+        registry.set_shard_count(8);
+        let queue = Arc::new(WriteQueue::default());
+        queue
+            .write(&storage, &registry, stale)
+            .await
+            .expect("the write goes through");
+        let row = &memory.rows()[0];
+        assert_eq!(
+            row.shard,
+            by(i, 8),
+            "the row went to its shard among 8, not among 4"
+        );
     }
 
     /// Spawns sends of batches `0..n` and waits until all of them are queued (the test holds
