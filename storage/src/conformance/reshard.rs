@@ -353,6 +353,55 @@ pub async fn a_write_addressed_by_another_count_is_refused_whole<S: Storage + In
     assert_eq!((reports[0].written, reports[0].events), (1, 1));
 }
 
+/// A lone batch of messages addressed by a count (a send; on PostgreSQL one statement that
+/// checks and inserts) reports its rows written, their shards and its duplicates, and is
+/// refused whole by another recorded count.
+pub async fn a_lone_addressed_write_is_checked_and_counted<S: Storage + Inspect>(store: S) {
+    let batch = |count: u32, ids: &[&str]| {
+        messages(
+            ids.iter()
+                .map(|id| routed(count, id, &format!("{id}-1")))
+                .collect(),
+        )
+    };
+    let report = store
+        .write_all_addressed(vec![batch(4, &["a", "bb"])], 4)
+        .await
+        .expect("nothing recorded: written")
+        .remove(0);
+    assert_eq!((report.written, report.duplicates), (2, 0));
+    assert_eq!(report.shards, [ShardIndex(1), ShardIndex(2)]);
+    let again = store
+        .write_all_addressed(vec![batch(4, &["a", "bb"])], 4)
+        .await
+        .expect("duplicates")
+        .remove(0);
+    assert_eq!((again.written, again.duplicates), (0, 2));
+    assert!(again.shards.is_empty(), "{:?}", again.shards);
+    store.claim_shard_count(8).await.expect("claim");
+    let refused = store
+        .write_all_addressed(vec![batch(4, &["ccc"])], 4)
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(StorageError::ShardCountChanged {
+                expected: 4,
+                recorded: 8
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(store.rows().await.expect("rows").len(), 2, "nothing written");
+    let report = store
+        .write_all_addressed(vec![batch(8, &["ccc", "a"])], 8)
+        .await
+        .expect("addressed by the recorded count")
+        .remove(0);
+    assert_eq!((report.written, report.duplicates), (1, 1));
+    assert_eq!(report.shards, [ShardIndex(3)]);
+}
+
 /// One announcement is in force at a time: another operator's is returned until it runs out
 /// or is withdrawn; withdrawing someone else's changes nothing; the layout shows it.
 pub async fn one_reshard_announcement_is_in_force_at_a_time<S: Storage + Inspect>(store: S) {

@@ -5,6 +5,7 @@
 //! ```text
 //!  InboxRows      INSERT INTO inbox_messages (…) SELECT … FROM unnest($1, …, $17)
 //!                   WITH ORDINALITY ORDER BY ordinality ON CONFLICT DO NOTHING RETURNING shard
+//!  AddressedInboxRows  the same, guarded by the recorded shard count read FOR KEY SHARE
 //!  EventRows      WITH appending AS (the event-append lock) INSERT INTO events (…)
 //!                   SELECT … FROM appending, unnest($2, …, $9) … ON CONFLICT (id)
 //!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $6)
@@ -73,7 +74,19 @@ impl<'a> InboxRows<'a> {
 }
 
 impl QueryFragment<Pg> for InboxRows<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        self.push_insert(out, None)
+    }
+}
+
+impl InboxRows<'_> {
+    /// The insert; with `addressed_by`, only if no other shard count is recorded (the rows of
+    /// `counted`, see [`AddressedInboxRows`]).
+    fn push_insert<'b>(
+        &'b self,
+        mut out: AstPass<'_, 'b, Pg>,
+        addressed_by: Option<&'b String>,
+    ) -> QueryResult<()> {
         out.push_sql("INSERT INTO inbox_messages (");
         out.push_sql(INBOX_COLUMNS);
         out.push_sql(") SELECT ");
@@ -94,11 +107,64 @@ impl QueryFragment<Pg> for InboxRows<'_> {
         column!(out, Text, &self.metadata);
         out.push_sql(") WITH ORDINALITY AS r(");
         out.push_sql(INBOX_COLUMNS);
-        out.push_sql(", n) ORDER BY n");
+        out.push_sql(", n)");
+        if let Some(count) = addressed_by {
+            out.push_sql(" WHERE NOT EXISTS (SELECT 1 FROM counted WHERE value <> ");
+            out.push_bind_param::<Text, _>(count)?;
+            out.push_sql(")");
+        }
+        out.push_sql(" ORDER BY n");
         out.push_sql(ON_INBOX_DUPLICATE);
         Ok(())
     }
 }
+
+/// Inbox rows addressed by a shard count, written in one statement only if no other count
+/// is recorded — the check of a send outside a transaction: the `shard_count` setting's row
+/// is read under `FOR KEY SHARE` (the lock a re-sharding's switch waits for, see
+/// `Dialect::read_shard_count_locked`) by a materialized CTE the insert is guarded by, and
+/// held until the statement's commit. One round trip where `BEGIN`, the read, the insert and
+/// `COMMIT` took four. Returns one row: the recorded count (if any) and the shards of the
+/// rows written (none if another count is recorded).
+pub(crate) struct AddressedInboxRows<'a> {
+    rows: InboxRows<'a>,
+    count: String,
+}
+
+impl<'a> AddressedInboxRows<'a> {
+    pub(crate) fn new(rows: &'a [NewInboxRow], count: u32) -> Self {
+        AddressedInboxRows {
+            rows: InboxRows::new(rows),
+            count: count.to_string(),
+        }
+    }
+}
+
+impl QueryFragment<Pg> for AddressedInboxRows<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql(
+            "WITH counted AS MATERIALIZED (SELECT value FROM shardbox_settings \
+             WHERE name = 'shard_count' FOR KEY SHARE), written AS (",
+        );
+        self.rows.push_insert(out.reborrow(), Some(&self.count))?;
+        out.push_sql(
+            ") SELECT (SELECT value FROM counted) AS recorded, \
+             ARRAY(SELECT shard FROM written) AS shards",
+        );
+        Ok(())
+    }
+}
+
+impl Query for AddressedInboxRows<'_> {
+    type SqlType = (Nullable<Text>, Array<Integer>);
+}
+
+impl QueryId for AddressedInboxRows<'_> {
+    type QueryId = AddressedInboxRows<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for AddressedInboxRows<'_> {}
 
 impl Query for InboxRows<'_> {
     type SqlType = Integer;

@@ -33,8 +33,8 @@ use crate::pool::{blocking, pool_builder, Db};
 use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
-use crate::sql::{ladder, Dialect};
-use arrays::{DeliveredRows, EventRows, InboxRows, StateRows};
+use crate::sql::{ladder, AddressedWrite, Dialect};
+use arrays::{AddressedInboxRows, DeliveredRows, EventRows, InboxRows, StateRows};
 use diesel::connection::{Connection, SimpleConnection};
 use diesel::sql_types::{Integer, Nullable, Text};
 use diesel::{PgConnection, RunQueryDsl};
@@ -306,6 +306,18 @@ impl Dialect for PgConnection {
                 .get_results(self)?,
             rows => InboxRows::new(rows).load(self)?,
         })
+    }
+
+    fn insert_addressed_rows(
+        &mut self,
+        rows: &[NewInboxRow],
+        expected: u32,
+    ) -> Option<Result<AddressedWrite, Failure>> {
+        Some(
+            AddressedInboxRows::new(rows, expected)
+                .get_result(self)
+                .map_err(Failure::from),
+        )
     }
 
     fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure> {

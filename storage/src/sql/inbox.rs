@@ -42,12 +42,22 @@ macro_rules! inbox_units {
                 return Ok(());
             }
             let shards = <Conn as Dialect>::insert_inbox_rows(conn, rows)?;
+            add_written(rows.len(), shards, report)
+        }
+
+        /// Counts into `report` an insert of `rows` rows that wrote rows in `shards` (one
+        /// each); the others were duplicates.
+        fn add_written(
+            rows: usize,
+            shards: Vec<i32>,
+            report: &mut WriteReport,
+        ) -> Result<(), Failure> {
             let written = shards.len();
             for s in shards {
                 report.shards.push(rows::shard(s)?);
             }
             report.written += written;
-            report.duplicates += rows.len() - written;
+            report.duplicates += rows.saturating_sub(written);
             Ok(())
         }
 
@@ -75,10 +85,11 @@ macro_rules! inbox_units {
         /// `InboxStore::write_all` (and `write`, a group of one): every batch's messages, then
         /// every batch's events (the appends last, see `append_events`), in one write
         /// transaction — or, for one batch of messages that a single `INSERT` holds (a lone
-        /// `send`, unchecked), that statement alone (`Dialect::write_statement`). With
-        /// `shard_count` (`write_all_addressed`, every send) the rows are written only if the
-        /// recorded count is the one they were addressed by, checked first in the transaction
-        /// under the lock a re-sharding's switch takes.
+        /// `send`), that statement alone (`Dialect::write_statement`). With `shard_count`
+        /// (`write_all_addressed`, every send) the rows are written only if the recorded
+        /// count is the one they were addressed by, checked under the lock a re-sharding's
+        /// switch takes: first in the transaction, or, for a lone batch on PostgreSQL, by
+        /// the insert statement itself (`Dialect::insert_addressed_rows`).
         pub(crate) fn write_addressed(
             conn: &mut Conn,
             batches: Vec<WriteBatch>,
@@ -95,16 +106,33 @@ macro_rules! inbox_units {
                 })
                 .collect::<Result<Vec<_>, Failure>>()?;
             if let [(messages, events)] = batches.as_slice() {
-                if shard_count.is_none()
-                    && events.is_empty()
-                    && <Conn as Dialect>::inserts_in_one_statement(messages.len())
+                if events.is_empty() && <Conn as Dialect>::inserts_in_one_statement(messages.len())
                 {
-                    return <Conn as Dialect>::write_statement(conn, |conn| {
-                        let mut report = WriteReport::default();
-                        insert_rows(conn, messages, &mut report)?;
+                    let mut report = WriteReport::default();
+                    let written = match shard_count {
+                        None => <Conn as Dialect>::write_statement(conn, |conn| {
+                            insert_rows(conn, messages, &mut report)
+                        })
+                        .map(Some)?,
+                        Some(expected) => {
+                            match <Conn as Dialect>::insert_addressed_rows(conn, messages, expected)
+                            {
+                                Some(written) => {
+                                    let (recorded, shards) = written?;
+                                    $crate::sql::reshard::refuse_other_count(
+                                        recorded.as_deref(),
+                                        expected,
+                                    )?;
+                                    Some(add_written(messages.len(), shards, &mut report)?)
+                                }
+                                None => None,
+                            }
+                        }
+                    };
+                    if written.is_some() {
                         finish_report(&mut report);
-                        Ok(vec![report])
-                    });
+                        return Ok(vec![report]);
+                    }
                 }
             }
             <Conn as Dialect>::write_transaction(conn, |conn| {

@@ -83,6 +83,10 @@ pub(crate) const LADDER: [usize; 4] = [64, 16, 4, 1];
 /// Values per `IN (…)` list.
 pub(crate) const IN_CHUNK: usize = 1000;
 
+/// What [`Dialect::insert_addressed_rows`] read and wrote: the recorded `shard_count`
+/// setting (if any) and the shard of each row written.
+pub(crate) type AddressedWrite = (Option<String>, Vec<i32>);
+
 /// What differs between the backends, implemented by their connection types.
 pub(crate) trait Dialect: diesel::Connection + Sized {
     /// Runs `work` in a transaction that writes. SQLite: `BEGIN IMMEDIATE`, so that the
@@ -156,6 +160,18 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// written. PostgreSQL draws `seq` from the column's identity; SQLite draws a block of
     /// `seq`s first and stores a write's rows shard by shard (`sqlite::inbox_rows`).
     fn insert_inbox_rows(&mut self, rows: &[NewInboxRow]) -> Result<Vec<i32>, Failure>;
+
+    /// Outside a transaction: inbox rows addressed by `expected` shards, written by one
+    /// statement that is a transaction of its own, only if no other shard count is recorded
+    /// — read under the lock of [`Dialect::read_shard_count_locked`] in that statement.
+    /// `Some((recorded count, shards of the rows written))`; `None` where the backend has no
+    /// such statement and a write transaction checks first (SQLite, where that costs no round
+    /// trip). PostgreSQL: `postgres::arrays::AddressedInboxRows`.
+    fn insert_addressed_rows(
+        &mut self,
+        rows: &[NewInboxRow],
+        expected: u32,
+    ) -> Option<Result<AddressedWrite, Failure>>;
 
     /// States of distinct keys: a new row starts at its `version`, an existing one moves up
     /// by it (see [`Dialect::insert_inbox_rows`]).

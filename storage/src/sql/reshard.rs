@@ -35,18 +35,8 @@ macro_rules! reshard_units {
         /// is recorded, under the shared lock a re-sharding's switch waits for (see
         /// `Dialect::read_shard_count_locked`).
         pub(crate) fn check_shard_count(conn: &mut Conn, expected: u32) -> Result<(), Failure> {
-            let recorded = <Conn as Dialect>::read_shard_count_locked(conn, false)?
-                .map(|v| $crate::sql::reshard::parse_count(&v))
-                .transpose()?;
-            match recorded {
-                Some(recorded) if recorded != expected => {
-                    Err(Failure::from(StorageError::ShardCountChanged {
-                        expected,
-                        recorded,
-                    }))
-                }
-                _ => Ok(()),
-            }
+            let recorded = <Conn as Dialect>::read_shard_count_locked(conn, false)?;
+            $crate::sql::reshard::refuse_other_count(recorded.as_deref(), expected)
         }
 
         /// `WorkRegistry::layout`.
@@ -299,6 +289,21 @@ pub(crate) fn parse_announcement(value: &str) -> Result<ReshardAnnouncement, Fai
         to,
         until,
     })
+}
+
+/// `ShardCountChanged` if a count other than `expected` is `recorded` (the `shard_count`
+/// setting's text; none recorded refuses nothing): rows addressed by `expected` must not be
+/// written.
+pub(crate) fn refuse_other_count(recorded: Option<&str>, expected: u32) -> Result<(), Failure> {
+    match recorded.map(parse_count).transpose()? {
+        Some(recorded) if recorded != expected => {
+            Err(Failure::from(shardbox_core::StorageError::ShardCountChanged {
+                expected,
+                recorded,
+            }))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The `shard_count` setting as a count.

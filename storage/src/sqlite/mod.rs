@@ -30,7 +30,7 @@ use crate::pool::{blocking, pool_builder, Db};
 use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
-use crate::sql::{ladder, Dialect};
+use crate::sql::{ladder, AddressedWrite, Dialect};
 use checkpoint::Checkpointer;
 use diesel::connection::Connection;
 use diesel::RunQueryDsl;
@@ -253,6 +253,14 @@ impl Dialect for SqliteConnection {
 
     fn insert_inbox_rows(&mut self, rows: &[NewInboxRow]) -> Result<Vec<i32>, Failure> {
         inbox_rows::insert(self, rows)
+    }
+
+    fn insert_addressed_rows(
+        &mut self,
+        _rows: &[NewInboxRow],
+        _expected: u32,
+    ) -> Option<Result<AddressedWrite, Failure>> {
+        None
     }
 
     fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure> {
