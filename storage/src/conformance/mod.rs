@@ -85,8 +85,8 @@ pub use registry::{
     the_first_shard_count_claimed_is_recorded,
 };
 pub use reshard::{
-    a_reshard_switch_is_refused_whole, a_reshard_switch_moves_every_row_to_its_targets_shard,
-    a_lone_addressed_write_is_checked_and_counted,
+    a_lone_addressed_write_is_checked_and_counted, a_reshard_switch_is_refused_whole,
+    a_reshard_switch_moves_every_row_to_its_targets_shard,
     a_write_addressed_by_another_count_is_refused_whole,
     one_reshard_announcement_is_in_force_at_a_time,
 };

@@ -379,9 +379,7 @@ pub async fn a_lone_addressed_write_is_checked_and_counted<S: Storage + Inspect>
     assert_eq!((again.written, again.duplicates), (0, 2));
     assert!(again.shards.is_empty(), "{:?}", again.shards);
     store.claim_shard_count(8).await.expect("claim");
-    let refused = store
-        .write_all_addressed(vec![batch(4, &["ccc"])], 4)
-        .await;
+    let refused = store.write_all_addressed(vec![batch(4, &["ccc"])], 4).await;
     assert!(
         matches!(
             refused,
@@ -392,7 +390,11 @@ pub async fn a_lone_addressed_write_is_checked_and_counted<S: Storage + Inspect>
         ),
         "{refused:?}"
     );
-    assert_eq!(store.rows().await.expect("rows").len(), 2, "nothing written");
+    assert_eq!(
+        store.rows().await.expect("rows").len(),
+        2,
+        "nothing written"
+    );
     let report = store
         .write_all_addressed(vec![batch(8, &["ccc", "a"])], 8)
         .await

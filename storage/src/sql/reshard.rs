@@ -296,12 +296,9 @@ pub(crate) fn parse_announcement(value: &str) -> Result<ReshardAnnouncement, Fai
 /// written.
 pub(crate) fn refuse_other_count(recorded: Option<&str>, expected: u32) -> Result<(), Failure> {
     match recorded.map(parse_count).transpose()? {
-        Some(recorded) if recorded != expected => {
-            Err(Failure::from(shardbox_core::StorageError::ShardCountChanged {
-                expected,
-                recorded,
-            }))
-        }
+        Some(recorded) if recorded != expected => Err(Failure::from(
+            shardbox_core::StorageError::ShardCountChanged { expected, recorded },
+        )),
         _ => Ok(()),
     }
 }
