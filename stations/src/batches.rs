@@ -17,7 +17,10 @@ use shardbox_core::{
     BatchResult, BatchRun, EntityHandler, HandlerError, InboxMessage, MessageOutcome,
     StationContext,
 };
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -25,7 +28,9 @@ use tokio::task::JoinSet;
 pub(crate) struct Batch {
     pub(crate) handler: Arc<dyn EntityHandler>,
     pub(crate) state: Option<Vec<u8>>,
-    pub(crate) messages: Vec<InboxMessage>,
+    /// Shared, not copied: the caller keeps them (a catch-up page that must go through the
+    /// Inbox after all writes them back).
+    pub(crate) messages: Arc<[InboxMessage]>,
 }
 
 /// The node-wide bound on handler calls in flight, shared by every worker of the delivery
@@ -59,6 +64,11 @@ pub(crate) async fn run_batches(
         .collect();
     let mut running: JoinSet<(usize, BatchResult)> = JoinSet::new();
     let mut ids = std::collections::HashMap::new();
+    // A batch may run its first part on this task (below), and a handler may block its
+    // thread there: first let the tasks this stage woke run (the lease heartbeat among them)
+    // — the runtime keeps the one woken last in a slot of this thread that no other thread
+    // takes it from.
+    tokio::task::yield_now().await;
     for (n, batch) in batches.into_iter().enumerate() {
         if running.len() >= per_worker {
             settle_one(&mut running, &mut ids, &lengths, &mut results).await;
@@ -66,7 +76,7 @@ pub(crate) async fn run_batches(
         // Never closed, so acquiring fails only if it were: then run without a permit.
         let permit = node_wide.clone().acquire_owned().await.ok();
         let env = env.clone();
-        let handle = running.spawn(async move {
+        let mut call = Box::pin(async move {
             let _permit = permit;
             let run = BatchRun {
                 now,
@@ -80,7 +90,23 @@ pub(crate) async fn run_batches(
                 .await;
             (n, result)
         });
-        ids.insert(handle.id(), n);
+        // Polled once here first: a batch that is done at once (a fold, a decision on the
+        // state) costs no task; one that waits goes on as a task of its own.
+        let first = std::future::poll_fn(|cx| {
+            Poll::Ready(catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))))
+        })
+        .await;
+        match first {
+            Ok(Poll::Ready((n, result))) => results[n] = Some(result),
+            Ok(Poll::Pending) => {
+                let handle = running.spawn(call);
+                ids.insert(handle.id(), n);
+            }
+            Err(panic) => {
+                let (len, kind) = lengths[n];
+                results[n] = Some(failed(len, panicked(kind, panic.as_ref())));
+            }
+        }
     }
     while !running.is_empty() {
         settle_one(&mut running, &mut ids, &lengths, &mut results).await;
@@ -115,19 +141,23 @@ async fn settle_one(
             };
             let (len, kind) = lengths[n];
             let reason = if e.is_panic() {
-                let panic = e.into_panic();
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("(no message)");
-                format!("handler of `{kind}` panicked: {message}")
+                panicked(kind, e.into_panic().as_ref())
             } else {
                 format!("handler task of `{kind}` was cancelled")
             };
             results[n] = Some(failed(len, reason));
         }
     }
+}
+
+/// Why a batch of `kind` failed whose run panicked (outside the adapter's own guard).
+fn panicked(kind: &str, panic: &(dyn std::any::Any + Send)) -> String {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    format!("handler of `{kind}` panicked: {message}")
 }
 
 /// The result of a batch of `len` whose first message failed for `reason`.

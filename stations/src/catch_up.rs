@@ -81,15 +81,19 @@ async fn apply_directly(
             .or_default()
             .push(InboxMessage::fresh(n as i64, row.shard, row.message));
     }
-    let keys: Vec<EntityKey> = groups.keys().cloned().collect();
+    let (keys, groups): (Vec<EntityKey>, Vec<Arc<[InboxMessage]>>) = groups
+        .into_iter()
+        .map(|(key, messages)| (key, messages.into()))
+        .unzip();
     let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();
     if handler.is_stateful() {
         for s in env.load_states(&keys).await? {
             states.insert(s.key, s.state);
         }
     }
-    let batches = groups
+    let batches = keys
         .iter()
+        .zip(&groups)
         .map(|(key, messages)| Batch {
             handler: handler.clone(),
             state: states.remove(key),
@@ -97,7 +101,7 @@ async fn apply_directly(
         })
         .collect();
     let results = run_batches(env, in_flight, batches, now).await;
-    let mut writes = Vec::with_capacity(groups.len());
+    let mut writes = Vec::with_capacity(keys.len());
     for (key, result) in keys.iter().zip(results) {
         let handled = result
             .outcomes
@@ -105,7 +109,8 @@ async fn apply_directly(
             .all(|o| matches!(o, MessageOutcome::Handled));
         if !handled || !result.events.is_empty() || !result.commands.is_empty() {
             tracing::warn!(kind = %key.kind, target = %key.id, "a replayed event was not handled (or emitted messages) in direct replay; this page goes through the Inbox, where the failure policy applies");
-            let mut back: Vec<InboxMessage> = groups.into_values().flatten().collect();
+            let mut back: Vec<InboxMessage> =
+                groups.iter().flat_map(|g| g.iter().cloned()).collect();
             back.sort_unstable_by_key(|m| m.seq);
             return Ok(Some(
                 back.into_iter()

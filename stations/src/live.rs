@@ -224,7 +224,11 @@ impl Station for LiveDelivery {
                     let batch = Batch {
                         handler: handler.clone(),
                         state: states.remove(&target),
-                        messages: rows.iter().map(|&i| page[i].clone()).collect(),
+                        messages: rows
+                            .iter()
+                            .map(|&i| page[i].clone())
+                            .collect::<Vec<_>>()
+                            .into(),
                     };
                     handled.push((target, rows, batch));
                 }

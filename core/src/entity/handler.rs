@@ -110,18 +110,36 @@ pub(crate) fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>
 /// Runs one call of application code: a call that takes longer than `timeout` or panics is
 /// a failure of its message, with a reason that says so; nothing else of the stage is
 /// affected.
+///
+/// Most calls (a fold, a decision on the state) finish at their first poll: they are polled
+/// once before the timer is set, and never pay for one (a timer entry is a lock on the
+/// runtime's timer wheel to add it and another to remove it, per call). A call that waits
+/// gets its timeout from that first poll on.
 pub(crate) async fn guarded<T>(
     kind: &str,
     timeout: Duration,
     call: impl Future<Output = Result<T, HandlerError>>,
 ) -> Result<T, HandlerError> {
-    match tokio::time::timeout(timeout, CatchUnwind(Box::pin(call))).await {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(panic)) => Err(panicked(kind, panic.as_ref())),
-        Err(_) => Err(HandlerError::new(format!(
-            "handler of `{kind}` exceeded handler_timeout of {timeout:?}"
-        ))),
-    }
+    let mut call = CatchUnwind(Box::pin(call));
+    let first = std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut call).poll(cx) {
+            Poll::Ready(done) => Some(done),
+            Poll::Pending => None,
+        })
+    })
+    .await;
+    let done = match first {
+        Some(done) => done,
+        None => match tokio::time::timeout(timeout, call).await {
+            Ok(done) => done,
+            Err(_) => {
+                return Err(HandlerError::new(format!(
+                    "handler of `{kind}` exceeded handler_timeout of {timeout:?}"
+                )))
+            }
+        },
+    };
+    done.unwrap_or_else(|panic| Err(panicked(kind, panic.as_ref())))
 }
 
 /// The failure of a handler that panicked, with the panic's message.
