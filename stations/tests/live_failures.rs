@@ -382,3 +382,63 @@ async fn live_parks_a_blocked_targets_rows_and_serves_the_rest() {
     );
     assert_eq!(fx.calls(), vec![("counter".into(), "b".into(), vec![2])]);
 }
+
+/// Panics in its batch, outside any guard of the adapters (a hand-written `EntityHandler`):
+/// target `now` at once, in the batch's first poll; target `later` after awaiting a timer.
+struct Panicky;
+
+#[async_trait::async_trait]
+impl EntityHandler for Panicky {
+    fn kind(&self) -> &'static str {
+        "panicky"
+    }
+    fn is_stateful(&self) -> bool {
+        false
+    }
+    fn command_type(&self) -> Option<&'static str> {
+        None
+    }
+    fn event_types(&self) -> &'static [&'static str] {
+        &[]
+    }
+    fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
+        Ok(Vec::new())
+    }
+    async fn handle_batch(
+        &self,
+        _: Option<&[u8]>,
+        batch: &[&InboxMessage],
+        _: BatchRun<'_>,
+    ) -> BatchResult {
+        if batch[0].message.target_id == "later" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("kaboom in {}", batch[0].message.target_id);
+    }
+}
+
+/// A batch that panics — in its first poll, run on the stage's task, or after awaiting, as a
+/// task of its own — fails its own target's message with a reason naming the panic; the
+/// stage goes on and the other targets are delivered.
+#[tokio::test]
+async fn live_fails_only_the_target_whose_batch_panicked() {
+    let mut kinds = default_kinds();
+    kinds.push(Arc::new(Panicky));
+    let fx = Fixture::build(config().build().unwrap(), Arc::new(NoopMonitor), kinds).await;
+    let panicky = |seq, target: &str| {
+        let mut m = add(seq, target, 0);
+        m.message.target_kind = "panicky".into();
+        m
+    };
+    let mut c = fx.conveyor(vec![panicky(1, "now"), add(2, "a", 5), panicky(3, "later")]);
+    live().process(&mut c).await.unwrap();
+    for (i, target) in [(0, "now"), (2, "later")] {
+        let (at, error) = retry_error(c.intent(i));
+        assert_eq!(at, t0() + secs(1));
+        assert_eq!(
+            error,
+            format!("handler of `panicky` panicked: kaboom in {target}")
+        );
+    }
+    assert_eq!(c.intent(1), Some(&delivered()));
+}
