@@ -97,27 +97,34 @@ async fn live_retries_a_failure_at_the_backoff_and_holds_only_its_target_behind_
     );
 }
 
+/// The parts of an `EntityHandler` of a test kind without state, commands, events or routes.
+macro_rules! stateless_kind {
+    ($kind:literal) => {
+        fn kind(&self) -> &'static str {
+            $kind
+        }
+        fn is_stateful(&self) -> bool {
+            false
+        }
+        fn command_type(&self) -> Option<&'static str> {
+            None
+        }
+        fn event_types(&self) -> &'static [&'static str] {
+            &[]
+        }
+        fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
+            Ok(Vec::new())
+        }
+    };
+}
+
 /// Refuses every message of kind `slow`, asking for the next attempt after the number of
 /// seconds in its payload.
 struct Slow;
 
 #[async_trait::async_trait]
 impl EntityHandler for Slow {
-    fn kind(&self) -> &'static str {
-        "slow"
-    }
-    fn is_stateful(&self) -> bool {
-        false
-    }
-    fn command_type(&self) -> Option<&'static str> {
-        None
-    }
-    fn event_types(&self) -> &'static [&'static str] {
-        &[]
-    }
-    fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
-        Ok(Vec::new())
-    }
+    stateless_kind!("slow");
     async fn handle_batch(
         &self,
         _: Option<&[u8]>,
@@ -389,21 +396,7 @@ struct Panicky;
 
 #[async_trait::async_trait]
 impl EntityHandler for Panicky {
-    fn kind(&self) -> &'static str {
-        "panicky"
-    }
-    fn is_stateful(&self) -> bool {
-        false
-    }
-    fn command_type(&self) -> Option<&'static str> {
-        None
-    }
-    fn event_types(&self) -> &'static [&'static str] {
-        &[]
-    }
-    fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
-        Ok(Vec::new())
-    }
+    stateless_kind!("panicky");
     async fn handle_batch(
         &self,
         _: Option<&[u8]>,

@@ -24,6 +24,22 @@ fn routed(count: u32, id: &str, signal: &str) -> InboxWrite {
     command(id.len() as u32 % count, id, signal)
 }
 
+/// Asserts that `result` is the refusal of a count that changed from `expected` to `recorded`.
+fn assert_count_changed<T: std::fmt::Debug>(
+    result: &Result<T, StorageError>,
+    expected: u32,
+    recorded: u32,
+) {
+    assert!(
+        matches!(
+            result,
+            Err(StorageError::ShardCountChanged { expected: e, recorded: r })
+                if *e == expected && *r == recorded
+        ),
+        "expected ShardCountChanged {{ expected: {expected}, recorded: {recorded} }}, got {result:?}"
+    );
+}
+
 /// The operator's leases of shards `0..count`, at `now`.
 async fn hold_all<S: Storage>(
     store: &S,
@@ -261,16 +277,7 @@ pub async fn a_reshard_switch_is_refused_whole<S: Storage + Inspect>(store: S) {
             route: route(8),
         })
         .await;
-    assert!(
-        matches!(
-            refused,
-            Err(StorageError::ShardCountChanged {
-                expected: 5,
-                recorded: 4
-            })
-        ),
-        "{refused:?}"
-    );
+    assert_count_changed(&refused, 5, 4);
     // Shard 2's lease runs out and another node takes it over.
     let later = secs(1) + Duration::seconds(31);
     let taken = pick(&store, 2, "node-b", later).await;
@@ -326,16 +333,7 @@ pub async fn a_write_addressed_by_another_count_is_refused_whole<S: Storage + In
     other.messages = vec![routed(4, "ccc", "ccc-1")];
     other.events = vec![event("e-2", "account.event", secs(0))];
     let refused = store.write_all_addressed(vec![other.clone()], 4).await;
-    assert!(
-        matches!(
-            refused,
-            Err(StorageError::ShardCountChanged {
-                expected: 4,
-                recorded: 8
-            })
-        ),
-        "{refused:?}"
-    );
+    assert_count_changed(&refused, 4, 8);
     let rows = store.rows().await.expect("rows");
     assert_eq!(rows.len(), 2, "the refused row was not written");
     let events = store.read_events(0, &[], None, 100).await.expect("events");
@@ -380,16 +378,7 @@ pub async fn a_lone_addressed_write_is_checked_and_counted<S: Storage + Inspect>
     assert!(again.shards.is_empty(), "{:?}", again.shards);
     store.claim_shard_count(8).await.expect("claim");
     let refused = store.write_all_addressed(vec![batch(4, &["ccc"])], 4).await;
-    assert!(
-        matches!(
-            refused,
-            Err(StorageError::ShardCountChanged {
-                expected: 4,
-                recorded: 8
-            })
-        ),
-        "{refused:?}"
-    );
+    assert_count_changed(&refused, 4, 8);
     assert_eq!(
         store.rows().await.expect("rows").len(),
         2,
