@@ -85,9 +85,9 @@ pub use registry::{
     the_first_shard_count_claimed_is_recorded,
 };
 pub use reshard::{
-    a_lone_addressed_write_is_checked_and_counted, a_reshard_switch_is_refused_whole,
-    a_reshard_switch_moves_every_row_to_its_targets_shard,
+    a_reshard_switch_is_refused_whole, a_reshard_switch_moves_every_row_to_its_targets_shard,
     a_write_addressed_by_another_count_is_refused_whole,
+    addressed_writes_of_messages_are_checked_and_counted,
     one_reshard_announcement_is_in_force_at_a_time,
 };
 
@@ -146,7 +146,7 @@ macro_rules! conformance_suite {
             a_reshard_switch_moves_every_row_to_its_targets_shard,
             a_reshard_switch_is_refused_whole,
             a_write_addressed_by_another_count_is_refused_whole,
-            a_lone_addressed_write_is_checked_and_counted,
+            addressed_writes_of_messages_are_checked_and_counted,
             one_reshard_announcement_is_in_force_at_a_time,
         );
     };

@@ -351,10 +351,11 @@ pub async fn a_write_addressed_by_another_count_is_refused_whole<S: Storage + In
     assert_eq!((reports[0].written, reports[0].events), (1, 1));
 }
 
-/// A lone batch of messages addressed by a count (a send; on PostgreSQL one statement that
-/// checks and inserts) reports its rows written, their shards and its duplicates, and is
-/// refused whole by another recorded count.
-pub async fn a_lone_addressed_write_is_checked_and_counted<S: Storage + Inspect>(store: S) {
+/// Batches of messages addressed by a count (a send, a send group; on PostgreSQL one
+/// statement that checks and inserts them all) report each its rows written, their shards and
+/// its duplicates — a key in two batches of a group is written by the first — and are refused
+/// whole by another recorded count.
+pub async fn addressed_writes_of_messages_are_checked_and_counted<S: Storage + Inspect>(store: S) {
     let batch = |count: u32, ids: &[&str]| {
         messages(
             ids.iter()
@@ -391,6 +392,31 @@ pub async fn a_lone_addressed_write_is_checked_and_counted<S: Storage + Inspect>
         .remove(0);
     assert_eq!((report.written, report.duplicates), (1, 1));
     assert_eq!(report.shards, [ShardIndex(3)]);
+
+    // A group: the second batch repeats a key of the first and of the store.
+    let group = vec![batch(8, &["dddd", "e"]), batch(8, &["e", "ccc", "ffffff"])];
+    let reports = store
+        .write_all_addressed(group.clone(), 8)
+        .await
+        .expect("a group by the recorded count");
+    let counted: Vec<_> = reports
+        .iter()
+        .map(|r| (r.written, r.duplicates, r.shards.clone()))
+        .collect();
+    assert_eq!(
+        counted,
+        [
+            (2, 0, vec![ShardIndex(1), ShardIndex(4)]),
+            (1, 2, vec![ShardIndex(6)]),
+        ]
+    );
+    let refused = store.write_all_addressed(group, 4).await;
+    assert_count_changed(&refused, 4, 8);
+    assert_eq!(
+        store.rows().await.expect("rows").len(),
+        6,
+        "nothing more written"
+    );
 }
 
 /// One announcement is in force at a time: another operator's is returned until it runs out

@@ -55,6 +55,11 @@ pub(crate) struct InboxRows<'a> {
 
 impl<'a> InboxRows<'a> {
     pub(crate) fn new(rows: &'a [NewInboxRow]) -> Self {
+        Self::of(&rows.iter().collect::<Vec<_>>())
+    }
+
+    /// The rows of several batches, in order.
+    pub(crate) fn of(rows: &[&'a NewInboxRow]) -> Self {
         InboxRows {
             shard: rows.iter().map(|r| r.shard).collect(),
             signal_id: rows.iter().map(|r| r.signal_id.as_str()).collect(),
@@ -75,7 +80,7 @@ impl<'a> InboxRows<'a> {
 
 impl QueryFragment<Pg> for InboxRows<'_> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        self.push_insert(out, None)
+        self.push_insert(out, None, ON_INBOX_DUPLICATE)
     }
 }
 
@@ -86,6 +91,7 @@ impl InboxRows<'_> {
         &'b self,
         mut out: AstPass<'_, 'b, Pg>,
         addressed_by: Option<&'b String>,
+        on_duplicate: &'static str,
     ) -> QueryResult<()> {
         out.push_sql("INSERT INTO inbox_messages (");
         out.push_sql(INBOX_COLUMNS);
@@ -114,7 +120,7 @@ impl InboxRows<'_> {
             out.push_sql(")");
         }
         out.push_sql(" ORDER BY n");
-        out.push_sql(ON_INBOX_DUPLICATE);
+        out.push_sql(on_duplicate);
         Ok(())
     }
 }
@@ -123,18 +129,19 @@ impl InboxRows<'_> {
 /// is recorded — the check of a send outside a transaction: the `shard_count` setting's row
 /// is read under `FOR KEY SHARE` (the lock a re-sharding's switch waits for, see
 /// `Dialect::read_shard_count_locked`) by a materialized CTE the insert is guarded by, and
-/// held until the statement's commit. One round trip where `BEGIN`, the read, the insert and
-/// `COMMIT` took four. Returns one row: the recorded count (if any) and the shards of the
-/// rows written (none if another count is recorded).
+/// held until the statement's commit. One round trip where `BEGIN`, the read, an insert per
+/// batch and `COMMIT` took four or more. Returns a row per row written — the recorded count,
+/// the row's shard and dedup key (so that a group's rows are counted to their batches) — or,
+/// if none was written (duplicates, or another count recorded), one row with the count alone.
 pub(crate) struct AddressedInboxRows<'a> {
     rows: InboxRows<'a>,
     count: String,
 }
 
 impl<'a> AddressedInboxRows<'a> {
-    pub(crate) fn new(rows: &'a [NewInboxRow], count: u32) -> Self {
+    pub(crate) fn new(rows: &[&'a NewInboxRow], count: u32) -> Self {
         AddressedInboxRows {
-            rows: InboxRows::new(rows),
+            rows: InboxRows::of(rows),
             count: count.to_string(),
         }
     }
@@ -146,17 +153,29 @@ impl QueryFragment<Pg> for AddressedInboxRows<'_> {
             "WITH counted AS MATERIALIZED (SELECT value FROM shardbox_settings \
              WHERE name = 'shard_count' FOR KEY SHARE), written AS (",
         );
-        self.rows.push_insert(out.reborrow(), Some(&self.count))?;
+        self.rows.push_insert(
+            out.reborrow(),
+            Some(&self.count),
+            " ON CONFLICT (tenant, target_kind, target_id, signal_id) DO NOTHING \
+             RETURNING shard, tenant, target_kind, target_id, signal_id",
+        )?;
         out.push_sql(
-            ") SELECT (SELECT value FROM counted) AS recorded, \
-             ARRAY(SELECT shard FROM written) AS shards",
+            ") SELECT (SELECT value FROM counted), w.shard, w.tenant, w.target_kind, \
+             w.target_id, w.signal_id FROM (SELECT 1) AS one LEFT JOIN written AS w ON true",
         );
         Ok(())
     }
 }
 
 impl Query for AddressedInboxRows<'_> {
-    type SqlType = (Nullable<Text>, Array<Integer>);
+    type SqlType = (
+        Nullable<Text>,
+        Nullable<Integer>,
+        Nullable<Text>,
+        Nullable<Text>,
+        Nullable<Text>,
+        Nullable<Text>,
+    );
 }
 
 impl QueryId for AddressedInboxRows<'_> {

@@ -33,7 +33,7 @@ use crate::pool::{blocking, pool_builder, Db};
 use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
-use crate::sql::{ladder, AddressedWrite, Dialect};
+use crate::sql::{ladder, AddressedRow, Dialect};
 use arrays::{AddressedInboxRows, DeliveredRows, EventRows, InboxRows, StateRows};
 use diesel::connection::{Connection, SimpleConnection};
 use diesel::sql_types::{Integer, Nullable, Text};
@@ -310,12 +310,12 @@ impl Dialect for PgConnection {
 
     fn insert_addressed_rows(
         &mut self,
-        rows: &[NewInboxRow],
+        rows: &[&NewInboxRow],
         expected: u32,
-    ) -> Option<Result<AddressedWrite, Failure>> {
+    ) -> Option<Result<Vec<AddressedRow>, Failure>> {
         Some(
             AddressedInboxRows::new(rows, expected)
-                .get_result(self)
+                .load(self)
                 .map_err(Failure::from),
         )
     }

@@ -88,8 +88,9 @@ macro_rules! inbox_units {
         /// `send`), that statement alone (`Dialect::write_statement`). With `shard_count`
         /// (`write_all_addressed`, every send) the rows are written only if the recorded
         /// count is the one they were addressed by, checked under the lock a re-sharding's
-        /// switch takes: first in the transaction, or, for a lone batch on PostgreSQL, by
-        /// the insert statement itself (`Dialect::insert_addressed_rows`).
+        /// switch takes: first in the transaction, or, for batches of messages alone on
+        /// PostgreSQL (a send group), by the one insert statement that writes them all
+        /// (`write_addressed_statement`).
         pub(crate) fn write_addressed(
             conn: &mut Conn,
             batches: Vec<WriteBatch>,
@@ -105,34 +106,19 @@ macro_rules! inbox_units {
                     ))
                 })
                 .collect::<Result<Vec<_>, Failure>>()?;
-            if let [(messages, events)] = batches.as_slice() {
+            if let Some(expected) = shard_count {
+                if let Some(reports) = write_addressed_statement(conn, &batches, expected)? {
+                    return Ok(reports);
+                }
+            } else if let [(messages, events)] = batches.as_slice() {
                 if events.is_empty() && <Conn as Dialect>::inserts_in_one_statement(messages.len())
                 {
-                    let mut report = WriteReport::default();
-                    let written = match shard_count {
-                        None => <Conn as Dialect>::write_statement(conn, |conn| {
-                            insert_rows(conn, messages, &mut report)
-                        })
-                        .map(Some)?,
-                        Some(expected) => {
-                            match <Conn as Dialect>::insert_addressed_rows(conn, messages, expected)
-                            {
-                                Some(written) => {
-                                    let (recorded, shards) = written?;
-                                    $crate::sql::reshard::refuse_other_count(
-                                        recorded.as_deref(),
-                                        expected,
-                                    )?;
-                                    Some(add_written(messages.len(), shards, &mut report)?)
-                                }
-                                None => None,
-                            }
-                        }
-                    };
-                    if written.is_some() {
+                    return <Conn as Dialect>::write_statement(conn, |conn| {
+                        let mut report = WriteReport::default();
+                        insert_rows(conn, messages, &mut report)?;
                         finish_report(&mut report);
-                        return Ok(vec![report]);
-                    }
+                        Ok(vec![report])
+                    });
                 }
             }
             <Conn as Dialect>::write_transaction(conn, |conn| {
@@ -151,6 +137,66 @@ macro_rules! inbox_units {
                 }
                 Ok(reports)
             })
+        }
+
+        /// Batches of messages alone (no events) addressed by `expected` shards, written by
+        /// the backend's one checked statement (`Dialect::insert_addressed_rows`) if it has
+        /// one and one statement holds them: each batch's report, its rows counted by their
+        /// dedup keys (a key in two batches is written by the first, a duplicate in the
+        /// second). `None`: write them in a transaction.
+        fn write_addressed_statement(
+            conn: &mut Conn,
+            batches: &[(Vec<NewInboxRow>, Vec<NewEventRow>)],
+            expected: u32,
+        ) -> Result<Option<Vec<WriteReport>>, Failure> {
+            let rows: Vec<&NewInboxRow> = batches.iter().flat_map(|(m, _)| m).collect();
+            if batches.iter().any(|(_, events)| !events.is_empty())
+                || !<Conn as Dialect>::inserts_in_one_statement(rows.len())
+            {
+                return Ok(None);
+            }
+            let Some(written) = <Conn as Dialect>::insert_addressed_rows(conn, &rows, expected)
+            else {
+                return Ok(None);
+            };
+            let written = written?;
+            let recorded = written.first().and_then(|w| w.0.as_deref());
+            $crate::sql::reshard::refuse_other_count(recorded, expected)?;
+            // Each dedup key to the first batch that holds it.
+            let mut owner: std::collections::HashMap<(&str, &str, &str, &str), usize> =
+                std::collections::HashMap::new();
+            for (n, (messages, _)) in batches.iter().enumerate() {
+                for m in messages {
+                    let key = (
+                        m.tenant.as_str(),
+                        m.target_kind.as_str(),
+                        m.target_id.as_str(),
+                        m.signal_id.as_str(),
+                    );
+                    owner.entry(key).or_insert(n);
+                }
+            }
+            let mut shards: Vec<Vec<i32>> = vec![Vec::new(); batches.len()];
+            for (_, shard, tenant, kind, id, signal) in &written {
+                let (Some(shard), Some(tenant), Some(kind), Some(id), Some(signal)) =
+                    (shard, tenant, kind, id, signal)
+                else {
+                    continue; // the count alone: nothing written
+                };
+                let key = (tenant.as_str(), kind.as_str(), id.as_str(), signal.as_str());
+                let n = *owner.get(&key).ok_or_else(|| {
+                    Failure::corrupt(format!("a row written for {key:?} that no batch holds"))
+                })?;
+                shards[n].push(*shard);
+            }
+            let mut reports = Vec::with_capacity(batches.len());
+            for ((messages, _), shards) in batches.iter().zip(shards) {
+                let mut report = WriteReport::default();
+                add_written(messages.len(), shards, &mut report)?;
+                finish_report(&mut report);
+                reports.push(report);
+            }
+            Ok(Some(reports))
         }
 
         /// `InboxStore::read_page`: one statement ([`PageRead`]), so its parts read one

@@ -83,9 +83,17 @@ pub(crate) const LADDER: [usize; 4] = [64, 16, 4, 1];
 /// Values per `IN (…)` list.
 pub(crate) const IN_CHUNK: usize = 1000;
 
-/// What [`Dialect::insert_addressed_rows`] read and wrote: the recorded `shard_count`
-/// setting (if any) and the shard of each row written.
-pub(crate) type AddressedWrite = (Option<String>, Vec<i32>);
+/// A row of [`Dialect::insert_addressed_rows`]: the recorded `shard_count` setting (if any)
+/// and a row written, if any: its shard and dedup key (tenant, target kind, target id, signal
+/// id).
+pub(crate) type AddressedRow = (
+    Option<String>,
+    Option<i32>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 /// What differs between the backends, implemented by their connection types.
 pub(crate) trait Dialect: diesel::Connection + Sized {
@@ -161,17 +169,18 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// `seq`s first and stores a write's rows shard by shard (`sqlite::inbox_rows`).
     fn insert_inbox_rows(&mut self, rows: &[NewInboxRow]) -> Result<Vec<i32>, Failure>;
 
-    /// Outside a transaction: inbox rows addressed by `expected` shards, written by one
-    /// statement that is a transaction of its own, only if no other shard count is recorded
-    /// — read under the lock of [`Dialect::read_shard_count_locked`] in that statement.
-    /// `Some((recorded count, shards of the rows written))`; `None` where the backend has no
-    /// such statement and a write transaction checks first (SQLite, where that costs no round
+    /// Outside a transaction: inbox rows (of one batch or of a group's, in order) addressed
+    /// by `expected` shards, written by one statement that is a transaction of its own, only
+    /// if no other shard count is recorded — read under the lock of
+    /// [`Dialect::read_shard_count_locked`] in that statement. `Some(rows)`, one per row
+    /// written or one for none (see [`AddressedRow`]); `None` where the backend has no such
+    /// statement and a write transaction checks first (SQLite, where that costs no round
     /// trip). PostgreSQL: `postgres::arrays::AddressedInboxRows`.
     fn insert_addressed_rows(
         &mut self,
-        rows: &[NewInboxRow],
+        rows: &[&NewInboxRow],
         expected: u32,
-    ) -> Option<Result<AddressedWrite, Failure>>;
+    ) -> Option<Result<Vec<AddressedRow>, Failure>>;
 
     /// States of distinct keys: a new row starts at its `version`, an existing one moves up
     /// by it (see [`Dialect::insert_inbox_rows`]).

@@ -30,7 +30,7 @@ use crate::pool::{blocking, pool_builder, Db};
 use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
-use crate::sql::{ladder, AddressedWrite, Dialect};
+use crate::sql::{ladder, AddressedRow, Dialect};
 use checkpoint::Checkpointer;
 use diesel::connection::Connection;
 use diesel::RunQueryDsl;
@@ -257,9 +257,9 @@ impl Dialect for SqliteConnection {
 
     fn insert_addressed_rows(
         &mut self,
-        _rows: &[NewInboxRow],
+        _rows: &[&NewInboxRow],
         _expected: u32,
-    ) -> Option<Result<AddressedWrite, Failure>> {
+    ) -> Option<Result<Vec<AddressedRow>, Failure>> {
         None
     }
 
