@@ -149,10 +149,11 @@ macro_rules! inbox_units {
             batches: &[(Vec<NewInboxRow>, Vec<NewEventRow>)],
             expected: u32,
         ) -> Result<Option<Vec<WriteReport>>, Failure> {
+            if batches.iter().any(|(_, events)| !events.is_empty()) {
+                return Ok(None);
+            }
             let rows: Vec<&NewInboxRow> = batches.iter().flat_map(|(m, _)| m).collect();
-            if batches.iter().any(|(_, events)| !events.is_empty())
-                || !<Conn as Dialect>::inserts_in_one_statement(rows.len())
-            {
+            if !<Conn as Dialect>::inserts_in_one_statement(rows.len()) {
                 return Ok(None);
             }
             let Some(written) = <Conn as Dialect>::insert_addressed_rows(conn, &rows, expected)
@@ -162,10 +163,11 @@ macro_rules! inbox_units {
             let written = written?;
             let recorded = written.first().and_then(|w| w.0.as_deref());
             $crate::sql::reshard::refuse_other_count(recorded, expected)?;
-            // Each dedup key to the first batch that holds it.
+            // Each dedup key to the first batch that holds it (a lone batch holds them all).
             let mut owner: std::collections::HashMap<(&str, &str, &str, &str), usize> =
                 std::collections::HashMap::new();
-            for (n, (messages, _)) in batches.iter().enumerate() {
+            let grouped = batches.len() > 1;
+            for (n, (messages, _)) in batches.iter().enumerate().filter(|_| grouped) {
                 for m in messages {
                     let key = (
                         m.tenant.as_str(),
@@ -184,9 +186,15 @@ macro_rules! inbox_units {
                     continue; // the count alone: nothing written
                 };
                 let key = (tenant.as_str(), kind.as_str(), id.as_str(), signal.as_str());
-                let n = *owner.get(&key).ok_or_else(|| {
-                    Failure::corrupt(format!("a row written for {key:?} that no batch holds"))
-                })?;
+                let n = match owner.get(&key) {
+                    Some(&n) => n,
+                    None if !grouped => 0,
+                    None => {
+                        return Err(Failure::corrupt(format!(
+                            "a row written for {key:?} that no batch holds"
+                        )))
+                    }
+                };
                 shards[n].push(*shard);
             }
             let mut reports = Vec::with_capacity(batches.len());
