@@ -1,5 +1,6 @@
 //! The statements a page costs on PostgreSQL: a batch of sends and a stage's commit write each
-//! kind of row with one statement whatever the number of rows, kept prepared by diesel.
+//! kind of row with one statement whatever the number of rows, kept prepared by diesel; a
+//! stage that only delivers commits with one statement in all.
 //!
 //! A test binary of its own: the statements are captured by diesel's process-wide
 //! instrumentation, which other tests running alongside would add to.
@@ -59,9 +60,22 @@ async fn a_page_writes_each_kind_of_row_in_one_statement() {
                 .collect(),
             messages: Vec::new(),
         };
+        let mut issued = taken(&ISSUED);
         lease = storage.commit_stage(commit).await.expect("commit").lease;
-
-        let issued = taken(&ISSUED);
+        // A stage that only delivers, stores states and appends events is one statement, a
+        // transaction of its own: one round trip, no BEGIN and COMMIT.
+        // (The notifier's connection, which tells other nodes about writes, is not the stage's.)
+        let commit_issued = taken(&ISSUED);
+        let stage_statements: Vec<_> = commit_issued
+            .iter()
+            .filter(|s| !s.contains("pg_notify") && !s.contains("synchronous_commit"))
+            .collect();
+        assert_eq!(
+            stage_statements.len(),
+            1,
+            "the stage commit in one statement (round {round}): {stage_statements:#?}"
+        );
+        issued.extend(commit_issued);
         let cached = taken(&CACHED);
         for (needle, what) in [
             ("INSERT INTO inbox_messages", "the five sends"),

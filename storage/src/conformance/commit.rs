@@ -3,7 +3,7 @@
 use super::fixtures::*;
 use crate::Inspect;
 use shardbox_core::storage::{DeadLetter, RowChange, RowUpdate, WriteBatch};
-use shardbox_core::{MessageKind, ShardIndex, Storage, StorageError};
+use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage, StorageError, WorkerId};
 
 /// A failed message is retried at its time with its attempt count and error, and its target
 /// is reported as waiting until then; a held message is not a waiting target.
@@ -267,4 +267,151 @@ pub async fn commit_is_all_or_nothing<S: Storage + Inspect>(store: S) {
     assert_eq!(left, ["r1", "x1", "e1"], "r2 removed, fan-out row added");
     let sessions = store.sessions().await.expect("sessions");
     assert_eq!(sessions[0].lease_until, Some(secs(31)), "lease renewed");
+}
+
+/// A stage that only delivers rows, stores states and appends events (the shape a backend
+/// may commit as one statement, see `sql::stage_statement`) keeps the write transaction's
+/// promises: a row outside the shard writes nothing and is `Corrupt`; a lease taken over
+/// writes nothing and is `LeaseLost` naming the new epoch; otherwise every part is written
+/// (a key written twice moves up two versions), with and without events.
+pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage + Inspect>(
+    store: S,
+) {
+    store
+        .write(messages(vec![
+            command(0, "a", "r1"),
+            command(0, "b", "r2"),
+            command(1, "x", "x1"),
+        ]))
+        .await
+        .expect("write");
+    let lease = pick(&store, 0, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    let (r1, r2) = (page.messages[0].seq, page.messages[1].seq);
+    let x1 = store
+        .read_page(ShardIndex(1), t0(), 10)
+        .await
+        .expect("read")
+        .messages[0]
+        .seq;
+    let plain = |lease: &shardbox_core::Lease, seqs: &[i64], with_events: bool| {
+        let mut commit = stage(
+            lease,
+            secs(1),
+            seqs.iter().map(|&s| delivered(s, secs(60))).collect(),
+        );
+        commit.states = vec![
+            state(key("a"), Some("{\"n\":1}")),
+            state(key("b"), Some("{\"n\":1}")),
+            state(key("a"), Some("{\"n\":2}")),
+        ];
+        if with_events {
+            commit.writes.events = vec![
+                event("p1", "Deposited", secs(1)),
+                event("p2", "Deposited", secs(1)),
+            ];
+        }
+        commit
+    };
+    let before_rows = store.rows().await.expect("rows");
+    let before_sessions = store.sessions().await.expect("sessions");
+    let unchanged = |what: &str, rows, sessions| {
+        assert_eq!(rows, before_rows, "{what}: rows unchanged");
+        assert_eq!(sessions, before_sessions, "{what}: lease not renewed");
+    };
+    for with_events in [true, false] {
+        let err = store
+            .commit_stage(plain(&lease, &[r1, r2, x1], with_events))
+            .await
+            .expect_err("a commit delivering a row outside its shard must fail");
+        assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+        unchanged(
+            "outside the shard",
+            store.rows().await.expect("rows"),
+            store.sessions().await.expect("sessions"),
+        );
+        assert!(store
+            .load_states(&[key("a"), key("b")])
+            .await
+            .expect("load")
+            .is_empty());
+        assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+    }
+
+    // The lease expires and another worker takes the shard: the old one's commit is fenced.
+    let taker = store
+        .pick_up(
+            ShardIndex(0),
+            &node("node-b"),
+            WorkerId(2),
+            secs(31),
+            secs(61),
+        )
+        .await
+        .expect("pick_up")
+        .expect("the expired lease is free");
+    let before_sessions = store.sessions().await.expect("sessions");
+    for with_events in [true, false] {
+        match store
+            .commit_stage(plain(&lease, &[r1, r2], with_events))
+            .await
+        {
+            Err(StorageError::LeaseLost { held, current, .. }) => {
+                assert_eq!((held, current), (lease.epoch, Some(taker.epoch)))
+            }
+            other => panic!("expected LeaseLost, got {other:?}"),
+        }
+        assert_eq!(store.rows().await.expect("rows"), before_rows);
+        assert_eq!(store.sessions().await.expect("sessions"), before_sessions);
+        assert!(store
+            .load_states(&[key("a")])
+            .await
+            .expect("load")
+            .is_empty());
+        assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+    }
+
+    // The owner's commit writes every part.
+    let report = store
+        .commit_stage(plain(&taker, &[r1], true))
+        .await
+        .expect("commit");
+    assert_eq!(report.written.events, 2);
+    assert_eq!(report.lease.epoch, taker.epoch);
+    assert_eq!(report.lease.lease_until, secs(31));
+    let mut states = store
+        .load_states(&[key("a"), key("b")])
+        .await
+        .expect("load");
+    states.sort_by(|x, y| x.key.id.cmp(&y.key.id));
+    let versions: Vec<_> = states
+        .iter()
+        .map(|s| (s.key.id.as_str(), s.version, s.updated_at))
+        .collect();
+    assert_eq!(versions, vec![("a", 2, secs(1)), ("b", 1, secs(1))]);
+    assert_eq!(
+        event_seqs_by_id(&store, &["p1", "p2"]).await.len(),
+        2,
+        "both events appended"
+    );
+    // A second stage without events: the other statement.
+    let report = store
+        .commit_stage(plain(&taker, &[r2], false))
+        .await
+        .expect("commit");
+    assert_eq!(report.written.events, 0);
+    let states = store.load_states(&[key("a")]).await.expect("load");
+    assert_eq!(states[0].version, 4, "two more writes of a");
+    let rows = store.rows().await.expect("rows");
+    let delivered: Vec<_> = rows
+        .iter()
+        .filter(|r| r.status == MessageStatus::Delivered)
+        .map(|r| (r.seq, r.keep_until))
+        .collect();
+    assert_eq!(delivered, vec![(r1, Some(secs(60))), (r2, Some(secs(60)))]);
+    let session = &store.sessions().await.expect("sessions")[0];
+    assert_eq!(session.lease_until, Some(secs(31)), "renewed by the commit");
 }

@@ -53,8 +53,8 @@ pub use catch_up::{
 };
 pub use catch_up_cancel::a_cancelled_catch_up_settles_like_a_completion;
 pub use commit::{
-    commit_is_all_or_nothing, delivered_rows_kept_until_window_then_purged,
-    retry_reports_waiting_target,
+    a_stage_that_only_delivers_is_fenced_and_all_or_nothing, commit_is_all_or_nothing,
+    delivered_rows_kept_until_window_then_purged, retry_reports_waiting_target,
 };
 pub use dedup::{
     duplicate_of_delivered_row_is_ignored_until_purged, duplicate_write_is_ignored_and_counted,
@@ -115,6 +115,7 @@ macro_rules! conformance_suite {
             retry_reports_waiting_target,
             delivered_rows_kept_until_window_then_purged,
             commit_is_all_or_nothing,
+            a_stage_that_only_delivers_is_fenced_and_all_or_nothing,
             pick_up_refused_while_held,
             release_then_pick_up_gives_higher_epoch,
             fenced_commit_refused_after_lease_taken,

@@ -227,11 +227,19 @@ impl<'a> EventRows<'a> {
     }
 }
 
-impl QueryFragment<Pg> for EventRows<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql("WITH appending AS MATERIALIZED (SELECT pg_advisory_xact_lock(");
+impl EventRows<'_> {
+    /// `SELECT pg_advisory_xact_lock(…) AS locked`: takes the event-append lock.
+    pub(crate) fn push_lock<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("SELECT pg_advisory_xact_lock(");
         out.push_bind_param::<Integer, _>(&self.lock)?;
-        out.push_sql(", hashtext(COALESCE(current_schema(), ''))) AS locked) INSERT INTO events (");
+        out.push_sql(", hashtext(COALESCE(current_schema(), ''))) AS locked");
+        Ok(())
+    }
+
+    /// `INSERT INTO events (…) SELECT … FROM appending, unnest(…) …`: the rows, each joined
+    /// to the CTE `appending` that took the lock.
+    pub(crate) fn push_insert<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("INSERT INTO events (");
         out.push_sql(EVENT_COLUMNS);
         out.push_sql(
             ") SELECT r.id, r.event_type, r.source_kind, r.source_id, r.tenant, \
@@ -253,6 +261,15 @@ impl QueryFragment<Pg> for EventRows<'_> {
     }
 }
 
+impl QueryFragment<Pg> for EventRows<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("WITH appending AS MATERIALIZED (");
+        self.push_lock(&mut out)?;
+        out.push_sql(") ");
+        self.push_insert(&mut out)
+    }
+}
+
 impl QueryId for EventRows<'_> {
     type QueryId = EventRows<'static>;
     const HAS_STATIC_QUERY_ID: bool = true;
@@ -263,6 +280,8 @@ impl<Conn> RunQueryDsl<Conn> for EventRows<'_> {}
 /// States to upsert (distinct keys), by column: a new row starts at `version`, an existing
 /// one moves up by it.
 pub(crate) struct StateRows<'a> {
+    /// A condition on inserting any row (`WHERE …`, SQL text), or empty.
+    gate: &'static str,
     kind: Vec<&'a str>,
     tenant: Vec<&'a str>,
     id: Vec<&'a str>,
@@ -274,6 +293,7 @@ pub(crate) struct StateRows<'a> {
 impl<'a> StateRows<'a> {
     pub(crate) fn new(rows: &'a [NewEntityStateRow<'a>]) -> Self {
         StateRows {
+            gate: "",
             kind: rows.iter().map(|r| r.kind).collect(),
             tenant: rows.iter().map(|r| r.tenant).collect(),
             id: rows.iter().map(|r| r.id).collect(),
@@ -281,6 +301,12 @@ impl<'a> StateRows<'a> {
             state: rows.iter().map(|r| r.state).collect(),
             updated_at: rows.iter().map(|r| r.updated_at).collect(),
         }
+    }
+
+    /// The same rows, inserted only if `gate` (` WHERE …`, SQL text) holds.
+    pub(crate) fn gated(mut self, gate: &'static str) -> Self {
+        self.gate = gate;
+        self
     }
 }
 
@@ -295,6 +321,7 @@ impl QueryFragment<Pg> for StateRows<'_> {
         column!(out, Binary, &self.state);
         column!(out, BigInt, &self.updated_at);
         out.push_sql(")");
+        out.push_sql(self.gate);
         out.push_sql(ON_STATE_CONFLICT);
         Ok(())
     }

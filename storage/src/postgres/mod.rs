@@ -22,6 +22,7 @@ mod arrays;
 mod listen;
 mod notify;
 mod options;
+mod stage_statement;
 mod states_by_id;
 
 pub use options::PostgresOptions;
@@ -33,6 +34,7 @@ use crate::pool::{blocking, pool_builder, Db};
 use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
+use crate::sql::stage_statement::{StageCounts, StageStatement};
 use crate::sql::{ladder, AddressedRow, Dialect};
 use arrays::{AddressedInboxRows, DeliveredRows, EventRows, InboxRows, StateRows};
 use diesel::connection::{Connection, SimpleConnection};
@@ -41,6 +43,7 @@ use diesel::{PgConnection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 use options::{quote_identifier, SearchPath};
 use shardbox_core::{ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError};
+use stage_statement::StageCommitStatement;
 use states_by_id::StatesById;
 use std::sync::Arc;
 
@@ -318,6 +321,24 @@ impl Dialect for PgConnection {
                 .load(self)
                 .map_err(Failure::from),
         )
+    }
+
+    fn commit_stage_statement(
+        &mut self,
+        stage: &StageStatement<'_>,
+    ) -> Option<Result<StageCounts, Failure>> {
+        let counts = StageCommitStatement::new(stage, LOCK_EVENT_APPEND)
+            .get_result::<(i64, i64, i64, i64, i64)>(self)
+            .map_err(Failure::from)
+            .map(
+                |(fenced, delivered, _stored, events, _checked)| StageCounts {
+                    fenced: fenced == 1,
+                    // Counts of rows: never negative.
+                    delivered: usize::try_from(delivered).unwrap_or(0),
+                    events: usize::try_from(events).unwrap_or(0),
+                },
+            );
+        Some(counts)
     }
 
     fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure> {

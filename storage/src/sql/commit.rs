@@ -14,6 +14,11 @@
 //!  7 events     appended last (see Dialect::append_event_rows)
 //! ```
 //!
+//! A stage that only delivers rows, stores states and appends events — most stages — is
+//! first offered to the backend as one statement (`sql::stage_statement`; PostgreSQL: one
+//! round trip instead of six), with the same locks in the same order; the transaction above
+//! commits everything else, and names the fault where that statement was refused.
+//!
 //! Any error rolls the whole transaction back. The fence comes first so that on PostgreSQL the
 //! session row stays locked for the rest of the commit: a pick-up of the shard by another node
 //! waits for it, and then sees the renewed lease.
@@ -61,6 +66,28 @@ macro_rules! commit_units {
                 locked.sort_unstable();
                 locked.dedup();
             }
+            // Most stages only deliver their page: one statement where the backend has one.
+            let plain = locked.is_empty()
+                && release_holds.is_empty()
+                && dead_letters.is_empty()
+                && catch_ups.is_empty()
+                && purge_catch_ups_before.is_none()
+                && messages.is_empty()
+                && purge_delivered == 0
+                && outcomes.is_empty();
+            if plain {
+                if let Some(report) = commit_in_one_statement(
+                    conn,
+                    &lease,
+                    lease_until,
+                    now,
+                    &updates,
+                    &states,
+                    &events,
+                )? {
+                    return Ok(report);
+                }
+            }
             <Conn as Dialect>::write_transaction(conn, |conn| {
                 if !locked.is_empty() {
                     <Conn as Dialect>::lock_sessions_in_order(conn, &locked)?;
@@ -95,6 +122,67 @@ macro_rules! commit_units {
                     catch_ups_purged,
                 })
             })
+        }
+
+        /// A stage that delivers rows, upserts states and appends events, and nothing else,
+        /// as one statement (`sql::stage_statement`): `Some` report if that statement
+        /// committed it; `None` if the shape or the backend does not allow it, or the
+        /// statement wrote nothing (the lease was lost) or was refused and rolled back — then
+        /// the write transaction commits it or names the fault.
+        fn commit_in_one_statement(
+            conn: &mut Conn,
+            lease: &Lease,
+            lease_until: DateTime<Utc>,
+            now: DateTime<Utc>,
+            updates: &[RowUpdate],
+            states: &[EntityStateWrite],
+            events: &[NewEventRow],
+        ) -> Result<Option<CommitReport>, Failure> {
+            use $crate::sql::stage_statement::{delivered_only, StageStatement};
+            let Some((delivered, window)) = delivered_only(updates) else {
+                return Ok(None);
+            };
+            let (deleted, upserts) = state_rows(states, now);
+            if !deleted.is_empty() {
+                return Ok(None);
+            }
+            let stage = StageStatement {
+                shard: lease.shard.as_i32(),
+                epoch: lease.epoch.0,
+                node_id: &lease.node_id.0,
+                lease_until: micros(lease_until),
+                delivered: &delivered,
+                at: micros(now),
+                keep_until: window.map_or(0, micros),
+                states: &upserts,
+                events,
+            };
+            match <Conn as Dialect>::commit_stage_statement(conn, &stage) {
+                None => Ok(None),
+                Some(Ok(counts)) if counts.fenced && counts.delivered == delivered.len() => {
+                    let mut lease = lease.clone();
+                    lease.lease_until = lease_until;
+                    Ok(Some(CommitReport {
+                        lease,
+                        written: WriteReport {
+                            events: counts.events,
+                            ..WriteReport::default()
+                        },
+                        purged: 0,
+                        catch_ups_purged: 0,
+                    }))
+                }
+                // Not fenced, so nothing written: the transaction reports the lost lease.
+                Some(Ok(_)) => Ok(None),
+                // Refused by the server, so rolled back (the statement is its transaction).
+                // A lost connection leaves the outcome unknown: that error stands.
+                Some(Err(Failure::Db(diesel::result::Error::DatabaseError(kind, _))))
+                    if !matches!(kind, diesel::result::DatabaseErrorKind::ClosedConnection) =>
+                {
+                    Ok(None)
+                }
+                Some(Err(e)) => Err(e),
+            }
         }
 
         /// Makes the rows of `release.target` in `shard` held until exactly `release.until` due
@@ -340,13 +428,34 @@ macro_rules! commit_units {
             now: DateTime<Utc>,
         ) -> Result<(), Failure> {
             use $crate::schema::entity_states::dsl as es;
+            let (deleted, upserts) = state_rows(&states, now);
+            for key in deleted {
+                diesel::delete(
+                    es::entity_states
+                        .filter(es::kind.eq(&key.kind))
+                        .filter(es::tenant.eq(&key.tenant))
+                        .filter(es::id.eq(&key.id)),
+                )
+                .execute(conn)?;
+            }
+            // A new row starts at its number of writes; an existing one moves up by it.
+            <Conn as Dialect>::upsert_state_rows(conn, &upserts)
+        }
+
+        /// The keys `states` delete (before their upserts), and the rows to upsert, sorted by
+        /// key: a key's number of writes after its last delete is its version step (each
+        /// write a version, as if applied one by one) with its last state.
+        fn state_rows(
+            states: &[EntityStateWrite],
+            now: DateTime<Utc>,
+        ) -> (Vec<&EntityKey>, Vec<NewEntityStateRow<'_>>) {
             let now = micros(now);
             // Per key: whether the commit deletes it, how many writes follow the last delete
             // (each write is a version, as if applied one by one), and the last state. Sorted
             // by key, so that concurrent commits lock state rows in one order and one
             // statement never touches a key twice.
             let mut per_key: BTreeMap<&EntityKey, (bool, i64, Option<&Vec<u8>>)> = BTreeMap::new();
-            for w in &states {
+            for w in states {
                 let entry = per_key.entry(&w.key).or_insert((false, 0, None));
                 match &w.state {
                     Some(state) => {
@@ -356,16 +465,11 @@ macro_rules! commit_units {
                     None => *entry = (true, 0, None),
                 }
             }
+            let mut deletes = Vec::new();
             let mut upserts = Vec::with_capacity(per_key.len());
             for (key, (deleted, writes, state)) in per_key {
                 if deleted {
-                    diesel::delete(
-                        es::entity_states
-                            .filter(es::kind.eq(&key.kind))
-                            .filter(es::tenant.eq(&key.tenant))
-                            .filter(es::id.eq(&key.id)),
-                    )
-                    .execute(conn)?;
+                    deletes.push(key);
                 }
                 if let Some(state) = state {
                     upserts.push(NewEntityStateRow {
@@ -378,8 +482,7 @@ macro_rules! commit_units {
                     });
                 }
             }
-            // A new row starts at its number of writes; an existing one moves up by it.
-            <Conn as Dialect>::upsert_state_rows(conn, &upserts)
+            (deletes, upserts)
         }
 
         /// Inserts dead letters with their original rows.

@@ -29,6 +29,7 @@ pub(crate) mod prelude;
 pub(crate) mod prepared;
 pub(crate) mod registry;
 pub(crate) mod reshard;
+pub(crate) mod stage_statement;
 pub(crate) mod traits;
 
 use crate::error::Failure;
@@ -181,6 +182,16 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
         rows: &[&NewInboxRow],
         expected: u32,
     ) -> Option<Result<Vec<AddressedRow>, Failure>>;
+
+    /// Outside a transaction: a stage commit of the common shape (see `sql::stage_statement`)
+    /// as one statement that is a transaction of its own, taking the locks the write
+    /// transaction takes in its order. `None` where the backend has no such statement
+    /// (SQLite, where the transaction's statements cost no round trip). PostgreSQL:
+    /// `postgres::stage_statement`.
+    fn commit_stage_statement(
+        &mut self,
+        stage: &stage_statement::StageStatement<'_>,
+    ) -> Option<Result<stage_statement::StageCounts, Failure>>;
 
     /// States of distinct keys: a new row starts at its `version`, an existing one moves up
     /// by it (see [`Dialect::insert_inbox_rows`]).
