@@ -7,9 +7,9 @@ pub const USAGE: &str =
 [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
-[--cache-capacity C (default: the framework's)] [--workers W (live, latency, scale: workers \
-per node, default 4)] [--handler-concurrency C (jobs: total, over \
-4 workers, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)] \
+[--cache-capacity C (default: the framework's)] [--workers W (live, latency, scale, jobs: \
+workers per node, default 4)] [--handler-concurrency C (jobs: the node's total, each worker \
+may use all of it, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)] \
 [--paced (jobs: producers offer --rate msgs/s instead of sending as fast as they can)]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,9 +75,10 @@ pub struct Args {
     pub batch: usize,
     /// Entries of the deduplication cache (`None`: the framework's default).
     pub cache_capacity: Option<u64>,
-    /// Workers per node (`live`, `latency`, `scale`).
+    /// Workers per node (`live`, `latency`, `scale`, `jobs`).
     pub workers: usize,
-    /// `jobs`: handler calls in flight on the node (over its 4 workers).
+    /// `jobs`: handler calls in flight on the node (`max_in_flight_handlers`; each worker may
+    /// use all of them).
     pub handler_concurrency: usize,
     /// `jobs`: the producers offer `rate` msgs/s (in batches of `batch`) instead of sending
     /// as fast as they can, to measure the claim latency below saturation.

@@ -1,7 +1,10 @@
 //! The `jobs` workload: handlers that do real work. N commands over T targets (T = N: one job
 //! per target), each handler awaiting `--work-ms` of simulated I/O (a tokio sleep), sent by
 //! producers while the node delivers, at a total handler concurrency of
-//! `--handler-concurrency` (over the node's 4 workers).
+//! `--handler-concurrency`: the node's `max_in_flight_handlers`, shared by its `--workers`
+//! (default 4), each of which may use all of it (`handler_concurrency` = the total). With
+//! `SHARDBOX_BENCH_TIMELINE` the trace points of the run are written as for `latency` (the
+//! messages of one `send_many` share their key, their `received_at`).
 //!
 //! With `--paced` the producers offer `--rate` msgs/s instead, for the claim latency below
 //! saturation (`offered_per_s` in the report; 0 when saturated).
@@ -64,6 +67,7 @@ impl Aggregate for Job {
         if let Some(h) = lock(&CLAIMS).as_mut() {
             let _ = h.record(claimed as u64);
         }
+        crate::timeline::mark("handler", cx.received_at.timestamp_micros());
         tokio::time::sleep(Duration::from_micros(WORK_US.load(Ordering::Relaxed))).await;
         Ok(vec![Ran])
     }
@@ -125,14 +129,16 @@ async fn jobs_run(
     storage: Arc<dyn Storage>,
     a: &Args,
 ) -> Result<(f64, Histogram<u64>, u64, u64), String> {
-    let workers = 4.min(a.handler_concurrency);
+    let workers = a.workers.min(a.handler_concurrency);
     let sb = Shardbox::builder()
         .shared_storage(storage)
         .node_id(NodeId("bench-jobs".into()))
         .shards(a.shards)
         .page_size(a.page_size)
         .workers(workers)
-        .handler_concurrency(a.handler_concurrency.div_ceil(workers))
+        // The total is the node-wide cap; each worker may use all of it, so the slots of a
+        // worker that is committing or reading its next page serve the others' pages.
+        .handler_concurrency(a.handler_concurrency)
         .max_in_flight_handlers(a.handler_concurrency)
         .poll_interval(Duration::from_millis(200))
         .lease_linger(Duration::from_millis(50))
@@ -144,6 +150,7 @@ async fn jobs_run(
         Some(Histogram::new_with_bounds(1, 600_000_000, 3).map_err(|e| e.to_string())?);
     let node = sb.start();
     let started = Instant::now();
+    crate::timeline::start();
     produce(&sb, a.n, a.targets, a.batch, a.paced.then_some(a.rate)).await?;
     let deadline = Instant::now() + Duration::from_secs(3600);
     while sb.metrics().delivered < a.n as u64 {
@@ -152,6 +159,7 @@ async fn jobs_run(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    crate::timeline::finish()?;
     let rate = a.n as f64 / started.elapsed().as_secs_f64();
     node.shutdown().await.map_err(|e| e.to_string())?;
     let claims = lock(&CLAIMS).take().ok_or("no claim histogram")?;
