@@ -3,7 +3,7 @@
 use super::fixtures::*;
 use crate::Inspect;
 use shardbox_core::storage::{DeadLetter, RowChange, RowUpdate, WriteBatch};
-use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage, StorageError, WorkerId};
+use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage, StorageError};
 
 /// A failed message is retried at its time with its attempt count and error, and its target
 /// is reported as waiting until then; a held message is not a waiting target.
@@ -172,25 +172,8 @@ pub async fn delivered_rows_kept_until_window_then_purged<S: Storage + Inspect>(
 /// A commit whose last update is bogus writes nothing at all; the same commit without it
 /// writes everything (states, events, fan-out rows, dead letters, row changes).
 pub async fn commit_is_all_or_nothing<S: Storage + Inspect>(store: S) {
-    store
-        .write(messages(vec![
-            command(0, "a", "r1"),
-            command(0, "b", "r2"),
-            command(1, "x", "x1"),
-        ]))
-        .await
-        .expect("write");
-    let lease = pick(&store, 0, "node-a", t0()).await;
-    let page = store
-        .read_page(ShardIndex(0), t0(), 10)
-        .await
-        .expect("read");
-    let (r1, r2) = (&page.messages[0], &page.messages[1]);
-    let other_shard = store
-        .read_page(ShardIndex(1), t0(), 10)
-        .await
-        .expect("read");
-    let x1 = other_shard.messages[0].seq;
+    let (lease, r1, r2, x1) = two_rows_and_one_elsewhere(&store).await;
+    let (r1, r2, x1) = (&r1, &r2, x1.seq);
 
     let full = |bogus: Option<i64>| {
         let mut updates = vec![
@@ -230,12 +213,7 @@ pub async fn commit_is_all_or_nothing<S: Storage + Inspect>(store: S) {
             before_rows,
             "rows unchanged"
         );
-        assert!(store
-            .load_states(&[key("a")])
-            .await
-            .expect("load")
-            .is_empty());
-        assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+        assert_no_state_nor_event(&store, &["a"]).await;
         assert!(store.dead_letters().await.expect("dead").is_empty());
         assert_eq!(
             store.sessions().await.expect("s"),
@@ -277,26 +255,8 @@ pub async fn commit_is_all_or_nothing<S: Storage + Inspect>(store: S) {
 pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage + Inspect>(
     store: S,
 ) {
-    store
-        .write(messages(vec![
-            command(0, "a", "r1"),
-            command(0, "b", "r2"),
-            command(1, "x", "x1"),
-        ]))
-        .await
-        .expect("write");
-    let lease = pick(&store, 0, "node-a", t0()).await;
-    let page = store
-        .read_page(ShardIndex(0), t0(), 10)
-        .await
-        .expect("read");
-    let (r1, r2) = (page.messages[0].seq, page.messages[1].seq);
-    let x1 = store
-        .read_page(ShardIndex(1), t0(), 10)
-        .await
-        .expect("read")
-        .messages[0]
-        .seq;
+    let (lease, r1, r2, x1) = two_rows_and_one_elsewhere(&store).await;
+    let (r1, r2, x1) = (r1.seq, r2.seq, x1.seq);
     let plain = |lease: &shardbox_core::Lease, seqs: &[i64], with_events: bool| {
         let mut commit = stage(
             lease,
@@ -333,26 +293,11 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
             store.rows().await.expect("rows"),
             store.sessions().await.expect("sessions"),
         );
-        assert!(store
-            .load_states(&[key("a"), key("b")])
-            .await
-            .expect("load")
-            .is_empty());
-        assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+        assert_no_state_nor_event(&store, &["a", "b"]).await;
     }
 
     // The lease expires and another worker takes the shard: the old one's commit is fenced.
-    let taker = store
-        .pick_up(
-            ShardIndex(0),
-            &node("node-b"),
-            WorkerId(2),
-            secs(31),
-            secs(61),
-        )
-        .await
-        .expect("pick_up")
-        .expect("the expired lease is free");
+    let taker = take_over(&store, 0, "node-b").await;
     let before_sessions = store.sessions().await.expect("sessions");
     for with_events in [true, false] {
         match store
@@ -366,12 +311,7 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
         }
         assert_eq!(store.rows().await.expect("rows"), before_rows);
         assert_eq!(store.sessions().await.expect("sessions"), before_sessions);
-        assert!(store
-            .load_states(&[key("a")])
-            .await
-            .expect("load")
-            .is_empty());
-        assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+        assert_no_state_nor_event(&store, &["a"]).await;
     }
 
     // The owner's commit writes every part.

@@ -106,6 +106,67 @@ pub async fn pick<S: Storage>(store: &S, shard: u32, node_name: &str, now: DateT
         .unwrap_or_else(|| panic!("shard {shard} should be free for {node_name} at {now}"))
 }
 
+/// Takes `shard` over for `node_name`'s worker 2 at 31 s, until 61 s — after a lease that
+/// [`pick`] gave at [`t0`] has expired; panics if refused.
+pub async fn take_over<S: Storage>(store: &S, shard: u32, node_name: &str) -> Lease {
+    store
+        .pick_up(
+            ShardIndex(shard),
+            &node(node_name),
+            WorkerId(2),
+            secs(31),
+            secs(61),
+        )
+        .await
+        .expect("pick_up")
+        .expect("the expired lease is free")
+}
+
+/// Writes commands `r1` (target `a`) and `r2` (target `b`) to shard 0 and `x1` (target `x`)
+/// to shard 1, and picks shard 0 up for `node-a` at [`t0`]: the lease, shard 0's two rows and
+/// shard 1's row.
+pub async fn two_rows_and_one_elsewhere<S: Storage>(
+    store: &S,
+) -> (Lease, InboxMessage, InboxMessage, InboxMessage) {
+    store
+        .write(messages(vec![
+            command(0, "a", "r1"),
+            command(0, "b", "r2"),
+            command(1, "x", "x1"),
+        ]))
+        .await
+        .expect("write");
+    let lease = pick(store, 0, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    let other_shard = store
+        .read_page(ShardIndex(1), t0(), 10)
+        .await
+        .expect("read");
+    (
+        lease,
+        page.messages[0].clone(),
+        page.messages[1].clone(),
+        other_shard.messages[0].clone(),
+    )
+}
+
+/// Asserts that no state of the targets `ids` (see [`key`]) is stored and no event appended.
+pub async fn assert_no_state_nor_event<S: Storage>(store: &S, ids: &[&str]) {
+    let keys: Vec<EntityKey> = ids.iter().map(|id| key(id)).collect();
+    assert!(
+        store.load_states(&keys).await.expect("load").is_empty(),
+        "no state of {ids:?} stored"
+    );
+    assert_eq!(
+        store.last_event_seq().await.expect("seq"),
+        0,
+        "no event appended"
+    );
+}
+
 /// A commit of `updates` under `lease` at `now`, renewing the lease for 30 s, writing nothing
 /// else.
 pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> StageCommit {

@@ -95,17 +95,7 @@ pub async fn fenced_commit_refused_after_lease_taken<S: Storage + Inspect>(store
     let seq = page.messages[0].seq;
     // The same node takes the shard over with another worker (say, after a restart): only
     // the epoch tells the two apart.
-    let b = store
-        .pick_up(
-            ShardIndex(0),
-            &node("node-a"),
-            WorkerId(2),
-            secs(31),
-            secs(61),
-        )
-        .await
-        .expect("pick_up")
-        .expect("the expired lease is free");
+    let b = take_over(&store, 0, "node-a").await;
     let before = store.rows().await.expect("rows");
 
     let mut late = stage(&a, secs(32), vec![delivered(seq, secs(90))]);
@@ -130,12 +120,7 @@ pub async fn fenced_commit_refused_after_lease_taken<S: Storage + Inspect>(store
         before,
         "no row changed or added"
     );
-    assert!(store
-        .load_states(&[key("a")])
-        .await
-        .expect("load")
-        .is_empty());
-    assert_eq!(store.last_event_seq().await.expect("seq"), 0);
+    assert_no_state_nor_event(&store, &["a"]).await;
     let session = &store.sessions().await.expect("sessions")[0];
     assert_eq!(
         (session.worker_id, session.lease_until),
