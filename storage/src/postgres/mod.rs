@@ -323,6 +323,8 @@ impl Dialect for PgConnection {
         )
     }
 
+    const STAGE_STATEMENT: bool = true;
+
     fn commit_stage_statement(
         &mut self,
         stage: &StageStatement<'_>,

@@ -67,7 +67,8 @@ macro_rules! commit_units {
                 locked.dedup();
             }
             // Most stages only deliver their page: one statement where the backend has one.
-            let plain = locked.is_empty()
+            let plain = <Conn as Dialect>::STAGE_STATEMENT
+                && locked.is_empty()
                 && release_holds.is_empty()
                 && dead_letters.is_empty()
                 && catch_ups.is_empty()

@@ -183,6 +183,10 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
         expected: u32,
     ) -> Option<Result<Vec<AddressedRow>, Failure>>;
 
+    /// Whether the backend has [`Dialect::commit_stage_statement`]: if not, a stage commit
+    /// takes the write transaction without even looking at its shape.
+    const STAGE_STATEMENT: bool;
+
     /// Outside a transaction: a stage commit of the common shape (see `sql::stage_statement`)
     /// as one statement that is a transaction of its own, taking the locks the write
     /// transaction takes in its order. `None` where the backend has no such statement

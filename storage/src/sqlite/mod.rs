@@ -263,6 +263,8 @@ impl Dialect for SqliteConnection {
         None
     }
 
+    const STAGE_STATEMENT: bool = false;
+
     fn commit_stage_statement(
         &mut self,
         _stage: &crate::sql::stage_statement::StageStatement<'_>,
