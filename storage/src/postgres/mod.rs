@@ -329,17 +329,21 @@ impl Dialect for PgConnection {
         &mut self,
         stage: &StageStatement<'_>,
     ) -> Option<Result<StageCounts, Failure>> {
-        let counts = StageCommitStatement::new(stage, LOCK_EVENT_APPEND)
-            .get_result::<(i64, i64, i64, i64, i64)>(self)
-            .map_err(Failure::from)
-            .map(
-                |(fenced, delivered, _stored, events, _checked)| StageCounts {
+        let counts = if stage.events.is_empty() {
+            StageCommitStatement::<false>::new(stage, LOCK_EVENT_APPEND).get_result(self)
+        } else {
+            StageCommitStatement::<true>::new(stage, LOCK_EVENT_APPEND).get_result(self)
+        };
+        let counts = counts.map_err(Failure::from).map(
+            |(fenced, delivered, _stored, events, _checked): (i64, i64, i64, i64, i64)| {
+                StageCounts {
                     fenced: fenced == 1,
                     // Counts of rows: never negative.
                     delivered: usize::try_from(delivered).unwrap_or(0),
                     events: usize::try_from(events).unwrap_or(0),
-                },
-            );
+                }
+            },
+        );
         Some(counts)
     }
 

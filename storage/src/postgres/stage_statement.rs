@@ -32,8 +32,9 @@ use diesel::{QueryResult, RunQueryDsl};
 const IF_FENCED: &str = " WHERE EXISTS (SELECT 1 FROM fenced)";
 
 /// [`StageStatement`] as PostgreSQL's one statement; loads `(fenced, delivered, stored,
-/// events, 0)`.
-pub(crate) struct StageCommitStatement<'a> {
+/// events, 0)`. `EVENTS`: whether it appends events — the two texts are two types, each kept
+/// prepared by its type like the other array statements.
+pub(crate) struct StageCommitStatement<'a, const EVENTS: bool> {
     fence: SetLease<'a>,
     delivered: DeliveredRows<'a>,
     expected: i64,
@@ -41,9 +42,11 @@ pub(crate) struct StageCommitStatement<'a> {
     events: Option<EventRows<'a>>,
 }
 
-impl<'a> StageCommitStatement<'a> {
-    /// The statement of `stage`, appending events under the lock of class `event_lock`.
+impl<'a, const EVENTS: bool> StageCommitStatement<'a, EVENTS> {
+    /// The statement of `stage`, appending its events (if `EVENTS`; there must be none
+    /// otherwise) under the lock of class `event_lock`.
     pub(crate) fn new(stage: &'a StageStatement<'a>, event_lock: i32) -> Self {
+        debug_assert_eq!(EVENTS, !stage.events.is_empty());
         StageCommitStatement {
             fence: SetLease {
                 shard: stage.shard,
@@ -59,12 +62,12 @@ impl<'a> StageCommitStatement<'a> {
             },
             expected: i64::try_from(stage.delivered.len()).unwrap_or(i64::MAX),
             states: StateRows::new(stage.states).gated(IF_FENCED),
-            events: (!stage.events.is_empty()).then(|| EventRows::new(stage.events, event_lock)),
+            events: EVENTS.then(|| EventRows::new(stage.events, event_lock)),
         }
     }
 }
 
-impl QueryFragment<Pg> for StageCommitStatement<'_> {
+impl<const EVENTS: bool> QueryFragment<Pg> for StageCommitStatement<'_, EVENTS> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         out.push_sql("WITH fenced AS (");
         self.fence.walk_ast(out.reborrow())?;
@@ -104,14 +107,13 @@ impl QueryFragment<Pg> for StageCommitStatement<'_> {
     }
 }
 
-impl Query for StageCommitStatement<'_> {
+impl<const EVENTS: bool> Query for StageCommitStatement<'_, EVENTS> {
     type SqlType = (BigInt, BigInt, BigInt, BigInt, BigInt);
 }
 
-/// Two texts (with and without events): prepared and cached by the text.
-impl QueryId for StageCommitStatement<'_> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+impl<const EVENTS: bool> QueryId for StageCommitStatement<'_, EVENTS> {
+    type QueryId = StageCommitStatement<'static, EVENTS>;
+    const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<Conn> RunQueryDsl<Conn> for StageCommitStatement<'_> {}
+impl<Conn, const EVENTS: bool> RunQueryDsl<Conn> for StageCommitStatement<'_, EVENTS> {}

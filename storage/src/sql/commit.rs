@@ -31,6 +31,12 @@ macro_rules! commit_units {
             conn: &mut Conn,
             commit: StageCommit,
         ) -> Result<CommitReport, Failure> {
+            // Most stages only deliver their page: one statement where the backend has one.
+            let one_statement = if <Conn as Dialect>::STAGE_STATEMENT {
+                $crate::sql::stage_statement::one_statement_shape(&commit)
+            } else {
+                None
+            };
             let StageCommit {
                 lease,
                 now,
@@ -66,23 +72,13 @@ macro_rules! commit_units {
                 locked.sort_unstable();
                 locked.dedup();
             }
-            // Most stages only deliver their page: one statement where the backend has one.
-            let plain = <Conn as Dialect>::STAGE_STATEMENT
-                && locked.is_empty()
-                && release_holds.is_empty()
-                && dead_letters.is_empty()
-                && catch_ups.is_empty()
-                && purge_catch_ups_before.is_none()
-                && messages.is_empty()
-                && purge_delivered == 0
-                && outcomes.is_empty();
-            if plain {
+            if let Some(delivered) = one_statement {
                 if let Some(report) = commit_in_one_statement(
                     conn,
                     &lease,
                     lease_until,
                     now,
-                    &updates,
+                    delivered,
                     &states,
                     &events,
                 )? {
@@ -125,29 +121,23 @@ macro_rules! commit_units {
             })
         }
 
-        /// A stage that delivers rows, upserts states and appends events, and nothing else,
-        /// as one statement (`sql::stage_statement`): `Some` report if that statement
-        /// committed it; `None` if the shape or the backend does not allow it, or the
-        /// statement wrote nothing (the lease was lost) or was refused and rolled back — then
-        /// the write transaction commits it or names the fault.
+        /// A stage of the common shape (`sql::stage_statement::one_statement_shape`: its
+        /// `delivered` rows, `states` to upsert, `events`) as one statement: `Some` report if
+        /// that statement committed it; `None` if the backend has none, or the statement wrote
+        /// nothing (the lease was lost) or was refused and rolled back — then the write
+        /// transaction commits it or names the fault.
         fn commit_in_one_statement(
             conn: &mut Conn,
             lease: &Lease,
             lease_until: DateTime<Utc>,
             now: DateTime<Utc>,
-            updates: &[RowUpdate],
+            (delivered, window): $crate::sql::stage_statement::DeliveredRows,
             states: &[EntityStateWrite],
             events: &[NewEventRow],
         ) -> Result<Option<CommitReport>, Failure> {
-            use $crate::sql::stage_statement::{delivered_only, StageStatement};
-            let Some((delivered, window)) = delivered_only(updates) else {
-                return Ok(None);
-            };
-            let (deleted, upserts) = state_rows(states, now);
-            if !deleted.is_empty() {
-                return Ok(None);
-            }
-            let stage = StageStatement {
+            // The shape has no deleted state.
+            let (_, upserts) = state_rows(states, now);
+            let stage = $crate::sql::stage_statement::StageStatement {
                 shard: lease.shard.as_i32(),
                 epoch: lease.epoch.0,
                 node_id: &lease.node_id.0,

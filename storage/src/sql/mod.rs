@@ -183,19 +183,21 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
         expected: u32,
     ) -> Option<Result<Vec<AddressedRow>, Failure>>;
 
-    /// Whether the backend has [`Dialect::commit_stage_statement`]: if not, a stage commit
-    /// takes the write transaction without even looking at its shape.
-    const STAGE_STATEMENT: bool;
+    /// Whether the backend has [`Dialect::commit_stage_statement`]: if not (the default), a
+    /// stage commit takes the write transaction without even looking at its shape.
+    const STAGE_STATEMENT: bool = false;
 
     /// Outside a transaction: a stage commit of the common shape (see `sql::stage_statement`)
     /// as one statement that is a transaction of its own, taking the locks the write
     /// transaction takes in its order. `None` where the backend has no such statement
-    /// (SQLite, where the transaction's statements cost no round trip). PostgreSQL:
-    /// `postgres::stage_statement`.
+    /// (the default; SQLite, where the transaction's statements cost no round trip).
+    /// PostgreSQL: `postgres::stage_statement`.
     fn commit_stage_statement(
         &mut self,
-        stage: &stage_statement::StageStatement<'_>,
-    ) -> Option<Result<stage_statement::StageCounts, Failure>>;
+        _stage: &stage_statement::StageStatement<'_>,
+    ) -> Option<Result<stage_statement::StageCounts, Failure>> {
+        None
+    }
 
     /// States of distinct keys: a new row starts at its `version`, an existing one moves up
     /// by it (see [`Dialect::insert_inbox_rows`]).

@@ -258,7 +258,8 @@ use crate::error::Failure;
 use shardbox_core::storage::ReshardAnnouncement;
 use shardbox_core::NodeId;
 
-/// One setting's value, as a raw query reads it.
+/// One setting's value, as a raw query reads it (PostgreSQL's locked read).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(diesel::QueryableByName)]
 pub(crate) struct SettingValue {
     #[diesel(sql_type = diesel::sql_types::Text)]

@@ -1,7 +1,8 @@
 //! A stage commit of the common shape as one statement, where the backend has one.
 //!
 //! ```text
-//!  StageCommit ─► of_shape: only delivered rows (one keep_until), state upserts, events?
+//!  StageCommit ─► one_statement_shape: only delivered rows (one keep_until), state upserts,
+//!                 events?
 //!      no ─────────────────────────────────────────────► the write transaction (sql::commit)
 //!      yes ─► Dialect::commit_stage_statement (PostgreSQL: postgres::stage_statement)
 //!               fenced, every row found ─► done: committed by that statement alone
@@ -19,10 +20,13 @@
 //! deleted state) takes the transaction, which states each step on its own.
 
 use crate::rows::{NewEntityStateRow, NewEventRow};
-use shardbox_core::storage::{RowChange, RowUpdate};
+use chrono::{DateTime, Utc};
+use shardbox_core::storage::{RowChange, StageCommit};
 
 /// What one statement commits: the lease renewed if still held, then the rows delivered,
-/// the states upserted and the events appended — all only if the lease was held.
+/// the states upserted and the events appended — all only if the lease was held. (Only
+/// PostgreSQL reads it.)
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) struct StageStatement<'a> {
     /// The shard and the lease that must still hold it.
     pub(crate) shard: i32,
@@ -55,15 +59,29 @@ pub(crate) struct StageCounts {
     pub(crate) events: usize,
 }
 
-/// The delivered rows of `updates` (distinct, ascending) and their one `keep_until`, if
-/// every update delivers a row and all share that window (`None` for no updates at all is
-/// `Some` with no rows); `None` if any update is another change or the windows differ.
-pub(crate) fn delivered_only(
-    updates: &[RowUpdate],
-) -> Option<(Vec<i64>, Option<chrono::DateTime<chrono::Utc>>)> {
+/// The rows delivered by a commit of the common shape: distinct, ascending, and their one
+/// deduplication window's end.
+pub(crate) type DeliveredRows = (Vec<i64>, Option<DateTime<Utc>>);
+
+/// Whether `commit` has the shape one statement commits — it delivers rows (all with one
+/// `keep_until`), upserts states and appends events, and changes nothing else: no other row
+/// change, deleted state, dead letter, fan-out row, purge, recorded outcome, catch-up or
+/// released hold. If so, its delivered rows (none for no updates at all).
+pub(crate) fn one_statement_shape(commit: &StageCommit) -> Option<DeliveredRows> {
+    let nothing_else = commit.release_holds.is_empty()
+        && commit.dead_letters.is_empty()
+        && commit.catch_ups.is_empty()
+        && commit.purge_catch_ups_before.is_none()
+        && commit.writes.messages.is_empty()
+        && commit.purge_delivered == 0
+        && commit.outcomes.is_empty()
+        && commit.states.iter().all(|w| w.state.is_some());
+    if !nothing_else {
+        return None;
+    }
     let mut window = None;
-    let mut seqs = Vec::with_capacity(updates.len());
-    for update in updates {
+    let mut seqs = Vec::with_capacity(commit.updates.len());
+    for update in &commit.updates {
         let RowChange::Delivered { keep_until } = update.change else {
             return None;
         };
@@ -82,40 +100,67 @@ pub(crate) fn delivered_only(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{TimeZone, Utc};
+    use crate::conformance::fixtures::{delivered, key, secs, stage, state};
+    use shardbox_core::storage::RowUpdate;
+    use shardbox_core::{Lease, LeaseEpoch, NodeId, ShardIndex, WorkerId};
 
-    fn delivered(seq: i64, secs: i64) -> RowUpdate {
-        RowUpdate {
-            seq,
-            change: RowChange::Delivered {
-                keep_until: Utc.timestamp_opt(secs, 0).unwrap(),
-            },
-        }
+    fn commit(updates: Vec<RowUpdate>) -> StageCommit {
+        let lease = Lease {
+            shard: ShardIndex(0),
+            node_id: NodeId("n".into()),
+            worker_id: WorkerId(1),
+            epoch: LeaseEpoch(1),
+            picked_at: secs(0),
+            lease_until: secs(30),
+            taken_over: false,
+        };
+        stage(&lease, secs(1), updates)
     }
 
     #[test]
     fn rows_delivered_in_one_window_are_sorted_and_distinct() {
-        let (seqs, window) =
-            delivered_only(&[delivered(7, 100), delivered(3, 100), delivered(7, 100)]).unwrap();
+        let mut c = commit(vec![
+            delivered(7, secs(100)),
+            delivered(3, secs(100)),
+            delivered(7, secs(100)),
+        ]);
+        c.states = vec![state(key("a"), Some("{}")), state(key("a"), Some("{}"))];
+        let (seqs, window) = one_statement_shape(&c).unwrap();
         assert_eq!(seqs, vec![3, 7]);
-        assert_eq!(window, Some(Utc.timestamp_opt(100, 0).unwrap()));
+        assert_eq!(window, Some(secs(100)));
     }
 
     #[test]
     fn no_updates_deliver_no_rows() {
-        assert_eq!(delivered_only(&[]), Some((vec![], None)));
+        assert_eq!(one_statement_shape(&commit(vec![])), Some((vec![], None)));
     }
 
     #[test]
     fn two_windows_or_another_change_take_the_transaction() {
-        assert_eq!(
-            delivered_only(&[delivered(1, 100), delivered(2, 200)]),
-            None
-        );
+        let two_windows = commit(vec![delivered(1, secs(100)), delivered(2, secs(200))]);
+        assert_eq!(one_statement_shape(&two_windows), None);
         let removed = RowUpdate {
             seq: 2,
             change: RowChange::Remove,
         };
-        assert_eq!(delivered_only(&[delivered(1, 100), removed]), None);
+        assert_eq!(
+            one_statement_shape(&commit(vec![delivered(1, secs(100)), removed])),
+            None
+        );
+    }
+
+    #[test]
+    fn a_deleted_state_or_any_other_part_takes_the_transaction() {
+        let base = || commit(vec![delivered(1, secs(100))]);
+        assert!(one_statement_shape(&base()).is_some());
+        let mut deleting = base();
+        deleting.states = vec![state(key("a"), Some("{}")), state(key("a"), None)];
+        assert_eq!(one_statement_shape(&deleting), None);
+        let mut purging = base();
+        purging.purge_delivered = 10;
+        assert_eq!(one_statement_shape(&purging), None);
+        let mut catching_up = base();
+        catching_up.purge_catch_ups_before = Some(secs(0));
+        assert_eq!(one_statement_shape(&catching_up), None);
     }
 }

@@ -263,15 +263,6 @@ impl Dialect for SqliteConnection {
         None
     }
 
-    const STAGE_STATEMENT: bool = false;
-
-    fn commit_stage_statement(
-        &mut self,
-        _stage: &crate::sql::stage_statement::StageStatement<'_>,
-    ) -> Option<Result<crate::sql::stage_statement::StageCounts, Failure>> {
-        None
-    }
-
     fn upsert_state_rows(&mut self, rows: &[NewEntityStateRow<'_>]) -> Result<(), Failure> {
         ladder!(rows, |rows| {
             UpsertStates(rows).execute(self)?;
