@@ -11,6 +11,7 @@
 //!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $6)
 //!                   ON CONFLICT (kind, tenant, id) DO UPDATE (version moves up by the row's)
 //!  DeliveredRows  UPDATE inbox_messages SET status = 'delivered' … WHERE shard AND seq = ANY($3)
+//!                   (planned at each execution: see the type)
 //! ```
 //!
 //! On SQLite the same writes are cut into arrays of fixed sizes (`ladder!`), a statement per
@@ -335,6 +336,15 @@ impl QueryId for StateRows<'_> {
 impl<Conn> RunQueryDsl<Conn> for StateRows<'_> {}
 
 /// Marks rows of a shard delivered (each `seq` a row of `shard`: as many rows touched).
+///
+/// PostgreSQL plans it at every execution. Kept prepared, it ended up with the generic plan
+/// PostgreSQL chose after five executions, from the inbox as it was then: a new inbox is
+/// small, a sequential scan is the cheaper plan for it (the `ANY` is costed as ten index
+/// probes), and nothing replaces the plan as the inbox grows while no `ANALYZE` runs (a
+/// server without autovacuum, or between its runs). Every stage then read the whole inbox:
+/// in the two-node `latency` benchmark the stage commits' scans were a third of the server's
+/// CPU after 10 s and the latency doubled within 30 s. A fresh plan costs its parse and
+/// planning, about what the scan cost at 10,000 rows (see docs/performance.md).
 pub(crate) struct DeliveredRows<'a> {
     pub(crate) shard: i32,
     pub(crate) seqs: &'a [i64],
@@ -346,6 +356,9 @@ pub(crate) struct DeliveredRows<'a> {
 
 impl QueryFragment<Pg> for DeliveredRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        // Planned at each execution, never kept prepared: a plan kept from when the inbox was
+        // small scans the whole inbox once it has grown (see the type's docs).
+        out.unsafe_to_cache_prepared();
         mark_delivered_where_shard(&mut out, &self.at, &self.keep_until, &self.shard)?;
         out.push_sql(" AND seq = ANY(");
         out.push_bind_param::<Array<BigInt>, _>(self.seqs)?;
@@ -356,6 +369,7 @@ impl QueryFragment<Pg> for DeliveredRows<'_> {
 
 impl QueryId for DeliveredRows<'_> {
     type QueryId = DeliveredRows<'static>;
+    // Static, though never cached (see `walk_ast`): diesel looks at the id first.
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 

@@ -32,8 +32,9 @@ use diesel::{QueryResult, RunQueryDsl};
 const IF_FENCED: &str = " WHERE EXISTS (SELECT 1 FROM fenced)";
 
 /// [`StageStatement`] as PostgreSQL's one statement; loads `(fenced, delivered, stored,
-/// events, 0)`. `EVENTS`: whether it appends events — the two texts are two types, each kept
-/// prepared by its type like the other array statements.
+/// events, 0)`. `EVENTS`: whether it appends events — the two texts are two types. Like the
+/// [`DeliveredRows`] it holds, it is planned at each execution, never kept prepared with a
+/// plan made for a smaller inbox.
 pub(crate) struct StageCommitStatement<'a, const EVENTS: bool> {
     fence: SetLease<'a>,
     delivered: DeliveredRows<'a>,
@@ -117,3 +118,113 @@ impl<const EVENTS: bool> QueryId for StageCommitStatement<'_, EVENTS> {
 }
 
 impl<Conn, const EVENTS: bool> RunQueryDsl<Conn> for StageCommitStatement<'_, EVENTS> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::{pg_url, TestSchema};
+    use diesel::connection::{Connection, SimpleConnection};
+    use diesel::sql_types::BigInt;
+    use diesel::{PgConnection, QueryableByName};
+
+    #[derive(QueryableByName)]
+    struct Scanned {
+        #[diesel(sql_type = BigInt)]
+        read: i64,
+    }
+
+    /// Rows `from..=to` of the inbox, in shard 0.
+    fn insert_rows(conn: &mut PgConnection, from: i64, to: i64) {
+        conn.batch_execute(&format!(
+            "INSERT INTO inbox_messages (seq, shard, signal_id, target_kind, target_id, tenant, \
+             kind, status, received_at, payload, payload_type) \
+             SELECT i, 0, 's-' || i, 'counter', 't-' || i, '', 'command', 'to_deliver', 0, \
+             '\\x00', 'bump' FROM generate_series({from}, {to}) AS i"
+        ))
+        .expect("inbox rows");
+    }
+
+    /// Rows the current transaction read by sequential scans of the inbox so far.
+    fn inbox_rows_scanned(conn: &mut PgConnection) -> i64 {
+        diesel::sql_query(
+            "SELECT COALESCE(sum(seq_tup_read), 0)::BIGINT AS read FROM pg_stat_xact_user_tables \
+             WHERE relname = 'inbox_messages' AND schemaname = current_schema()",
+        )
+        .get_result::<Scanned>(conn)
+        .expect("scanned")
+        .read
+    }
+
+    fn stage<'a>(delivered: &'a [i64]) -> StageStatement<'a> {
+        StageStatement {
+            shard: 0,
+            epoch: 1,
+            node_id: "n",
+            lease_until: i64::MAX / 2,
+            delivered,
+            at: 1,
+            keep_until: 2,
+            states: &[],
+            events: &[],
+        }
+    }
+
+    /// A stage's delivered rows are found by their key however much the inbox grew since the
+    /// statement was first run on the connection: PostgreSQL would otherwise keep the plan it
+    /// made for the small inbox, a sequential scan, and read the whole inbox at every stage.
+    #[tokio::test]
+    async fn delivered_rows_are_found_by_key_after_the_inbox_grew() {
+        let Some(url) = pg_url("delivered_rows_plan") else {
+            return;
+        };
+        let schema = TestSchema::new(&url, "delivered_rows_plan");
+        let storage = schema.connect(1).await;
+        let mut conn = schema.raw();
+        conn.batch_execute(
+            "INSERT INTO shard_sessions (shard, node_id, epoch, lease_until) VALUES (0, 'n', 1, 0)",
+        )
+        .expect("session");
+        insert_rows(&mut conn, 1, 40);
+        // More executions on the small inbox than PostgreSQL needs to settle on one plan.
+        for i in 0..10 {
+            let seqs = [2 * i + 1, 2 * i + 2];
+            let stage = stage(&seqs);
+            let statement = StageCommitStatement::<false>::new(&stage, 0);
+            let counts: (i64, i64, i64, i64, i64) =
+                statement.get_result(&mut conn).expect("stage commit");
+            assert_eq!((counts.0, counts.1), (1, 2));
+            let seqs = [2 * i + 21, 2 * i + 22];
+            let rows = DeliveredRows {
+                shard: 0,
+                seqs: &seqs,
+                at: 1,
+                keep_until: 2,
+            };
+            assert_eq!(rows.execute(&mut conn).expect("delivered rows"), 2);
+        }
+        insert_rows(&mut conn, 41, 20_040);
+        conn.transaction::<_, diesel::result::Error, _>(|conn| {
+            let seqs = [20_001, 20_002];
+            let stage = stage(&seqs);
+            let statement = StageCommitStatement::<false>::new(&stage, 0);
+            let counts: (i64, i64, i64, i64, i64) = statement.get_result(conn)?;
+            assert_eq!((counts.0, counts.1), (1, 2));
+            let seqs = [20_003, 20_004];
+            let rows = DeliveredRows {
+                shard: 0,
+                seqs: &seqs,
+                at: 1,
+                keep_until: 2,
+            };
+            assert_eq!(rows.execute(conn)?, 2);
+            let scanned = inbox_rows_scanned(conn);
+            assert!(
+                scanned < 1_000,
+                "the delivered rows were looked for in a scan of the inbox: {scanned} rows read"
+            );
+            Ok(())
+        })
+        .expect("stage on the grown inbox");
+        drop(storage);
+    }
+}
