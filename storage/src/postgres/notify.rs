@@ -33,8 +33,10 @@
 use super::listen::{channel_sql, ListenTarget};
 use super::options::SearchPath;
 use diesel::connection::{Connection, SimpleConnection};
+use diesel::pg::Pg;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{Array, Text};
-use diesel::{PgConnection, RunQueryDsl};
+use diesel::{PgConnection, QueryResult, RunQueryDsl};
 use shardbox_core::storage::listener::{origin_payloads, outcome_payloads};
 use shardbox_core::sync::lock;
 use shardbox_core::ShardIndex;
@@ -182,16 +184,40 @@ fn connect(target: &ListenTarget) -> Result<PgConnection, String> {
 
 /// Sends every payload in one statement (its own transaction: one round trip).
 fn send(conn: &mut PgConnection, payloads: Vec<String>) -> Result<(), String> {
-    diesel::sql_query(concat!(
-        "SELECT pg_notify(",
-        channel_sql!(),
-        ", p) FROM unnest($1) AS p"
-    ))
-    .bind::<Array<Text>, _>(payloads)
+    Notify {
+        payloads: &payloads,
+    }
     .execute(conn)
     .map(drop)
     .map_err(|e| e.to_string())
 }
+
+/// `SELECT pg_notify(<channel>, p) FROM unnest($1) AS p`, kept prepared on the notifier's
+/// connection: the same text every round (a `sql_query` was parsed and planned at each one,
+/// about one notification per message).
+struct Notify<'a> {
+    payloads: &'a [String],
+}
+
+impl QueryFragment<Pg> for Notify<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql(concat!(
+            "SELECT pg_notify(",
+            channel_sql!(),
+            ", p) FROM unnest("
+        ));
+        out.push_bind_param::<Array<Text>, _>(self.payloads)?;
+        out.push_sql(") AS p");
+        Ok(())
+    }
+}
+
+impl QueryId for Notify<'_> {
+    type QueryId = Notify<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl RunQueryDsl<PgConnection> for Notify<'_> {}
 
 #[cfg(test)]
 mod tests {
