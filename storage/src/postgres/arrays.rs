@@ -12,6 +12,8 @@
 //!                   ON CONFLICT (kind, tenant, id) DO UPDATE (version moves up by the row's)
 //!  DeliveredRows  UPDATE inbox_messages SET status = 'delivered' … WHERE shard AND seq = ANY($3)
 //!                   (planned at each execution: see the type)
+//!  MarkDelivered  SELECT shardbox_mark_delivered(shard, seqs, at, keep_until): the same
+//!                   update in the schema's function, for a statement that stays prepared
 //! ```
 //!
 //! On SQLite the same writes are cut into arrays of fixed sizes (`ladder!`), a statement per
@@ -374,3 +376,25 @@ impl QueryId for DeliveredRows<'_> {
 }
 
 impl<Conn> RunQueryDsl<Conn> for DeliveredRows<'_> {}
+
+/// The same rows marked by the schema's `shardbox_mark_delivered` function, as a `SELECT`
+/// of the number of rows it marked: PostgreSQL plans the function's `UPDATE` at each
+/// execution of the statement that calls it, on the inbox as it is then (a plan is never
+/// kept for a grown inbox), while that statement itself stays prepared with one plan.
+pub(crate) struct MarkDelivered<'a>(pub(crate) DeliveredRows<'a>);
+
+impl QueryFragment<Pg> for MarkDelivered<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        let rows = &self.0;
+        out.push_sql("SELECT shardbox_mark_delivered(");
+        out.push_bind_param::<Integer, _>(&rows.shard)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<BigInt>, _>(rows.seqs)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&rows.at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&rows.keep_until)?;
+        out.push_sql(") AS marked");
+        Ok(())
+    }
+}

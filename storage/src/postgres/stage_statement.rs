@@ -4,8 +4,7 @@
 //!
 //! ```text
 //!  WITH fenced    AS (UPDATE shard_sessions SET lease_until … WHERE shard, epoch, node RETURNING 1),
-//!       delivered AS (UPDATE inbox_messages SET status = 'delivered' … WHERE shard AND seq = ANY(…)
-//!                       AND EXISTS (SELECT 1 FROM fenced) RETURNING 1),
+//!       delivered AS (SELECT shardbox_mark_delivered(shard, seqs, …) FROM fenced),
 //!       stored    AS (INSERT INTO entity_states … SELECT * FROM unnest(…)
 //!                       WHERE EXISTS (SELECT 1 FROM fenced) ON CONFLICT … RETURNING 1),
 //!     [ appending AS MATERIALIZED (SELECT pg_advisory_xact_lock(…) FROM fenced),
@@ -20,7 +19,7 @@
 //! states, and the event-append lock last (the outer query reads the CTEs in that order), so
 //! the lock is held only for the append and the commit that follows it at once.
 
-use super::arrays::{DeliveredRows, EventRows, StateRows};
+use super::arrays::{DeliveredRows, EventRows, MarkDelivered, StateRows};
 use crate::sql::prepared::SetLease;
 use crate::sql::stage_statement::StageStatement;
 use diesel::pg::Pg;
@@ -32,12 +31,13 @@ use diesel::{QueryResult, RunQueryDsl};
 const IF_FENCED: &str = " WHERE EXISTS (SELECT 1 FROM fenced)";
 
 /// [`StageStatement`] as PostgreSQL's one statement; loads `(fenced, delivered, stored,
-/// events, 0)`. `EVENTS`: whether it appends events — the two texts are two types. Like the
-/// [`DeliveredRows`] it holds, it is planned at each execution, never kept prepared with a
-/// plan made for a smaller inbox.
+/// events, 0)`. `EVENTS`: whether it appends events — the two texts are two types. Kept
+/// prepared: its delivered rows are marked by [`MarkDelivered`], whose update PostgreSQL plans
+/// at each call on the inbox as it is then, so no plan of the statement depends on the
+/// inbox's size (planning the whole statement at every stage cost more than executing it).
 pub(crate) struct StageCommitStatement<'a, const EVENTS: bool> {
     fence: SetLease<'a>,
-    delivered: DeliveredRows<'a>,
+    delivered: MarkDelivered<'a>,
     expected: i64,
     states: StateRows<'a>,
     events: Option<EventRows<'a>>,
@@ -55,12 +55,12 @@ impl<'a, const EVENTS: bool> StageCommitStatement<'a, EVENTS> {
                 node_id: stage.node_id,
                 until: Some(stage.lease_until),
             },
-            delivered: DeliveredRows {
+            delivered: MarkDelivered(DeliveredRows {
                 shard: stage.shard,
                 seqs: stage.delivered,
                 at: stage.at,
                 keep_until: stage.keep_until,
-            },
+            }),
             expected: i64::try_from(stage.delivered.len()).unwrap_or(i64::MAX),
             states: StateRows::new(stage.states).gated(IF_FENCED),
             events: EVENTS.then(|| EventRows::new(stage.events, event_lock)),
@@ -74,7 +74,7 @@ impl<const EVENTS: bool> QueryFragment<Pg> for StageCommitStatement<'_, EVENTS> 
         self.fence.walk_ast(out.reborrow())?;
         out.push_sql(" RETURNING 1 AS one), delivered AS (");
         self.delivered.walk_ast(out.reborrow())?;
-        out.push_sql(" AND EXISTS (SELECT 1 FROM fenced) RETURNING 1 AS one), stored AS (");
+        out.push_sql(" FROM fenced), stored AS (");
         self.states.walk_ast(out.reborrow())?;
         out.push_sql(" RETURNING 1 AS one)");
         if let Some(events) = &self.events {
@@ -96,7 +96,7 @@ impl<const EVENTS: bool> QueryFragment<Pg> for StageCommitStatement<'_, EVENTS> 
             " THEN CAST('shardbox: a stage commit found ' || c.delivered || \
              ' of its delivered rows in its shard' AS BIGINT) ELSE 0 END \
              FROM (SELECT (SELECT count(*) FROM fenced) AS fenced, \
-             (SELECT count(*) FROM delivered) AS delivered, \
+             (SELECT COALESCE(max(marked), 0) FROM delivered) AS delivered, \
              (SELECT count(*) FROM stored) AS stored, ",
         );
         out.push_sql(if self.events.is_some() {
@@ -144,6 +144,27 @@ mod tests {
         .expect("inbox rows");
     }
 
+    #[derive(QueryableByName)]
+    struct Plans {
+        #[diesel(sql_type = BigInt)]
+        generic: i64,
+        #[diesel(sql_type = BigInt)]
+        custom: i64,
+    }
+
+    /// How often this connection's prepared stage commit was run with its generic plan, and
+    /// with a plan made for its parameters (none if it is not prepared).
+    fn stage_commit_plans(conn: &mut PgConnection) -> (i64, i64) {
+        let plans = diesel::sql_query(
+            "SELECT COALESCE(sum(generic_plans), 0)::BIGINT AS generic, \
+             COALESCE(sum(custom_plans), 0)::BIGINT AS custom FROM pg_prepared_statements \
+             WHERE statement LIKE 'WITH fenced AS%'",
+        )
+        .get_result::<Plans>(conn)
+        .expect("plans");
+        (plans.generic, plans.custom)
+    }
+
     /// Rows the current transaction read by sequential scans of the inbox so far.
     fn inbox_rows_scanned(conn: &mut PgConnection) -> i64 {
         diesel::sql_query(
@@ -172,6 +193,8 @@ mod tests {
     /// A stage's delivered rows are found by their key however much the inbox grew since the
     /// statement was first run on the connection: PostgreSQL would otherwise keep the plan it
     /// made for the small inbox, a sequential scan, and read the whole inbox at every stage.
+    /// And the stage commit keeps one plan (no planning at every stage): the update that
+    /// needs a fresh plan is the function's.
     #[tokio::test]
     async fn delivered_rows_are_found_by_key_after_the_inbox_grew() {
         let Some(url) = pg_url("delivered_rows_plan") else {
@@ -202,6 +225,12 @@ mod tests {
             };
             assert_eq!(rows.execute(&mut conn).expect("delivered rows"), 2);
         }
+        let (generic, custom) = stage_commit_plans(&mut conn);
+        assert!(
+            generic >= 4 && custom <= 6,
+            "the stage commit is planned at every stage: {generic} runs with its kept plan, \
+             {custom} planned for their parameters"
+        );
         insert_rows(&mut conn, 41, 20_040);
         conn.transaction::<_, diesel::result::Error, _>(|conn| {
             let seqs = [20_001, 20_002];

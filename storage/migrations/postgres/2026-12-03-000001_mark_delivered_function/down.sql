@@ -1,0 +1,1 @@
+DROP FUNCTION shardbox_mark_delivered(integer, bigint[], bigint, bigint);
