@@ -32,7 +32,7 @@ pub mod fixtures;
 mod pg_schema;
 
 #[cfg(feature = "postgres")]
-pub use pg_schema::{explain, pg_url, terminate_backends, TestSchema};
+pub use pg_schema::{explain, pg_url, prepared_plans, terminate_backends, TestSchema};
 
 mod catch_up;
 mod catch_up_cancel;

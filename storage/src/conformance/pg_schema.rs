@@ -49,6 +49,30 @@ pub fn explain(conn: &mut PgConnection, sql: &str) -> String {
         .join("\n")
 }
 
+/// How often this connection ran its prepared statements whose text starts with `prefix`
+/// with their kept generic plan, and with a plan made for their parameters: `(generic,
+/// custom)` from `pg_prepared_statements` (both 0 if none is prepared). A statement PostgreSQL
+/// settles on one plan for shows `custom` 5 and `generic` the runs after those.
+pub fn prepared_plans(conn: &mut PgConnection, prefix: &str) -> (i64, i64) {
+    use diesel::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Plans {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        generic: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        custom: i64,
+    }
+    let plans = diesel::sql_query(
+        "SELECT COALESCE(sum(generic_plans), 0)::BIGINT AS generic, \
+         COALESCE(sum(custom_plans), 0)::BIGINT AS custom FROM pg_prepared_statements \
+         WHERE starts_with(statement, $1)",
+    )
+    .bind::<diesel::sql_types::Text, _>(prefix)
+    .get_result::<Plans>(conn)
+    .expect("prepared statements' plans");
+    (plans.generic, plans.custom)
+}
+
 /// Terminates every backend whose `application_name` is `application_name` (a test's own
 /// connections, named so in their URL), but the caller's; returns how many. The outage tests
 /// use it to cut their storage's connections and nobody else's.

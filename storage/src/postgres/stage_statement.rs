@@ -122,7 +122,7 @@ impl<Conn, const EVENTS: bool> RunQueryDsl<Conn> for StageCommitStatement<'_, EV
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::{pg_url, TestSchema};
+    use crate::conformance::{pg_url, prepared_plans, TestSchema};
     use diesel::connection::{Connection, SimpleConnection};
     use diesel::sql_types::BigInt;
     use diesel::{PgConnection, QueryableByName};
@@ -142,27 +142,6 @@ mod tests {
              '\\x00', 'bump' FROM generate_series({from}, {to}) AS i"
         ))
         .expect("inbox rows");
-    }
-
-    #[derive(QueryableByName)]
-    struct Plans {
-        #[diesel(sql_type = BigInt)]
-        generic: i64,
-        #[diesel(sql_type = BigInt)]
-        custom: i64,
-    }
-
-    /// How often this connection's prepared stage commit was run with its generic plan, and
-    /// with a plan made for its parameters (none if it is not prepared).
-    fn stage_commit_plans(conn: &mut PgConnection) -> (i64, i64) {
-        let plans = diesel::sql_query(
-            "SELECT COALESCE(sum(generic_plans), 0)::BIGINT AS generic, \
-             COALESCE(sum(custom_plans), 0)::BIGINT AS custom FROM pg_prepared_statements \
-             WHERE statement LIKE 'WITH fenced AS%'",
-        )
-        .get_result::<Plans>(conn)
-        .expect("plans");
-        (plans.generic, plans.custom)
     }
 
     /// Rows the current transaction read by sequential scans of the inbox so far.
@@ -225,7 +204,7 @@ mod tests {
             };
             assert_eq!(rows.execute(&mut conn).expect("delivered rows"), 2);
         }
-        let (generic, custom) = stage_commit_plans(&mut conn);
+        let (generic, custom) = prepared_plans(&mut conn, "WITH fenced AS");
         assert!(
             generic >= 4 && custom <= 6,
             "the stage commit is planned at every stage: {generic} runs with its kept plan, \
