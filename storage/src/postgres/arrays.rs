@@ -10,10 +10,8 @@
 //!                   SELECT … FROM appending, unnest($2, …, $9) … ON CONFLICT (id)
 //!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $6)
 //!                   ON CONFLICT (kind, tenant, id) DO UPDATE (version moves up by the row's)
-//!  DeliveredRows  UPDATE inbox_messages SET status = 'delivered' … WHERE shard AND seq = ANY($3)
-//!                   (planned at each execution: see the type)
-//!  MarkDelivered  SELECT shardbox_mark_delivered(shard, seqs, at, keep_until): the same
-//!                   update in the schema's function, for a statement that stays prepared
+//!  DeliveredRows  SELECT shardbox_mark_delivered($1, $2, $3, $4): the schema's function runs
+//!                   UPDATE inbox_messages … WHERE shard AND seq = ANY(…) (see the type)
 //! ```
 //!
 //! On SQLite the same writes are cut into arrays of fixed sizes (`ladder!`), a statement per
@@ -23,8 +21,8 @@
 
 use crate::rows::{NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{
-    insert_states, mark_delivered_where_shard, EVENT_COLUMNS, INBOX_COLUMNS, ON_EVENT_DUPLICATE,
-    ON_INBOX_DUPLICATE, ON_STATE_CONFLICT,
+    insert_states, EVENT_COLUMNS, INBOX_COLUMNS, ON_EVENT_DUPLICATE, ON_INBOX_DUPLICATE,
+    ON_STATE_CONFLICT,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
@@ -337,16 +335,20 @@ impl QueryId for StateRows<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for StateRows<'_> {}
 
-/// Marks rows of a shard delivered (each `seq` a row of `shard`: as many rows touched).
+/// Marks rows of a shard delivered (each `seq` a row of `shard`), through the schema's
+/// `shardbox_mark_delivered` function; loads how many rows it marked.
 ///
-/// PostgreSQL plans it at every execution. Kept prepared, it ended up with the generic plan
-/// PostgreSQL chose after five executions, from the inbox as it was then: a new inbox is
-/// small, a sequential scan is the cheaper plan for it (the `ANY` is costed as ten index
-/// probes), and nothing replaces the plan as the inbox grows while no `ANALYZE` runs (a
-/// server without autovacuum, or between its runs). Every stage then read the whole inbox:
-/// in the two-node `latency` benchmark the stage commits' scans were a third of the server's
-/// CPU after 10 s and the latency doubled within 30 s. A fresh plan costs its parse and
-/// planning, about what the scan cost at 10,000 rows (see docs/performance.md).
+/// The update is the function's (see its migration, `2026-12-03-000001`): PL/pgSQL plans it
+/// once per connection, with sequential scans off, so its one plan probes the primary key
+/// whatever the inbox's size. Kept prepared as an `UPDATE` of its own, the statement ended up
+/// with the generic plan PostgreSQL chose after five executions, from the inbox as it was
+/// then: a new inbox is small, a sequential scan is the cheaper plan for it (the `ANY` is
+/// costed as ten index probes), and nothing replaced the plan as the inbox grew while no
+/// `ANALYZE` ran (a server without autovacuum, or between its runs). Every stage then read
+/// the whole inbox: in the two-node `latency` benchmark the stage commits' scans were a
+/// third of the server's CPU after 10 s and the latency doubled within 30 s. Planned at every
+/// execution instead, the one-statement stage commit that holds it cost more to plan (0.55
+/// ms) than to run. This call is the same text for any number of rows and stays prepared.
 pub(crate) struct DeliveredRows<'a> {
     pub(crate) shard: i32,
     pub(crate) seqs: &'a [i64],
@@ -358,43 +360,26 @@ pub(crate) struct DeliveredRows<'a> {
 
 impl QueryFragment<Pg> for DeliveredRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        // Planned at each execution, never kept prepared: a plan kept from when the inbox was
-        // small scans the whole inbox once it has grown (see the type's docs).
-        out.unsafe_to_cache_prepared();
-        mark_delivered_where_shard(&mut out, &self.at, &self.keep_until, &self.shard)?;
-        out.push_sql(" AND seq = ANY(");
-        out.push_bind_param::<Array<BigInt>, _>(self.seqs)?;
-        out.push_sql(")");
-        Ok(())
-    }
-}
-
-impl QueryId for DeliveredRows<'_> {
-    type QueryId = DeliveredRows<'static>;
-    // Static, though never cached (see `walk_ast`): diesel looks at the id first.
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<Conn> RunQueryDsl<Conn> for DeliveredRows<'_> {}
-
-/// The same rows marked by the schema's `shardbox_mark_delivered` function, as a `SELECT`
-/// of the number of rows it marked: PostgreSQL plans the function's `UPDATE` at each
-/// execution of the statement that calls it, on the inbox as it is then (a plan is never
-/// kept for a grown inbox), while that statement itself stays prepared with one plan.
-pub(crate) struct MarkDelivered<'a>(pub(crate) DeliveredRows<'a>);
-
-impl QueryFragment<Pg> for MarkDelivered<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        let rows = &self.0;
         out.push_sql("SELECT shardbox_mark_delivered(");
-        out.push_bind_param::<Integer, _>(&rows.shard)?;
+        out.push_bind_param::<Integer, _>(&self.shard)?;
         out.push_sql(", ");
-        out.push_bind_param::<Array<BigInt>, _>(rows.seqs)?;
+        out.push_bind_param::<Array<BigInt>, _>(self.seqs)?;
         out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&rows.at)?;
+        out.push_bind_param::<BigInt, _>(&self.at)?;
         out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&rows.keep_until)?;
+        out.push_bind_param::<BigInt, _>(&self.keep_until)?;
         out.push_sql(") AS marked");
         Ok(())
     }
 }
+
+impl Query for DeliveredRows<'_> {
+    type SqlType = BigInt;
+}
+
+impl QueryId for DeliveredRows<'_> {
+    type QueryId = DeliveredRows<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for DeliveredRows<'_> {}

@@ -33,7 +33,7 @@ use crate::migrate::migrate;
 use crate::pool::{blocking, pool_builder, Db};
 use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
-use crate::sql::prepared::{MarkDelivered, UpsertStates};
+use crate::sql::prepared::UpsertStates;
 use crate::sql::stage_statement::{StageCounts, StageStatement};
 use crate::sql::{ladder, AddressedRow, Dialect};
 use arrays::{AddressedInboxRows, DeliveredRows, EventRows, InboxRows, StateRows};
@@ -365,26 +365,16 @@ impl Dialect for PgConnection {
         at: i64,
         keep_until: i64,
     ) -> Result<usize, Failure> {
-        if several(seqs) {
-            return Ok(DeliveredRows {
-                shard,
-                seqs,
-                at,
-                keep_until,
-            }
-            .execute(self)?);
+        // The function the one-statement stage commit calls, for any number of rows: one
+        // plan of the update per connection, a key probe whatever the inbox's size.
+        let marked: i64 = DeliveredRows {
+            shard,
+            seqs,
+            at,
+            keep_until,
         }
-        let mut touched = 0;
-        ladder!(seqs, |one| {
-            touched += MarkDelivered {
-                shard,
-                seqs: one,
-                at,
-                keep_until,
-            }
-            .execute(self)?;
-        });
-        Ok(touched)
+        .get_result(self)?;
+        Ok(usize::try_from(marked).unwrap_or(0))
     }
 
     fn load_state_rows(

@@ -19,7 +19,7 @@
 //! states, and the event-append lock last (the outer query reads the CTEs in that order), so
 //! the lock is held only for the append and the commit that follows it at once.
 
-use super::arrays::{DeliveredRows, EventRows, MarkDelivered, StateRows};
+use super::arrays::{DeliveredRows, EventRows, StateRows};
 use crate::sql::prepared::SetLease;
 use crate::sql::stage_statement::StageStatement;
 use diesel::pg::Pg;
@@ -32,12 +32,12 @@ const IF_FENCED: &str = " WHERE EXISTS (SELECT 1 FROM fenced)";
 
 /// [`StageStatement`] as PostgreSQL's one statement; loads `(fenced, delivered, stored,
 /// events, 0)`. `EVENTS`: whether it appends events — the two texts are two types. Kept
-/// prepared: its delivered rows are marked by [`MarkDelivered`], whose update PostgreSQL plans
+/// prepared: its delivered rows are marked by [`DeliveredRows`], whose update PostgreSQL plans
 /// at each call on the inbox as it is then, so no plan of the statement depends on the
 /// inbox's size (planning the whole statement at every stage cost more than executing it).
 pub(crate) struct StageCommitStatement<'a, const EVENTS: bool> {
     fence: SetLease<'a>,
-    delivered: MarkDelivered<'a>,
+    delivered: DeliveredRows<'a>,
     expected: i64,
     states: StateRows<'a>,
     events: Option<EventRows<'a>>,
@@ -55,12 +55,12 @@ impl<'a, const EVENTS: bool> StageCommitStatement<'a, EVENTS> {
                 node_id: stage.node_id,
                 until: Some(stage.lease_until),
             },
-            delivered: MarkDelivered(DeliveredRows {
+            delivered: DeliveredRows {
                 shard: stage.shard,
                 seqs: stage.delivered,
                 at: stage.at,
                 keep_until: stage.keep_until,
-            }),
+            },
             expected: i64::try_from(stage.delivered.len()).unwrap_or(i64::MAX),
             states: StateRows::new(stage.states).gated(IF_FENCED),
             events: EVENTS.then(|| EventRows::new(stage.events, event_lock)),
@@ -123,6 +123,7 @@ impl<Conn, const EVENTS: bool> RunQueryDsl<Conn> for StageCommitStatement<'_, EV
 mod tests {
     use super::*;
     use crate::conformance::{pg_url, prepared_plans, TestSchema};
+    use crate::sql::Dialect;
     use diesel::connection::{Connection, SimpleConnection};
     use diesel::sql_types::BigInt;
     use diesel::{PgConnection, QueryableByName};
@@ -142,6 +143,11 @@ mod tests {
              '\\x00', 'bump' FROM generate_series({from}, {to}) AS i"
         ))
         .expect("inbox rows");
+    }
+
+    /// Marks `seqs` of shard 0 delivered the way a stage's write transaction does.
+    fn mark(conn: &mut PgConnection, seqs: &[i64]) -> usize {
+        <PgConnection as Dialect>::mark_delivered_rows(conn, 0, seqs, 1, 2).expect("delivered")
     }
 
     /// Rows the current transaction read by sequential scans of the inbox so far.
@@ -186,7 +192,7 @@ mod tests {
             "INSERT INTO shard_sessions (shard, node_id, epoch, lease_until) VALUES (0, 'n', 1, 0)",
         )
         .expect("session");
-        insert_rows(&mut conn, 1, 40);
+        insert_rows(&mut conn, 1, 60);
         // More executions on the small inbox than PostgreSQL needs to settle on one plan.
         for i in 0..10 {
             let seqs = [2 * i + 1, 2 * i + 2];
@@ -195,14 +201,9 @@ mod tests {
             let counts: (i64, i64, i64, i64, i64) =
                 statement.get_result(&mut conn).expect("stage commit");
             assert_eq!((counts.0, counts.1), (1, 2));
-            let seqs = [2 * i + 21, 2 * i + 22];
-            let rows = DeliveredRows {
-                shard: 0,
-                seqs: &seqs,
-                at: 1,
-                keep_until: 2,
-            };
-            assert_eq!(rows.execute(&mut conn).expect("delivered rows"), 2);
+            // The write transaction's path, with two rows and with one.
+            assert_eq!(mark(&mut conn, &[2 * i + 21, 2 * i + 22]), 2);
+            assert_eq!(mark(&mut conn, &[i + 41]), 1);
         }
         let (generic, custom) = prepared_plans(&mut conn, "WITH fenced AS");
         assert!(
@@ -210,21 +211,15 @@ mod tests {
             "the stage commit is planned at every stage: {generic} runs with its kept plan, \
              {custom} planned for their parameters"
         );
-        insert_rows(&mut conn, 41, 20_040);
+        insert_rows(&mut conn, 61, 20_060);
         conn.transaction::<_, diesel::result::Error, _>(|conn| {
             let seqs = [20_001, 20_002];
             let stage = stage(&seqs);
             let statement = StageCommitStatement::<false>::new(&stage, 0);
             let counts: (i64, i64, i64, i64, i64) = statement.get_result(conn)?;
             assert_eq!((counts.0, counts.1), (1, 2));
-            let seqs = [20_003, 20_004];
-            let rows = DeliveredRows {
-                shard: 0,
-                seqs: &seqs,
-                at: 1,
-                keep_until: 2,
-            };
-            assert_eq!(rows.execute(conn)?, 2);
+            assert_eq!(mark(conn, &[20_003, 20_004]), 2);
+            assert_eq!(mark(conn, &[20_005]), 1);
             let scanned = inbox_rows_scanned(conn);
             assert!(
                 scanned < 1_000,
