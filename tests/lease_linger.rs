@@ -1,5 +1,5 @@
 //! `lease_linger`: a trickle of writes is served under kept leases (far fewer pick-ups than
-//! messages), every command once and in order; an idle shard's kept lease is released after
+//! messages), every command once and in order; steady traffic keeps one lease per shard; an idle shard's kept lease is released after
 //! the linger, and shutdown releases the rest at once. On memory and SQLite.
 
 mod common;
@@ -82,6 +82,56 @@ async fn memory_trickle_is_served_under_kept_leases() {
 async fn sqlite_trickle_is_served_under_kept_leases() {
     let (storage, _dir) = common::sqlite().await;
     trickle(storage).await;
+}
+
+/// Steady traffic for ten poll intervals is served under one lease per shard: a node's own
+/// shard is not released and picked up again every poll interval while it stays busy (before
+/// the fix a kept lease was released once a poll interval had passed since its pick-up: about
+/// two pick-ups per shard and poll interval here).
+async fn steady_traffic(storage: Arc<dyn Storage>) {
+    let poll = Duration::from_millis(100);
+    let sb = Shardbox::builder()
+        .shared_storage(storage)
+        .shards(2)
+        .workers(2)
+        .poll_interval(poll)
+        .lease_linger(Duration::from_millis(200))
+        .aggregate::<Tally>()
+        .build()
+        .await
+        .expect("build");
+    let node = sb.start();
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    while started.elapsed() < poll * 10 {
+        let target = format!("t-{}", n % TARGETS);
+        sb.send::<Tally>(&target, &TallyCommand::Record(n))
+            .await
+            .expect("send");
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(node.drain(Duration::from_secs(20)).await.expect("drain"));
+    let metrics = sb.metrics();
+    assert_eq!(metrics.delivered, n);
+    assert!(
+        metrics.lease_pick_ups <= 4,
+        "{} pick-ups for 2 shards under steady traffic ({n} messages over {:?})",
+        metrics.lease_pick_ups,
+        started.elapsed()
+    );
+    node.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_steady_traffic_keeps_one_lease_per_shard() {
+    steady_traffic(common::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_steady_traffic_keeps_one_lease_per_shard() {
+    let (storage, _dir) = common::sqlite().await;
+    steady_traffic(storage).await;
 }
 
 /// An aggregate whose commands take a while: `Sleep(ms)` keeps the only worker busy.

@@ -57,8 +57,8 @@ pub struct DeliveryConfig {
     /// next write to the shard is served without a new pick-up and release (0..=half of
     /// `lease_duration`; 0 releases at once). Default 50 ms. Only a node's own shards (those
     /// the assignment prefers it for) are kept; another member's shard is released after a
-    /// stage, so a kept lease never stands between a joining node and its share. A lease is
-    /// kept only within a poll interval of its pick-up.
+    /// stage, so a kept lease never stands between a joining node and its share. Under
+    /// steady traffic a node's own shard is thus served under one lease, renewed by its stages.
     pub lease_linger: Duration,
     /// How many targets of a page one worker handles at once (1..=10,000). Default 16. Each
     /// target's batch still runs in `seq` order, one batch per target at a time.

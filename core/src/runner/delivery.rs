@@ -180,11 +180,12 @@ impl Delivery {
                     return Err(e);
                 }
             };
-            // A lease is kept for at most a poll interval from its pick-up (a turn): under
-            // steady traffic it is still released that often, so that the shard can change
-            // hands (a joining node finds it free at its poll).
-            let young = env.clock.now() - lease.picked_at < env.config.poll_span();
-            if linger && young && matches!(end, DrainEnd::Drained) && !env.is_stopping() {
+            // Kept however long ago it was picked up: `linger` holds only for a shard the
+            // assignment prefers this node for, so a shard changes hands when another member
+            // comes to be preferred for it (its turns then end after a stage, unkept), not by
+            // a release every poll interval — which had cost a pick-up and a release per
+            // shard and poll interval under steady traffic.
+            if linger && matches!(end, DrainEnd::Drained) && !env.is_stopping() {
                 // Kept: writes to the shard wake this node, which serves them under this
                 // lease; the runner releases it when the linger ends.
                 self.wake_at(shard, next_due);
