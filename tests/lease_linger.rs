@@ -13,24 +13,35 @@ use std::time::Duration;
 const TARGETS: u64 = 4;
 const MESSAGES: u64 = 120;
 
-async fn trickle(storage: Arc<dyn Storage>) {
-    let sb = Shardbox::builder()
-        .shared_storage(storage.clone())
+/// A node of `Tally` aggregates over 2 shards and 2 workers, polling every `poll`, keeping a
+/// drained shard's lease for 200 ms.
+async fn tally_node(storage: Arc<dyn Storage>, poll: Duration) -> Shardbox {
+    Shardbox::builder()
+        .shared_storage(storage)
         .shards(2)
         .workers(2)
-        .poll_interval(Duration::from_secs(5))
+        .poll_interval(poll)
         .lease_linger(Duration::from_millis(200))
         .aggregate::<Tally>()
         .build()
         .await
-        .expect("build");
+        .expect("build")
+}
+
+/// Sends the `n`th command of a trickle (to target `n % TARGETS`), then waits 2 ms.
+async fn trickle_one(sb: &Shardbox, n: u64) {
+    let target = format!("t-{}", n % TARGETS);
+    sb.send::<Tally>(&target, &TallyCommand::Record(n))
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+}
+
+async fn trickle(storage: Arc<dyn Storage>) {
+    let sb = tally_node(storage.clone(), Duration::from_secs(5)).await;
     let node = sb.start();
     for n in 0..MESSAGES {
-        let target = format!("t-{}", n % TARGETS);
-        sb.send::<Tally>(&target, &TallyCommand::Record(n))
-            .await
-            .expect("send");
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        trickle_one(&sb, n).await;
     }
     assert!(node.drain(Duration::from_secs(20)).await.expect("drain"));
     let metrics = sb.metrics();
@@ -90,26 +101,13 @@ async fn sqlite_trickle_is_served_under_kept_leases() {
 /// two pick-ups per shard and poll interval here).
 async fn steady_traffic(storage: Arc<dyn Storage>) {
     let poll = Duration::from_millis(100);
-    let sb = Shardbox::builder()
-        .shared_storage(storage)
-        .shards(2)
-        .workers(2)
-        .poll_interval(poll)
-        .lease_linger(Duration::from_millis(200))
-        .aggregate::<Tally>()
-        .build()
-        .await
-        .expect("build");
+    let sb = tally_node(storage, poll).await;
     let node = sb.start();
     let started = std::time::Instant::now();
     let mut n = 0;
     while started.elapsed() < poll * 10 {
-        let target = format!("t-{}", n % TARGETS);
-        sb.send::<Tally>(&target, &TallyCommand::Record(n))
-            .await
-            .expect("send");
+        trickle_one(&sb, n).await;
         n += 1;
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert!(node.drain(Duration::from_secs(20)).await.expect("drain"));
     let metrics = sb.metrics();
