@@ -98,7 +98,8 @@ async fn sqlite_trickle_is_served_under_kept_leases() {
 /// Steady traffic for ten poll intervals is served under one lease per shard: a node's own
 /// shard is not released and picked up again every poll interval while it stays busy (before
 /// the fix a kept lease was released once a poll interval had passed since its pick-up: about
-/// two pick-ups per shard and poll interval here).
+/// two pick-ups per shard and poll interval here: 20). A few more than one per shard are
+/// allowed for a machine so loaded that a linger runs out between two sends.
 async fn steady_traffic(storage: Arc<dyn Storage>) {
     let poll = Duration::from_millis(100);
     let sb = tally_node(storage, poll).await;
@@ -113,7 +114,7 @@ async fn steady_traffic(storage: Arc<dyn Storage>) {
     let metrics = sb.metrics();
     assert_eq!(metrics.delivered, n);
     assert!(
-        metrics.lease_pick_ups <= 4,
+        metrics.lease_pick_ups <= 8,
         "{} pick-ups for 2 shards under steady traffic ({n} messages over {:?})",
         metrics.lease_pick_ups,
         started.elapsed()
