@@ -1,6 +1,7 @@
 //! `lease_linger`: a trickle of writes is served under kept leases (far fewer pick-ups than
-//! messages), every command once and in order; steady traffic keeps one lease per shard; an idle shard's kept lease is released after
-//! the linger, and shutdown releases the rest at once. On memory and SQLite.
+//! messages), every command once and in order; steady traffic keeps one lease per shard; an
+//! idle shard's kept lease is released after the linger, and shutdown releases the rest at
+//! once. On memory and SQLite.
 
 mod common;
 
