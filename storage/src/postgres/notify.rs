@@ -7,7 +7,8 @@
 //!  notifier thread: wait for shards ─► take them all
 //!                   ─► SELECT pg_notify(channel, p) FROM unnest('{<origin>;3,17,40', …}')
 //!                      (one statement, its own transaction, committed without a WAL flush)
-//!  stage commit with command outcomes ─► Notifier::decided(shard) ─► '<origin>;!3' (same round)
+//!  stage commit with command outcomes ─► Notifier::decided(shard) ─► '<origin>;!3', with the
+//!                   next round of writes, or alone once it waited OUTCOME_DELAY for one
 //! ```
 //!
 //! Why not `pg_notify` inside the writing transaction: PostgreSQL serialises the commits of
@@ -41,10 +42,20 @@ use shardbox_core::storage::listener::{origin_payloads, outcome_payloads};
 use shardbox_core::sync::lock;
 use shardbox_core::ShardIndex;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Largest notification payload sent; PostgreSQL's limit is 8000 bytes.
 const MAX_PAYLOAD: usize = 7900;
+
+/// How long decided outcomes wait for a round of writes to go with, before they go alone.
+/// Writes wake another node's handlers and go at once; outcomes only wake senders waiting on
+/// another node (`Shardbox::outcome`), which this delays by at most this much. Nearly every
+/// stage that handles a command decides its outcome, so alone they were a round each: in
+/// the two-node `latency` benchmark 1.17 notifying transactions per message, each waking
+/// every node's listener, against 0.4 send groups (see docs/performance.md).
+const OUTCOME_DELAY: Duration = Duration::from_millis(5);
 
 /// The notifier's session: its notifying transactions commit without waiting for the WAL
 /// flush (see the module docs).
@@ -56,12 +67,36 @@ struct Pending {
     /// Shards whose stages committed command outcomes (sent marked, see
     /// `listener::outcome_payloads`).
     outcomes: BTreeSet<u32>,
+    /// When the oldest of `outcomes` was decided.
+    outcomes_since: Option<Instant>,
     closed: bool,
+}
+
+impl Pending {
+    /// Whether a round is due at `now` (`Ok`), or how long to wait for one at most (`Err`,
+    /// `None`: until woken). Writes go at once, and take the outcomes along; outcomes alone
+    /// wait up to [`OUTCOME_DELAY`] for writes; a closing notifier sends what it has.
+    fn round_due(&self, now: Instant) -> Result<(), Option<Duration>> {
+        if !self.shards.is_empty() || (self.closed && !self.outcomes.is_empty()) {
+            return Ok(());
+        }
+        match self.outcomes_since {
+            Some(since) if !self.outcomes.is_empty() => {
+                match (since + OUTCOME_DELAY).checked_duration_since(now) {
+                    Some(left) if !left.is_zero() => Err(Some(left)),
+                    _ => Ok(()),
+                }
+            }
+            _ => Err(None),
+        }
+    }
 }
 
 struct Shared {
     pending: Mutex<Pending>,
     wake: Condvar,
+    /// Rounds sent (each one notifying transaction).
+    rounds: AtomicU64,
 }
 
 impl Shared {
@@ -83,6 +118,7 @@ impl Notifier {
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
+            rounds: AtomicU64::new(0),
         });
         let thread_shared = shared.clone();
         std::thread::Builder::new()
@@ -103,16 +139,24 @@ impl Notifier {
         self.shared.wake.notify_one();
     }
 
+    /// The rounds sent so far.
+    #[cfg(test)]
+    pub(crate) fn rounds(&self) -> u64 {
+        self.shared.rounds.load(Ordering::Relaxed)
+    }
+
     /// Stages of `shards` committed command outcomes: tell the other nodes' waiting senders
-    /// soon.
+    /// soon (with the next writes, or within [`OUTCOME_DELAY`]).
     pub(crate) fn decided(&self, shards: &[ShardIndex]) {
         if shards.is_empty() {
             return;
         }
-        self.shared
-            .lock()
-            .outcomes
-            .extend(shards.iter().map(|s| s.0));
+        let mut pending = self.shared.lock();
+        if pending.outcomes.is_empty() {
+            pending.outcomes_since = Some(Instant::now());
+        }
+        pending.outcomes.extend(shards.iter().map(|s| s.0));
+        drop(pending);
         self.shared.wake.notify_one();
     }
 }
@@ -136,12 +180,22 @@ fn run(shared: &Shared, target: &ListenTarget, origin: &str) {
     loop {
         let (shards, outcomes): (Vec<ShardIndex>, Vec<ShardIndex>) = {
             let mut pending = shared.lock();
-            while pending.shards.is_empty() && pending.outcomes.is_empty() && !pending.closed {
-                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+            loop {
+                match pending.round_due(Instant::now()) {
+                    Ok(()) => break,
+                    Err(_) if pending.closed => return,
+                    Err(None) => {
+                        pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+                    }
+                    Err(Some(left)) => {
+                        pending = shared
+                            .wake
+                            .wait_timeout(pending, left)
+                            .map_or_else(|p| p.into_inner().0, |(p, _)| p);
+                    }
+                }
             }
-            if pending.shards.is_empty() && pending.outcomes.is_empty() {
-                return;
-            }
+            pending.outcomes_since = None;
             let take = |set: &mut BTreeSet<u32>| -> Vec<ShardIndex> {
                 std::mem::take(set).into_iter().map(ShardIndex).collect()
             };
@@ -157,6 +211,7 @@ fn run(shared: &Shared, target: &ListenTarget, origin: &str) {
                 sent
             }),
         };
+        shared.rounds.fetch_add(1, Ordering::Relaxed);
         for shard in &shards {
             tracing::trace!(target: "shardbox::latency", point = "notified", node = "", shard = shard.0, key = 0);
         }
@@ -226,6 +281,120 @@ mod tests {
     use crate::conformance::{pg_url, TestSchema};
     use shardbox_core::{NodeId, WriteListener};
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn writes_go_at_once_and_outcomes_alone_wait_for_them_a_little() {
+        let now = Instant::now();
+        let mut p = Pending::default();
+        assert_eq!(
+            p.round_due(now),
+            Err(None),
+            "nothing to send: wait until woken"
+        );
+        p.outcomes.insert(3);
+        p.outcomes_since = Some(now);
+        assert_eq!(p.round_due(now), Err(Some(OUTCOME_DELAY)));
+        let later = now + OUTCOME_DELAY / 5;
+        assert_eq!(
+            p.round_due(later),
+            Err(Some(OUTCOME_DELAY - OUTCOME_DELAY / 5))
+        );
+        assert_eq!(
+            p.round_due(now + OUTCOME_DELAY),
+            Ok(()),
+            "waited long enough"
+        );
+        assert_eq!(p.round_due(now + 2 * OUTCOME_DELAY), Ok(()));
+        p.shards.insert(5);
+        assert_eq!(p.round_due(now), Ok(()), "writes take the outcomes along");
+        p.outcomes.clear();
+        assert_eq!(p.round_due(now), Ok(()), "writes alone go at once");
+        let mut closing = Pending {
+            closed: true,
+            ..Pending::default()
+        };
+        assert_eq!(
+            closing.round_due(now),
+            Err(None),
+            "nothing left: the thread ends"
+        );
+        closing.outcomes.insert(1);
+        closing.outcomes_since = Some(now);
+        assert_eq!(
+            closing.round_due(now),
+            Ok(()),
+            "a closing notifier sends what it has"
+        );
+    }
+
+    /// Hears outcome notifications, and when it last heard one.
+    #[derive(Default)]
+    struct Decided(
+        std::sync::Mutex<Vec<u32>>,
+        std::sync::Mutex<Option<Instant>>,
+    );
+
+    impl shardbox_core::ShardObserver for Decided {
+        fn on_write(&self, _: &[ShardIndex]) {}
+        fn on_outcomes(&self, shards: &[ShardIndex]) {
+            self.0.lock().unwrap().extend(shards.iter().map(|s| s.0));
+            *self.1.lock().unwrap() = Some(Instant::now());
+        }
+    }
+
+    /// Decided outcomes go with the next round of writes (one notifying transaction for
+    /// both), and alone once they waited [`OUTCOME_DELAY`]; either way the other nodes hear
+    /// them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn decided_outcomes_go_with_the_next_writes() {
+        let Some(url) = pg_url("decided_outcomes_go_with_the_next_writes") else {
+            return;
+        };
+        let schema = TestSchema::new(&url, "notify_outcomes");
+        let (own, other) = (schema.connect(1).await, schema.connect(1).await);
+        let (heard, decided) = (Arc::new(Heard::default()), Arc::new(Decided::default()));
+        let writes = other
+            .listen(&NodeId("writes".into()), 16, heard.clone())
+            .expect("listen");
+        let outcomes = other
+            .listen(&NodeId("outcomes".into()), 16, decided.clone())
+            .expect("listen");
+        until("listening", || {
+            writes.stats().connected && outcomes.stats().connected
+        })
+        .await;
+        // A few tries: this thread may be descheduled for longer than the delay between
+        // the two calls, and then the outcomes rightly go alone.
+        let mut together = Vec::new();
+        for _ in 0..5 {
+            let before = own.notifier.rounds();
+            own.notifier.decided(&[ShardIndex(3)]);
+            own.notifier.written(&[ShardIndex(5)]);
+            assert_eq!(hears(&heard, 5).await, [5]);
+            until("the outcome of shard 3", || {
+                std::mem::take(&mut *decided.0.lock().unwrap()).contains(&3)
+            })
+            .await;
+            together.push(own.notifier.rounds() - before);
+        }
+        assert!(
+            together.contains(&1),
+            "the outcomes never went with the writes: rounds per try {together:?}"
+        );
+        let before = own.notifier.rounds();
+        let started = Instant::now();
+        own.notifier.decided(&[ShardIndex(7)]);
+        until("the outcome of shard 7 alone", || {
+            decided.0.lock().unwrap().contains(&7)
+        })
+        .await;
+        let heard_after = decided.1.lock().unwrap().expect("heard") - started;
+        assert!(
+            heard_after >= OUTCOME_DELAY,
+            "heard alone after {heard_after:?}, sent before waiting for writes"
+        );
+        assert_eq!(own.notifier.rounds() - before, 1);
+    }
 
     /// The notifier has a connection of its own: a node whose pooled connections are all
     /// busy (here the only one, for 5 s) still tells the other nodes of its writes at once.
