@@ -80,14 +80,16 @@ impl Pending {
         if !self.shards.is_empty() || (self.closed && !self.outcomes.is_empty()) {
             return Ok(());
         }
-        match self.outcomes_since {
-            Some(since) if !self.outcomes.is_empty() => {
-                match (since + OUTCOME_DELAY).checked_duration_since(now) {
-                    Some(left) if !left.is_zero() => Err(Some(left)),
-                    _ => Ok(()),
-                }
-            }
-            _ => Err(None),
+        if self.outcomes.is_empty() {
+            return Err(None);
+        }
+        // Outcomes without a time (`decided` always gives one): they go at once.
+        let Some(since) = self.outcomes_since else {
+            return Ok(());
+        };
+        match (since + OUTCOME_DELAY).checked_duration_since(now) {
+            Some(left) if !left.is_zero() => Err(Some(left)),
+            _ => Ok(()),
         }
     }
 }
@@ -292,6 +294,11 @@ mod tests {
             "nothing to send: wait until woken"
         );
         p.outcomes.insert(3);
+        assert_eq!(
+            p.round_due(now),
+            Ok(()),
+            "outcomes without a time go at once"
+        );
         p.outcomes_since = Some(now);
         assert_eq!(p.round_due(now), Err(Some(OUTCOME_DELAY)));
         let later = now + OUTCOME_DELAY / 5;
