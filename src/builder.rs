@@ -107,7 +107,7 @@ config_setters! {
     /// How often a running node reads the gauges from storage (default 15 s).
     gauge_interval => gauge_interval: Duration;
     /// How long a worker keeps a drained shard's lease for the next write (default
-    /// 50 ms; 0 releases at once).
+    /// 150 ms, or half of a shorter `lease_duration`; 0 releases at once).
     lease_linger => lease_linger: Duration;
     /// Targets of a page one worker handles at once (default 16).
     handler_concurrency => handler_concurrency: usize;

@@ -134,6 +134,50 @@ async fn sqlite_steady_traffic_keeps_one_lease_per_shard() {
     steady_traffic(storage).await;
 }
 
+/// With the default linger, moderate traffic — a message every 60 ms to one shard, gaps a
+/// 50 ms linger did not bridge — is served under one kept lease: with the old default
+/// every message after the first needed a pick-up (12 here). A few are allowed for a machine
+/// so loaded that a sleep overshoots the linger.
+async fn default_linger_bridges_gaps(storage: Arc<dyn Storage>) {
+    let sb = Shardbox::builder()
+        .shared_storage(storage)
+        .shards(2)
+        .workers(2)
+        .poll_interval(Duration::from_secs(5))
+        .aggregate::<Tally>()
+        .build()
+        .await
+        .expect("build");
+    let node = sb.start();
+    let sends = 12;
+    for n in 0..sends {
+        sb.send::<Tally>("t-0", &TallyCommand::Record(n))
+            .await
+            .expect("send");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    assert!(node.drain(Duration::from_secs(20)).await.expect("drain"));
+    let metrics = sb.metrics();
+    assert_eq!(metrics.delivered, sends);
+    assert!(
+        metrics.lease_pick_ups <= 4,
+        "{} pick-ups for {sends} messages 60 ms apart with the default linger",
+        metrics.lease_pick_ups
+    );
+    node.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_default_linger_bridges_gaps_of_moderate_traffic() {
+    default_linger_bridges_gaps(common::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_default_linger_bridges_gaps_of_moderate_traffic() {
+    let (storage, _dir) = common::sqlite().await;
+    default_linger_bridges_gaps(storage).await;
+}
+
 /// An aggregate whose commands take a while: `Sleep(ms)` keeps the only worker busy.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Slow {

@@ -141,7 +141,6 @@ async fn jobs_run(
         .handler_concurrency(a.handler_concurrency)
         .max_in_flight_handlers(a.handler_concurrency)
         .poll_interval(Duration::from_millis(200))
-        .lease_linger(Duration::from_millis(50))
         .aggregate::<Job>()
         .build()
         .await

@@ -29,7 +29,6 @@ pub(crate) async fn shardbox(
         .page_size(a.page_size)
         .workers(a.workers)
         .poll_interval(Duration::from_millis(200))
-        .lease_linger(Duration::from_millis(50))
         .aggregate::<Counter>()
         .projection::<Ledger>();
     let builder = match a.cache_capacity {

@@ -61,7 +61,7 @@ pub use entity::traits::{
     Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
 };
 pub use model::clock::{Clock, ManualClock, SystemClock};
-pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, MAX_SHARDS};
+pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, DEFAULT_LEASE_LINGER, MAX_SHARDS};
 pub use model::error::{Cause, ConfigError, DeliveryError, PayloadError, StorageError};
 pub use model::event::{EventSource, NewEvent, StoredEvent};
 pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePolicy, NextAttempt};
