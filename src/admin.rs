@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Mounted, readiness also checks the node's workers, `/metrics` adds the node's counters,
-//! a requeue uses the application's shard strategy and wakes the workers at once.
+//! a requeue and a catch-up start use the application's shard strategy and wake the
+//! workers at once.
 //!
 //! ```no_run
 //! # async fn run(shardbox: shardbox::Shardbox) -> Result<(), Box<dyn std::error::Error>> {
@@ -21,7 +22,7 @@
 //! ```
 
 use crate::shardbox::{Node, Shardbox};
-use shardbox_core::{Liveness, MetricsSnapshot, NodeLiveness, ShardIndex};
+use shardbox_core::{Addressing, Liveness, MetricsSnapshot, NodeLiveness, ShardIndex};
 use std::sync::Arc;
 
 pub use shardbox_admin::{axum, http, router, views, AdminError, AdminState, RunningNode};
@@ -45,8 +46,8 @@ impl RunningNode for MountedNode {
         self.liveness.check()
     }
 
-    fn shard_of(&self, kind: &str, id: &str) -> ShardIndex {
-        self.shardbox.shard_of(kind, id)
+    fn addressing(&self) -> &Addressing {
+        self.shardbox.env().registry.addressing()
     }
 
     fn requeued(&self, requeued: usize, shards: &[ShardIndex]) {

@@ -238,6 +238,18 @@ impl ShardboxBuilder {
             }
             .into());
         }
+        // Tools without the application (the CLI, a standalone admin server) place rows as
+        // the recorded strategy says, or refuse to (see `StrategyRecord`).
+        let record = self.strategy.record();
+        if let Some(before) = storage.record_shard_strategy(&record).await? {
+            if before != record {
+                tracing::warn!(
+                    before = %before.describe(),
+                    now = %record.describe(),
+                    "the shard strategy recorded in the database was another one: every node of an application must place targets alike (a target split over two shards can be served by two nodes at once)"
+                );
+            }
+        }
         let mut registry = EntityRegistry::new(self.strategy, config.shard_count);
         for handler in self.handlers {
             registry.register(handler)?;

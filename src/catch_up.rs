@@ -2,8 +2,9 @@
 
 use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
-use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
-use shardbox_core::{validate_id, CatchUpProgress, DeliveryError, EventSet, IdField, Projection};
+use shardbox_core::operator::{self, CatchUpStart};
+use shardbox_core::storage::WriteBatch;
+use shardbox_core::{CatchUpProgress, DeliveryError, EventSet, Projection};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -64,63 +65,29 @@ impl Shardbox {
                 kind: P::KIND.to_owned(),
             });
         }
-        // The ids are stored with the job (PostgreSQL text refuses a NUL): the id rules.
-        validate_id(IdField::Tenant, &request.tenant)?;
-        if let CatchUpTargets::Ids(ids) = &request.targets {
-            for id in ids {
-                validate_id(IdField::TargetId, id)?;
-            }
-        }
         let types: Vec<String> = <P::Event as EventSet>::TYPES
             .iter()
             .map(|t| (*t).to_owned())
             .collect();
-        let total = env.storage.count_events(&types, request.since).await?;
-        let now = env.clock.now();
-        let zero_targets = matches!(&request.targets, CatchUpTargets::Ids(ids) if ids.is_empty());
-        let strategy = env.registry.strategy();
-        let mut job = env
-            .registry
-            .addressed(|shard_count| {
-                let spec = NewCatchUp {
-                    projection_kind: P::KIND.to_owned(),
-                    tenant: request.tenant.clone(),
-                    targets: request.targets.clone(),
-                    since: request.since,
-                    affected_shards: shardbox_core::catch_up::affected_shards(
-                        &request.targets,
-                        P::KIND,
-                        shard_count,
-                        |kind, id| strategy.shard_of(kind, id, shard_count),
-                    ),
-                    total_estimate: if zero_targets { 0 } else { total },
-                    created_at: now,
-                };
-                env.storage.start_catch_up(spec, shard_count)
-            })
-            .await?;
-        tracing::info!(
-            job = job.id,
-            kind = P::KIND,
-            total_estimate = job.spec.total_estimate,
-            "catch-up started"
-        );
-        if zero_targets {
-            job.status = CatchUpStatus::Completed;
-            job.finished_at = Some(now);
-            job.updated_at = now;
-            env.storage.update_catch_up(&job).await?;
-        } else {
-            let tick = tick_message(env.station_context(), &job, None);
-            self.inbox()
-                .write_batch(WriteBatch {
-                    events: vec![],
-                    messages: vec![tick],
-                })
-                .await?;
+        let total_estimate = env.storage.count_events(&types, request.since).await?;
+        let started = operator::start_catch_up(
+            &*env.storage,
+            env.registry.addressing(),
+            CatchUpStart {
+                projection_kind: P::KIND.to_owned(),
+                tenant: request.tenant,
+                targets: request.targets,
+                since: request.since,
+                total_estimate,
+            },
+            env.clock.now(),
+        )
+        .await?;
+        if let Some(shard) = started.tick_shard {
+            env.notify(&[shard]);
         }
         Ok(CatchUpHandle {
-            id: job.id,
+            id: started.job.id,
             shardbox: self.clone(),
         })
     }
@@ -160,17 +127,7 @@ impl Shardbox {
     pub async fn cancel_catch_up(&self, id: i64) -> Result<CatchUpProgress, DeliveryError> {
         let env = self.env();
         let now = env.clock.now();
-        let job = env
-            .storage
-            .cancel_catch_up(id, now)
-            .await?
-            .ok_or_else(|| job_not_found(id))?;
-        tracing::info!(
-            job = id,
-            kind = %job.spec.projection_kind,
-            cursor = job.cursor,
-            "catch-up cancel requested"
-        );
+        let job = operator::cancel_catch_up(&*env.storage, id, now).await?;
         // Wake the shards so that the job's next step (and the parked rows' release) comes
         // at once on this node's workers.
         let mut shards = job.spec.affected_shards.clone();

@@ -3,24 +3,23 @@
 //!
 //! ```text
 //!  dead_letters(filter) ─► DeadLetterStore::list_dead_letters
-//!  requeue_dead_letters(filter) ─► list a batch ─► shard of each target (registry)
-//!                                ─► DeadLetterStore::requeue_dead_letters ─► wake the shards
-//!  unblock(target, action) ─► DeadLetterStore::unblock_target ─► wake the shard
+//!  requeue_dead_letters(filter) ─► operator::requeue_dead_letters (pages, each letter in its
+//!                                  target's shard by the registry) ─► count, wake the shards
+//!  purge_dead_letters(filter) ─► operator::purge_dead_letters
+//!  unblock(target, action) ─► operator::unblock ─► count, wake the shard
 //! ```
 //!
-//! The storage does the writes atomically and safely beside running workers (see
-//! `shardbox_core::storage::DeadLetterStore`); this layer adds what only the delivery knows:
-//! which shard a target belongs to, waking the workers, and the counters.
+//! The actions themselves are `shardbox_core::operator`'s, the same the admin surface and
+//! the CLI call; this layer adds what only the running application knows: its shard strategy
+//! (the registry's addressing), waking its workers, and its counters.
 
 use crate::shardbox::Shardbox;
+use shardbox_core::operator::{self, Placement};
 use shardbox_core::storage::{
-    BlockedTarget, DeadLetterFilter, EntityKey, Requeue, RequeueReport, StoredDeadLetter, Unblock,
+    BlockedTarget, DeadLetterFilter, EntityKey, RequeueReport, StoredDeadLetter, Unblock,
     UnblockReport,
 };
 use shardbox_core::{DeliveryError, DeliveryReport, WorkerId};
-
-/// Dead letters requeued per storage call.
-const REQUEUE_BATCH: usize = 500;
 
 impl Shardbox {
     /// The dead letters matching `filter`, oldest first (at most `filter.limit`).
@@ -65,71 +64,25 @@ impl Shardbox {
         filter: DeadLetterFilter,
     ) -> Result<RequeueReport, DeliveryError> {
         let env = self.env();
-        let mut report = RequeueReport::default();
-        let mut remaining = filter.limit.unwrap_or(usize::MAX);
-        let mut after = filter.after;
-        while remaining > 0 {
-            let page = env
-                .storage
-                .list_dead_letters(&DeadLetterFilter {
-                    after,
-                    limit: Some(remaining.min(REQUEUE_BATCH)),
-                    ..filter.clone()
-                })
-                .await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.id);
-            remaining = remaining.saturating_sub(page.len());
-            let done = self.requeue_page(&page).await?;
-            env.metrics.record_requeued(done.requeued);
-            env.notify(&done.shards);
-            report.merge(done);
-        }
-        tracing::info!(
-            requeued = report.requeued,
-            already_in_inbox = report.already_in_inbox,
-            missing = report.missing,
-            skipped = report.skipped,
-            "dead letters requeued"
-        );
+        let placement = Placement::Addressed(env.registry.addressing());
+        let report = operator::requeue_dead_letters(
+            &*env.storage,
+            placement,
+            &filter,
+            env.clock.now(),
+            |page| {
+                env.metrics.record_requeued(page.requeued);
+                env.notify(&page.shards);
+            },
+        )
+        .await?;
         Ok(report)
-    }
-
-    /// Requeues one page of dead letters, each into its target's shard by the registry; if
-    /// the Inbox was re-sharded meanwhile (the storage refuses, writing nothing), learns the
-    /// new count and places them again.
-    async fn requeue_page(
-        &self,
-        page: &[StoredDeadLetter],
-    ) -> Result<RequeueReport, DeliveryError> {
-        let env = self.env();
-        let strategy = env.registry.strategy();
-        let done = env
-            .registry
-            .addressed(|shard_count| {
-                let requeue: Vec<Requeue> = page
-                    .iter()
-                    .map(|d| {
-                        let m = &d.letter.original.message;
-                        Requeue {
-                            id: d.id,
-                            shard: strategy.shard_of(&m.target_kind, &m.target_id, shard_count),
-                        }
-                    })
-                    .collect();
-                env.storage
-                    .requeue_dead_letters(requeue, shard_count, env.clock.now())
-            })
-            .await?;
-        Ok(done)
     }
 
     /// Deletes the dead letters matching `filter` (at most `filter.limit`, oldest first);
     /// returns how many.
     pub async fn purge_dead_letters(&self, filter: DeadLetterFilter) -> Result<u64, DeliveryError> {
-        let purged = self.env().storage.purge_dead_letters(&filter).await?;
-        tracing::info!(purged, "dead letters purged");
-        Ok(purged)
+        Ok(operator::purge_dead_letters(&*self.env().storage, &filter).await?)
     }
 
     /// The targets stopped by a blocked message (at most 10,000; see
@@ -166,13 +119,9 @@ impl Shardbox {
         action: Unblock,
     ) -> Result<UnblockReport, DeliveryError> {
         let env = self.env();
-        let report = env
-            .storage
-            .unblock_target(target, action, env.clock.now())
-            .await?;
+        let report = operator::unblock(&*env.storage, target, action, env.clock.now()).await?;
         env.metrics.record_unblocked(report.unblocked);
         env.notify(&report.shards);
-        tracing::info!(kind = %target.kind, id = %target.id, ?action, unblocked = report.unblocked, "target unblocked");
         Ok(report)
     }
 

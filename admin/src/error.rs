@@ -2,7 +2,7 @@
 //! API print: the storage's own errors, nothing matched, or a request refused before any
 //! write.
 
-use shardbox_core::StorageError;
+use shardbox_core::{DeliveryError, StorageError};
 use thiserror::Error;
 
 /// A view's or an action's failure.
@@ -19,4 +19,18 @@ pub enum AdminError {
     /// The database could not be reached, or refused the operation.
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+impl From<DeliveryError> for AdminError {
+    /// An operator action's refusal (`shardbox_core::operator`) in the surface's terms: the
+    /// storage's own errors stay themselves, nothing found is [`AdminError::NotFound`], and
+    /// every other refusal (an id outside the id rules, rows a tool cannot place) is
+    /// [`AdminError::Refused`] in the library's words.
+    fn from(e: DeliveryError) -> Self {
+        match e {
+            DeliveryError::Storage(e) => AdminError::Storage(e),
+            e @ DeliveryError::NotFound { .. } => AdminError::NotFound(e.to_string()),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
 }

@@ -2,10 +2,11 @@
 //! views and actions (`shardbox_admin::views::catch_ups`) as tables, JSON or a live progress
 //! bar.
 //!
-//! `start` and `cancel` make the library's own storage calls; the replay and the cancel are
-//! carried out by the application's nodes (the CLI runs no delivery). What a start without
-//! the application cannot know (event types, a custom shard strategy, which kinds are
-//! projections) is said at `views::catch_ups`.
+//! `start` and `cancel` are the library's own operator actions; the replay and the cancel
+//! are carried out by the application's nodes (the CLI runs no delivery). A start places
+//! its shards by the strategy the database records, and is refused for an application's own
+//! strategy; what else a start without the application cannot know (event types, which
+//! kinds are projections) is said at `views::catch_ups`.
 
 use crate::cli::CatchUpCommand;
 use crate::error::CliError;
@@ -43,7 +44,7 @@ pub async fn run(
                 ids: (!ids.is_empty()).then_some(ids),
                 since: since.map(|s| s.at(now)),
             };
-            let job = catch_ups::start(storage, &request, now).await?;
+            let job = catch_ups::start(storage, &request, None, now).await?;
             if json {
                 return print_json(&job);
             }

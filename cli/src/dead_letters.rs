@@ -1,10 +1,11 @@
 //! `shardbox dead-letters list|show|requeue|purge`: the shared dead-letter views and actions
 //! (`shardbox_admin::views::dead_letters`) printed as tables or JSON.
 //!
-//! A requeue puts each dead letter into a shard: the one it died in, or the stable hash's
-//! for `--shards N` (the shared query's `shards`, as the JSON API's; the CLI has no
-//! application code, so no custom strategy). Requeue and
-//! purge refuse to act on every dead letter unless `--all` says so.
+//! A requeue puts each dead letter into a shard: the one it died in (its target's, moved by
+//! any re-sharding), or with `--shards N` (the shared query's `shards`, as the JSON API's)
+//! the one the strategy recorded in the database gives — refused for an application's own
+//! strategy, which the CLI cannot rebuild. Requeue and purge refuse to act on every dead
+//! letter unless `--all` says so.
 
 use crate::cli::{DeadLetterCommand, DeadLetterFilterArgs};
 use crate::error::CliError;
@@ -12,8 +13,7 @@ use crate::output::print_json;
 use crate::table::Table;
 use chrono::{DateTime, Utc};
 use shardbox_admin::views::dead_letters::{self, DeadLetterQuery};
-use shardbox_core::storage::StoredDeadLetter;
-use shardbox_core::{ShardIndex, Storage};
+use shardbox_core::Storage;
 
 impl DeadLetterFilterArgs {
     /// The shared query, with `limit` and (a requeue's) `shards`.
@@ -143,9 +143,8 @@ async fn requeue(
     json: bool,
     now: DateTime<Utc>,
 ) -> Result<(), CliError> {
-    // Where it died, unless `--shards` (applied by the shared requeue) says otherwise.
-    let place = |d: &StoredDeadLetter| -> ShardIndex { d.letter.original.shard };
-    let report = dead_letters::requeue(storage, query, &place, now).await?;
+    // Where it died, unless `--shards` asks for the recorded strategy (the shared requeue).
+    let report = dead_letters::requeue(storage, query, None, now, |_| {}).await?;
     if json {
         print_json(&report)?;
     } else {

@@ -1,14 +1,15 @@
 //! `shardbox reshard --shards N`: changes the Inbox's shard count while the nodes run and
 //! traffic flows (see docs/clustering.md, "Changing the shard count"). It runs the library's
-//! re-sharding (`shardbox_core::reshard`) with the default strategy, the stable hash: an
-//! application with a custom `ShardStrategy` re-shards through `Shardbox::reshard`.
+//! re-sharding (`shardbox_core::reshard`) with the strategy the database records (every
+//! node records its own when it is built): an application with a custom `ShardStrategy`,
+//! which the CLI cannot rebuild, is refused and re-shards through `Shardbox::reshard`.
 
 use crate::error::CliError;
 use crate::output;
 use serde::Serialize;
 use shardbox_core::{
     DeliveryConfig, DeliveryEnv, DeliveryError, EntityRegistry, NodeId, NoopMonitor,
-    ReshardOptions, StableHashStrategy, Storage, SystemClock,
+    ReshardOptions, Storage, SystemClock,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,10 +39,12 @@ pub async fn run(
             "no shard count is recorded in this database: no node has started on it yet".into(),
         )
     })?;
-    let registry = Arc::new(EntityRegistry::new(
-        Arc::new(StableHashStrategy::new()),
-        recorded,
-    ));
+    // Every row moves to its target's shard by the application's strategy: the recorded
+    // one, rebuilt (refused for an application's own strategy, which only it can apply).
+    let addressing = shardbox_core::operator::placement::recorded_addressing(&*storage)
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let registry = Arc::new(EntityRegistry::new(addressing.strategy().clone(), recorded));
     let config = DeliveryConfig::builder()
         .shard_count(recorded)
         .node_id(NodeId("cli".into()))

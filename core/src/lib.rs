@@ -13,6 +13,7 @@
 //!  stage/      one stage as stations see it: Conveyor, Station, StationContext (read-only)
 //!  runner/     serving shards: leases, turns, stages' fenced commits, wake-ups, timers
 //!  send/       send / post into the Inbox (group commit)
+//!  operator/   operator actions, written once for the facade, the admin surface and the CLI
 //! ```
 //!
 //! One message's path:
@@ -40,6 +41,7 @@ pub mod catch_up;
 pub(crate) mod entity;
 pub mod memory;
 pub(crate) mod model;
+pub mod operator;
 pub(crate) mod runner;
 pub(crate) mod send;
 pub(crate) mod stage;
@@ -49,6 +51,7 @@ pub mod sync;
 pub(crate) mod telemetry;
 
 pub use catch_up::{CatchUp, CatchUpProgress};
+pub use entity::addressing::Addressing;
 #[doc(hidden)]
 pub use entity::handler::{AggregateHandler, ProjectionHandler, ReactorHandler};
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
@@ -74,7 +77,7 @@ pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };
 pub use model::outcome::{handled_events, CommandOutcome, OutcomeLookup, OutcomeRecord};
-pub use model::strategy::{ShardStrategy, StableHashStrategy};
+pub use model::strategy::{ShardStrategy, StableHashStrategy, StrategyRecord};
 pub use model::time_limits::{InvalidTime, TimeField, MAX_SPAN};
 #[doc(hidden)]
 pub use runner::delivery::Delivery;

@@ -33,7 +33,8 @@ use shardbox::core::storage::{
     StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener, WriteReport,
 };
 use shardbox::core::{
-    EventSource, InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, WorkerId,
+    EventSource, InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, StrategyRecord,
+    WorkerId,
 };
 use shardbox::StorageError;
 use std::collections::{BTreeMap, HashMap};
@@ -568,6 +569,25 @@ impl WorkRegistry for FaultyStorage {
             self,
             "recorded_shard_count",
             self.inner.recorded_shard_count()
+        )
+    }
+
+    async fn record_shard_strategy(
+        &self,
+        record: &StrategyRecord,
+    ) -> Result<Option<StrategyRecord>, StorageError> {
+        write!(
+            self,
+            "record_shard_strategy",
+            self.inner.record_shard_strategy(record)
+        )
+    }
+
+    async fn recorded_shard_strategy(&self) -> Result<Option<StrategyRecord>, StorageError> {
+        read!(
+            self,
+            "recorded_shard_strategy",
+            self.inner.recorded_shard_strategy()
         )
     }
 

@@ -38,8 +38,7 @@ use axum::Json;
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::json;
-use shardbox_core::storage::StoredDeadLetter;
-use shardbox_core::{ShardIndex, StorageError};
+use shardbox_core::StorageError;
 
 /// Dead letters listed when no limit is given.
 const DEFAULT_LIST: usize = 50;
@@ -138,29 +137,30 @@ pub async fn dead_letter(State(state): State<AdminState>, Path(id): Path<i64>) -
     ok(dead_letters::show(&*state.storage, id).await?)
 }
 
-/// `POST /api/dead-letters/requeue`: into the stable hash's shard for `shards` if given,
-/// else the mounted node's shard for each target, or the shard each died in; the node's
-/// workers are woken.
+/// `POST /api/dead-letters/requeue`: by the mounted node's strategy, else into the shard
+/// each died in, or with `shards` by the recorded strategy (see
+/// [`dead_letters::requeue`]); the node's workers are woken.
 pub async fn requeue(
     State(state): State<AdminState>,
     body: Result<Json<DeadLetterQuery>, JsonRejection>,
 ) -> ApiResult {
     allowed(&state)?;
     let Json(query) = body?;
-    let node = state.node.clone();
-    let place = move |d: &StoredDeadLetter| -> ShardIndex {
-        let m = &d.letter.original.message;
-        node.as_ref().map_or(d.letter.original.shard, |n| {
-            n.shard_of(&m.target_kind, &m.target_id)
-        })
-    };
-    let outcome = dead_letters::requeue(&*state.storage, &query, &place, Utc::now()).await?;
+    let node = state.node.as_deref();
+    let outcome = dead_letters::requeue(
+        &*state.storage,
+        &query,
+        node.map(|n| n.addressing()),
+        Utc::now(),
+        |page| {
+            if let Some(node) = node {
+                node.requeued(page.requeued, &page.shards);
+            }
+        },
+    )
+    .await?;
     if outcome.nothing_matched() {
         return Err(AdminError::NotFound("no dead letters match".into()).into());
-    }
-    if let Some(node) = &state.node {
-        let shards: Vec<ShardIndex> = outcome.shards.iter().map(|s| ShardIndex(*s)).collect();
-        node.requeued(outcome.requeued, &shards);
     }
     ok(outcome)
 }
@@ -227,7 +227,15 @@ pub async fn start_catch_up(
 ) -> ApiResult {
     allowed(&state)?;
     let Json(request) = body?;
-    ok(catch_ups::start(&*state.storage, &request, Utc::now()).await?)
+    let node = state.node.as_deref();
+    let view = catch_ups::start(
+        &*state.storage,
+        &request,
+        node.map(|n| n.addressing()),
+        Utc::now(),
+    )
+    .await?;
+    ok(view)
 }
 
 /// `POST /api/catch-ups/{id}/cancel`.

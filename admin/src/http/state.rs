@@ -5,9 +5,10 @@
 //! database and the schema, its metrics are the gauges read from the database, and a
 //! requeue goes to the shard a dead letter died in. Mounted in an application, the node
 //! adds its workers to readiness, its counters to the metrics, its shard strategy to a
-//! requeue, counts the action in its counters and wakes its workers at once.
+//! requeue and a catch-up start, counts the action in its counters and wakes its workers at
+//! once.
 
-use shardbox_core::{Liveness, MetricsSnapshot, ShardIndex, Storage};
+use shardbox_core::{Addressing, Liveness, MetricsSnapshot, ShardIndex, Storage};
 use std::sync::Arc;
 
 /// The running node an application mounts the router beside (the facade implements it for
@@ -19,8 +20,9 @@ pub trait RunningNode: Send + Sync {
     fn metrics(&self) -> MetricsSnapshot;
     /// Whether its workers, poller and lease watch still run.
     fn liveness(&self) -> Liveness;
-    /// The shard its strategy gives messages to `kind` instance `id`.
-    fn shard_of(&self, kind: &str, id: &str) -> ShardIndex;
+    /// How the application places targets in shards (its strategy and shard count): the
+    /// actions that write Inbox rows (requeue, catch-up start) place them by it.
+    fn addressing(&self) -> &Addressing;
     /// Counts `requeued` dead letters put back into `shards` and wakes their workers.
     fn requeued(&self, requeued: usize, shards: &[ShardIndex]);
     /// Counts `unblocked` blocked messages let go on in `shards` and wakes their workers.

@@ -6,8 +6,8 @@
 use crate::error::AdminError;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use shardbox_core::storage::{BlockedTarget, EntityKey, Unblock, UnblockReport};
-use shardbox_core::Storage;
+use shardbox_core::operator;
+use shardbox_core::storage::{BlockedTarget, DeadLetterStore, EntityKey, Unblock, UnblockReport};
 
 /// One blocked target.
 #[derive(Debug, Clone, Serialize)]
@@ -123,7 +123,7 @@ pub struct UnblockOutcome {
 }
 
 /// Up to `limit` blocked targets.
-pub async fn list(storage: &dyn Storage, limit: usize) -> Result<BlockedList, AdminError> {
+pub async fn list(storage: &dyn DeadLetterStore, limit: usize) -> Result<BlockedList, AdminError> {
     let blocked = storage.blocked_targets(limit).await?;
     Ok(BlockedList {
         blocked: blocked.iter().map(BlockedView::of).collect(),
@@ -132,14 +132,12 @@ pub async fn list(storage: &dyn Storage, limit: usize) -> Result<BlockedList, Ad
 
 /// Unblocks `request`'s target at `now`, or [`AdminError::NotFound`] if it was not blocked.
 pub async fn unblock(
-    storage: &dyn Storage,
+    storage: &dyn DeadLetterStore,
     request: &UnblockRequest,
     now: DateTime<Utc>,
 ) -> Result<UnblockOutcome, AdminError> {
     let target = request.target();
-    let report = storage
-        .unblock_target(&target, request.action.to_library(), now)
-        .await?;
+    let report = operator::unblock(storage, &target, request.action.to_library(), now).await?;
     if report.unblocked == 0 {
         return Err(AdminError::NotFound(format!(
             "{}/{} (tenant {:?}) was not blocked",

@@ -8,24 +8,24 @@
 //!  cancel ─► CatchUpStore::cancel_catch_up (a request; the job's next step carries it out)
 //! ```
 //!
-//! Starting here has no application at hand, so it knows neither the projection's event
-//! types nor the application's shard strategy. The job's first step, on a node that has the
-//! projection, counts its events (the estimate; 0 until then). The shards are those of the
-//! stable hash with the database's recorded shard count: right for every application that
-//! keeps the default strategy. One with a custom `ShardStrategy` starts a catch-up of chosen
-//! ids through `Shardbox::catch_up` (a catch-up of all instances affects every shard and is
-//! right either way). Nothing stored says which kinds are projections (a projection added
-//! to an application has no state and no row yet, which is when it is rebuilt): a kind no
-//! node has waits, logged by the nodes at WARN, until it is cancelled.
+//! Starting from a tool (the CLI, a standalone server) has no application at hand, so it
+//! knows neither the projection's event types nor the application's shard strategy. The
+//! job's first step, on a node that has the projection, counts its events (the estimate; 0
+//! until then). The shards are placed by the strategy the database records (every node
+//! records its own when it is built); an application with its own `ShardStrategy` is refused
+//! there and starts catch-ups through `Shardbox::catch_up` or the surface mounted in it
+//! (`Shardbox::admin_state`), which place by the application's strategy. Nothing stored says
+//! which kinds are projections (a projection added to an application has no state and no row
+//! yet, which is when it is rebuilt): a kind no node has waits, logged by the nodes at WARN,
+//! until it is cancelled.
 
 use crate::error::AdminError;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use shardbox_core::catch_up::{tick, PURGED_HINT};
-use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets, NewCatchUp, WriteBatch};
-use shardbox_core::{
-    validate_id, CatchUpProgress, IdField, InboxWrite, ShardStrategy, StableHashStrategy, Storage,
-};
+use shardbox_core::catch_up::PURGED_HINT;
+use shardbox_core::operator::{self, CatchUpStart};
+use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets};
+use shardbox_core::{Addressing, CatchUpProgress, InboxStore, WorkRegistry};
 
 /// One catch-up job and its progress.
 #[derive(Debug, Clone, Serialize)]
@@ -85,7 +85,10 @@ pub struct CatchUpList {
 }
 
 /// The catch-ups not finished, at `now`.
-pub async fn running(storage: &dyn Storage, now: DateTime<Utc>) -> Result<CatchUpList, AdminError> {
+pub async fn running(
+    storage: &dyn CatchUpStore,
+    now: DateTime<Utc>,
+) -> Result<CatchUpList, AdminError> {
     let jobs = storage.running_catch_ups().await?;
     Ok(CatchUpList {
         running: jobs.iter().map(|j| CatchUpView::of(j, now)).collect(),
@@ -99,7 +102,7 @@ fn not_found(id: i64) -> AdminError {
 
 /// Job `id`'s progress at `now`, or [`AdminError::NotFound`].
 pub async fn progress(
-    storage: &dyn Storage,
+    storage: &dyn CatchUpStore,
     id: i64,
     now: DateTime<Utc>,
 ) -> Result<CatchUpView, AdminError> {
@@ -112,14 +115,11 @@ pub async fn progress(
 /// no such job; a finished one is refused with the library's
 /// `StorageError::CatchUpNotRunning`.
 pub async fn cancel(
-    storage: &dyn Storage,
+    storage: &dyn CatchUpStore,
     id: i64,
     now: DateTime<Utc>,
 ) -> Result<CatchUpView, AdminError> {
-    let job = storage
-        .cancel_catch_up(id, now)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let job = operator::cancel_catch_up(storage, id, now).await?;
     Ok(CatchUpView::of(&job, now))
 }
 
@@ -141,17 +141,21 @@ pub struct StartRequest {
     pub since: Option<DateTime<Utc>>,
 }
 
-/// Starts the catch-up `request` at `now` through the library's own storage call (an
-/// overlapping running job refuses it with `StorageError::CatchUpOverlap`), then writes its
-/// first tick for the nodes. See the module doc for what it cannot know.
-pub async fn start(
-    storage: &dyn Storage,
+/// Starts the catch-up `request` at `now` through the library's own start
+/// (`operator::start_catch_up`: an overlapping running job refuses it with
+/// `StorageError::CatchUpOverlap`), its shards placed by `app`'s addressing when the surface
+/// runs in the application, else by the strategy the database records — refused for an
+/// application's own strategy, which a tool cannot rebuild. See the module doc for what it
+/// cannot know.
+pub async fn start<S>(
+    storage: &S,
     request: &StartRequest,
+    app: Option<&Addressing>,
     now: DateTime<Utc>,
-) -> Result<CatchUpView, AdminError> {
-    let refused = |e: shardbox_core::InvalidId| AdminError::Refused(e.to_string());
-    validate_id(IdField::TargetKind, &request.projection_kind).map_err(refused)?;
-    validate_id(IdField::Tenant, &request.tenant).map_err(refused)?;
+) -> Result<CatchUpView, AdminError>
+where
+    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+{
     let targets = match &request.ids {
         None => CatchUpTargets::All,
         Some(ids) if ids.is_empty() => {
@@ -160,54 +164,33 @@ pub async fn start(
             ))
         }
         Some(ids) => {
-            for id in ids {
-                validate_id(IdField::TargetId, id).map_err(refused)?;
-            }
             let mut ids = ids.clone();
             ids.sort();
             ids.dedup();
             CatchUpTargets::Ids(ids)
         }
     };
-    let shards = storage.recorded_shard_count().await?.ok_or_else(|| {
-        AdminError::Refused(
-            "the database has no recorded shard count: no node has run on it yet (start the application once, then the catch-up)".into(),
-        )
-    })?;
-    let strategy = StableHashStrategy::new();
-    let affected = shardbox_core::catch_up::affected_shards(
-        &targets,
-        &request.projection_kind,
-        shards,
-        |kind, id| strategy.shard_of(kind, id, shards),
-    );
-    // Refused if the Inbox is re-sharded before the start commits (asked again, it is
-    // computed by the new count).
-    let job = storage
-        .start_catch_up(
-            NewCatchUp {
-                projection_kind: request.projection_kind.clone(),
-                tenant: request.tenant.clone(),
-                targets,
-                since: request.since,
-                affected_shards: affected,
-                // Counted by the first step, on a node that knows the projection's event types.
-                total_estimate: 0,
-                created_at: now,
-            },
-            shards,
-        )
-        .await?;
-    let first = tick(&job, now, None);
-    let shard = strategy.shard_of(&first.target_kind, &first.target_id, shards);
-    storage
-        .write(WriteBatch {
-            events: vec![],
-            messages: vec![InboxWrite {
-                shard,
-                message: first,
-            }],
-        })
-        .await?;
-    Ok(CatchUpView::of(&job, now))
+    let recorded;
+    let addressing = match app {
+        Some(addressing) => addressing,
+        None => {
+            recorded = operator::placement::recorded_addressing(storage).await?;
+            &recorded
+        }
+    };
+    let started = operator::start_catch_up(
+        storage,
+        addressing,
+        CatchUpStart {
+            projection_kind: request.projection_kind.clone(),
+            tenant: request.tenant.clone(),
+            targets,
+            since: request.since,
+            // Counted by the first step, on a node that knows the projection's event types.
+            total_estimate: 0,
+        },
+        now,
+    )
+    .await?;
+    Ok(CatchUpView::of(&started.job, now))
 }

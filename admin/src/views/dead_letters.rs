@@ -4,27 +4,26 @@
 //! ```text
 //!  DeadLetterQuery ─► check (scope, target needs kind) ─► DeadLetterFilter
 //!    list/show  ─► list_dead_letters + count_dead_letters ─► DeadLetterList / Detail
-//!    requeue    ─► pages of REQUEUE_BATCH ─► place each in a shard ─► requeue_dead_letters
-//!    purge      ─► purge_dead_letters
+//!    requeue    ─► operator::requeue_dead_letters (the library's own loop and placement)
+//!    purge      ─► operator::purge_dead_letters
 //! ```
 //!
 //! A write over every dead letter is refused unless the query says `all`. Where a requeued
-//! letter goes: the stable hash's shard for the query's `shards` count if it gives one (after
-//! a change of shard count), else the caller's `place` — the shard it died in, or a running
-//! application's own strategy. One query type serves the CLI's flags and the JSON API's
-//! bodies and parameters alike, so both offer the same filters.
+//! letter goes: by the application's strategy when the surface runs in it; else into the
+//! shard it holds, or with `shards` by the strategy the database records (refused for an
+//! application's own strategy: a tool cannot hash as it does). One query type serves the
+//! CLI's flags and the JSON API's bodies and parameters alike, so both offer the same
+//! filters.
 
 use crate::error::AdminError;
 use crate::views::since::Since;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use shardbox_core::operator::{self, Placement};
 use shardbox_core::storage::{
-    DeadLetterFilter, DeadLetterId, Requeue, RequeueReport, StoredDeadLetter,
+    DeadLetterFilter, DeadLetterId, DeadLetterStore, RequeueReport, StoredDeadLetter,
 };
-use shardbox_core::{Metadata, ShardIndex, ShardStrategy, StableHashStrategy, Storage};
-
-/// Dead letters requeued per storage call (as the library does).
-const REQUEUE_BATCH: usize = 500;
+use shardbox_core::{Addressing, Metadata, WorkRegistry};
 
 /// Which dead letters: the library's filter, as an operator gives it.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -48,9 +47,10 @@ pub struct DeadLetterQuery {
     pub limit: Option<usize>,
     /// Required to requeue or purge every dead letter when no condition is set.
     pub all: bool,
-    /// Requeue only: put each letter into the shard the stable hash gives for this shard
-    /// count, instead of the caller's placement (after a change of shard count). Refused by
-    /// the other operations.
+    /// Requeue only: place each letter by the application's strategy (as the database
+    /// records it) from this shard count, instead of into the shard it holds; the Inbox's
+    /// recorded count wins if it is another. Refused by the other operations, and for an
+    /// application's own strategy outside the application.
     pub shards: Option<u32>,
 }
 
@@ -224,7 +224,7 @@ pub struct PurgeOutcome {
 
 /// The dead letters matching `query` (at most `query.limit`), and how many match in all.
 pub async fn list(
-    storage: &dyn Storage,
+    storage: &dyn DeadLetterStore,
     query: &DeadLetterQuery,
     now: DateTime<Utc>,
 ) -> Result<DeadLetterList, AdminError> {
@@ -244,7 +244,7 @@ pub async fn list(
 }
 
 /// Dead letter `id` whole, or [`AdminError::NotFound`].
-pub async fn show(storage: &dyn Storage, id: i64) -> Result<DeadLetterDetail, AdminError> {
+pub async fn show(storage: &dyn DeadLetterStore, id: i64) -> Result<DeadLetterDetail, AdminError> {
     let found = storage
         .list_dead_letters(&DeadLetterFilter::ids([DeadLetterId(id)]))
         .await?;
@@ -265,73 +265,56 @@ pub async fn show(storage: &dyn Storage, id: i64) -> Result<DeadLetterDetail, Ad
     })
 }
 
-/// Puts the dead letters matching `query` back into the Inbox, each into the shard `place`
-/// gives it; refused without a condition or `all`.
-pub async fn requeue(
-    storage: &dyn Storage,
+/// Puts the dead letters matching `query` back into the Inbox (the library's
+/// `operator::requeue_dead_letters`); refused without a condition or `all`. Where each goes:
+/// by `app`'s addressing when the surface runs in the application; else into the shard it
+/// holds (its target's, a re-sharding moves it), or — with `shards` — by the strategy the
+/// database records, which is refused for an application's own strategy. `on_page` hears
+/// each page's report as it commits.
+pub async fn requeue<S>(
+    storage: &S,
     query: &DeadLetterQuery,
-    place: &(dyn Fn(&StoredDeadLetter) -> ShardIndex + Send + Sync),
+    app: Option<&Addressing>,
     now: DateTime<Utc>,
-) -> Result<RequeueOutcome, AdminError> {
+    on_page: impl FnMut(&RequeueReport),
+) -> Result<RequeueOutcome, AdminError>
+where
+    S: DeadLetterStore + WorkRegistry + ?Sized,
+{
     query.check_scope("requeue")?;
     let filter = query.to_filter(now)?;
     if query.shards == Some(0) {
         return Err(AdminError::Refused("shards must be at least 1".into()));
     }
-    // The count the shards are placed by: a dead letter's own shard is its target's in the
-    // recorded layout (a re-sharding moves it too). The requeue is refused if the Inbox is
-    // re-sharded meanwhile; asked again, it places them by the new count.
-    let recorded = storage.recorded_shard_count().await?;
-    // With no count recorded (no node ran yet) the storage checks nothing.
-    let shard_count = query.shards.or(recorded).unwrap_or_default();
-    let strategy = StableHashStrategy::new();
-    let place = |d: &StoredDeadLetter| -> ShardIndex {
-        let m = &d.letter.original.message;
-        query.shards.map_or_else(
-            || place(d),
-            |n| strategy.shard_of(&m.target_kind, &m.target_id, n),
-        )
+    let recorded;
+    let placement = match (app, query.shards) {
+        (Some(addressing), _) => Placement::Addressed(addressing),
+        (None, None) => Placement::AsRecorded,
+        (None, Some(shards)) => {
+            // Placed by the recorded strategy from the given count: if another count is
+            // recorded the storage refuses and the page is placed again by that one.
+            recorded = operator::placement::recorded_addressing(storage).await?;
+            recorded.set_shard_count(shards);
+            Placement::Addressed(&recorded)
+        }
     };
-    let mut report = RequeueReport::default();
-    let mut remaining = filter.limit.unwrap_or(usize::MAX);
-    let mut after = filter.after;
-    while remaining > 0 {
-        let page = storage
-            .list_dead_letters(&DeadLetterFilter {
-                after,
-                limit: Some(remaining.min(REQUEUE_BATCH)),
-                ..filter.clone()
-            })
-            .await?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.id);
-        remaining = remaining.saturating_sub(page.len());
-        let batch = page
-            .iter()
-            .map(|d| Requeue {
-                id: d.id,
-                shard: place(d),
-            })
-            .collect();
-        report.merge(
-            storage
-                .requeue_dead_letters(batch, shard_count, now)
-                .await?,
-        );
-    }
+    let report = operator::requeue_dead_letters(storage, placement, &filter, now, on_page).await?;
     Ok(RequeueOutcome::of(&report))
 }
 
 /// Deletes the dead letters matching `query` for good; refused without a condition or
 /// `all`.
-pub async fn purge(
-    storage: &dyn Storage,
+pub async fn purge<S>(
+    storage: &S,
     query: &DeadLetterQuery,
     now: DateTime<Utc>,
-) -> Result<PurgeOutcome, AdminError> {
+) -> Result<PurgeOutcome, AdminError>
+where
+    S: DeadLetterStore + ?Sized,
+{
     query.check_no_shards("a purge")?;
     query.check_scope("purge")?;
-    let purged = storage.purge_dead_letters(&query.to_filter(now)?).await?;
+    let purged = operator::purge_dead_letters(storage, &query.to_filter(now)?).await?;
     Ok(PurgeOutcome { purged })
 }
 

@@ -9,7 +9,10 @@
 //!  since         the time forms operators write (RFC 3339 or an age)
 //! ```
 //!
-//! Every function takes the narrow `&dyn Storage` and a `now`; none prints or knows HTTP.
+//! Every function takes the narrowest store it reads or writes (`DeadLetterStore`,
+//! `CatchUpStore`, …) and a `now`; none prints or knows HTTP. The actions are the library's
+//! own (`shardbox_core::operator`): these views check an operator's request and shape the
+//! answer.
 
 pub mod blocked;
 pub mod catch_ups;

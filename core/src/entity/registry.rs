@@ -5,6 +5,7 @@
 //! type (each kind gets its own copy, like a consumer group), the kind's `route` picking the
 //! ids within it. A kind subscribes to every type of its event set.
 
+use crate::entity::addressing::Addressing;
 use crate::entity::handler::EntityHandler;
 use crate::entity::services::Services;
 use crate::model::error::{ConfigError, StorageError};
@@ -14,20 +15,14 @@ use crate::model::message::{InboxWrite, MessageKind, NewMessage};
 use crate::model::strategy::ShardStrategy;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-
-/// How many times [`EntityRegistry::addressed`] addresses a write anew.
-const READDRESS_LIMIT: usize = 3;
 
 /// The entity kinds of a delivery, their subscriptions and the shard strategy.
 pub struct EntityRegistry {
     handlers: HashMap<&'static str, Arc<dyn EntityHandler>>,
     subscribers: HashMap<&'static str, Vec<Arc<dyn EntityHandler>>>,
-    strategy: Arc<dyn ShardStrategy>,
-    /// The Inbox's shard count as this process last learned it: set at build time, and
-    /// again when a re-sharding is seen (see `runner::reshard`).
-    shard_count: AtomicU32,
+    /// The strategy and the shard count as this process last learned it.
+    addressing: Addressing,
     services: Services,
 }
 
@@ -48,8 +43,7 @@ impl EntityRegistry {
         EntityRegistry {
             handlers: HashMap::new(),
             subscribers: HashMap::new(),
-            strategy,
-            shard_count: AtomicU32::new(shard_count),
+            addressing: Addressing::new(strategy, shard_count),
             services: Services::new(),
         }
     }
@@ -104,76 +98,49 @@ impl EntityRegistry {
         kinds
     }
 
-    /// Number of shards.
-    pub fn shard_count(&self) -> u32 {
-        self.shard_count.load(Ordering::Acquire)
+    /// How this registry addresses messages: its strategy and shard count.
+    pub fn addressing(&self) -> &Addressing {
+        &self.addressing
     }
 
-    /// Learns that the Inbox has `shard_count` shards now (it was re-sharded): rows addressed
-    /// from now on go by it. Returns whether the count changed.
+    /// Number of shards.
+    pub fn shard_count(&self) -> u32 {
+        self.addressing.shard_count()
+    }
+
+    /// Learns that the Inbox has `shard_count` shards now (see
+    /// [`Addressing::set_shard_count`]).
     pub fn set_shard_count(&self, shard_count: u32) -> bool {
-        self.shard_count.swap(shard_count, Ordering::AcqRel) != shard_count
+        self.addressing.set_shard_count(shard_count)
     }
 
     /// The shard strategy.
     pub fn strategy(&self) -> &Arc<dyn ShardStrategy> {
-        &self.strategy
+        self.addressing.strategy()
     }
 
     /// The shard of a target.
     pub fn shard_of(&self, target_kind: &str, target_id: &str) -> ShardIndex {
-        self.strategy
-            .shard_of(target_kind, target_id, self.shard_count())
+        self.addressing.shard_of(target_kind, target_id)
     }
 
-    /// Runs `attempt` — a write that addresses rows by the shard count it is given and is
-    /// refused whole ([`StorageError::ShardCountChanged`]) if another count is recorded — with
-    /// this registry's count; after such a refusal, learns the recorded count and runs it again
-    /// with that one. The one way every writer outside a stage (the send path, a catch-up
-    /// start, a requeue) follows a re-sharding without its caller seeing an error. A count
-    /// changes only by an operator's re-sharding, so a second change within one write is all
-    /// but impossible: after three the refusal is returned.
-    pub async fn addressed<T, F, Fut>(&self, mut attempt: F) -> Result<T, StorageError>
+    /// Runs a write addressed by this registry's shard count (see [`Addressing::addressed`]).
+    pub async fn addressed<T, F, Fut>(&self, attempt: F) -> Result<T, StorageError>
     where
         F: FnMut(u32) -> Fut,
         Fut: std::future::Future<Output = Result<T, StorageError>>,
     {
-        let mut readdressed = 0;
-        loop {
-            match attempt(self.shard_count()).await {
-                Err(StorageError::ShardCountChanged { expected, recorded })
-                    if readdressed < READDRESS_LIMIT =>
-                {
-                    readdressed += 1;
-                    self.set_shard_count(recorded);
-                    tracing::info!(
-                        from = expected,
-                        to = recorded,
-                        "the Inbox was re-sharded; addressing the write anew"
-                    );
-                }
-                done => return done,
-            }
-        }
+        self.addressing.addressed(attempt).await
     }
 
-    /// Addresses `rows` by `shard_count` shards (the count a write is about to claim, see
-    /// [`EntityRegistry::addressed`]).
+    /// Addresses `rows` by `shard_count` shards (see [`Addressing::address_by`]).
     pub fn address_by(&self, rows: &mut [InboxWrite], shard_count: u32) {
-        for row in rows {
-            let m = &row.message;
-            row.shard = self
-                .strategy
-                .shard_of(&m.target_kind, &m.target_id, shard_count);
-        }
+        self.addressing.address_by(rows, shard_count)
     }
 
     /// Addresses a message to its shard.
     pub fn address(&self, message: NewMessage) -> InboxWrite {
-        InboxWrite {
-            shard: self.shard_of(&message.target_kind, &message.target_id),
-            message,
-        }
+        self.addressing.address(message)
     }
 
     /// Appends to `out` the inbox rows `event` fans out to: one per subscribed kind and routed

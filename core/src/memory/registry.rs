@@ -3,6 +3,7 @@
 use super::MemoryStorage;
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
+use crate::model::strategy_record::StrategyRecord;
 use crate::storage::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, ShardLayout, ShardSession,
     WorkRegistry,
@@ -97,6 +98,17 @@ impl WorkRegistry for MemoryStorage {
 
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {
         Ok(*self.lock().shard_count.get_or_insert(shard_count))
+    }
+
+    async fn record_shard_strategy(
+        &self,
+        record: &StrategyRecord,
+    ) -> Result<Option<StrategyRecord>, StorageError> {
+        Ok(self.lock().shard_strategy.replace(record.clone()))
+    }
+
+    async fn recorded_shard_strategy(&self) -> Result<Option<StrategyRecord>, StorageError> {
+        Ok(self.lock().shard_strategy.clone())
     }
 
     async fn layout(&self) -> Result<ShardLayout, StorageError> {

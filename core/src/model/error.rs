@@ -333,6 +333,14 @@ pub enum DeliveryError {
         /// How long the caller waited.
         waited: std::time::Duration,
     },
+    /// An operator tool cannot put rows in shards as the application does (no node recorded
+    /// the shard count or strategy yet, or the application uses its own strategy); nothing
+    /// was written.
+    #[error("refused, nothing was written: {reason}")]
+    Unplaceable {
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// An outcome was asked of a receipt that has none: a post's (events fan out to many
     /// subscribers; only a command has one outcome).
     #[error("receipt of `{signal_id}` has no outcome: only a sent command's receipt has one, not a post's")]

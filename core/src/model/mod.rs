@@ -4,7 +4,7 @@
 //! ```text
 //!  ids ◄── message ◄── event        error ◄── config ──► failure
 //!  outcome (what became of a command)
-//!  clock                strategy (shard_of: kind + id ──► ShardIndex)
+//!  clock                strategy (shard_of: kind + id ──► ShardIndex) ──► strategy_record
 //! ```
 //!
 //! Nothing here does I/O, holds a runtime service or knows about storage, stages or the
@@ -21,4 +21,5 @@ pub mod message;
 pub mod outcome;
 pub mod parked;
 pub mod strategy;
+pub mod strategy_record;
 pub mod time_limits;

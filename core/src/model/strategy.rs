@@ -8,12 +8,24 @@
 
 pub use crate::model::hash::fnv1a64;
 use crate::model::ids::ShardIndex;
+pub use crate::model::strategy_record::StrategyRecord;
 use std::collections::HashMap;
 
 /// Maps a target (entity kind + id) to a shard.
 pub trait ShardStrategy: Send + Sync + 'static {
     /// The shard of `target_kind`/`target_id` among `shard_count` shards (`shard_count >= 1`).
     fn shard_of(&self, target_kind: &str, target_id: &str, shard_count: u32) -> ShardIndex;
+
+    /// How the database records this strategy (see [`StrategyRecord`]), so that tools without
+    /// the application place rows as it does or refuse to. The default records an
+    /// application's own strategy by its type name: tools then refuse to place rows by
+    /// hashing, and the application's own calls (`Shardbox::requeue_dead_letters`,
+    /// `Shardbox::catch_up`, `Shardbox::reshard`, the admin surface mounted in it) do it.
+    fn record(&self) -> StrategyRecord {
+        StrategyRecord::Custom {
+            name: std::any::type_name::<Self>().to_owned(),
+        }
+    }
 }
 
 /// The default strategy: a stable FNV-1a hash of (kind or co-location group, id).
@@ -57,6 +69,16 @@ impl ShardStrategy for StableHashStrategy {
             .unwrap_or(target_kind);
         let hash = fnv1a64(&[key.as_bytes(), target_id.as_bytes()]);
         ShardIndex((hash % u64::from(shard_count.max(1))) as u32)
+    }
+
+    fn record(&self) -> StrategyRecord {
+        StrategyRecord::StableHash {
+            groups: self
+                .groups
+                .iter()
+                .map(|(kind, group)| (kind.clone(), group.clone()))
+                .collect(),
+        }
     }
 }
 

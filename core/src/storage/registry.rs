@@ -2,6 +2,7 @@
 
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
+use crate::model::strategy_record::StrategyRecord;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -150,6 +151,18 @@ pub trait WorkRegistry: Send + Sync + 'static {
     /// records nothing. For tools that address shards without a node's configuration (the
     /// `shardbox` command line).
     async fn recorded_shard_count(&self) -> Result<Option<u32>, StorageError>;
+
+    /// Records how the application places targets in shards (its strategy's
+    /// [`StrategyRecord`]), replacing any earlier record, and returns the earlier one. Every
+    /// node records its strategy when it is built, as it claims the shard count; tools that
+    /// place rows without the application read it back ([`Self::recorded_shard_strategy`]).
+    async fn record_shard_strategy(
+        &self,
+        record: &StrategyRecord,
+    ) -> Result<Option<StrategyRecord>, StorageError>;
+
+    /// The recorded shard strategy, if a node recorded one; records nothing.
+    async fn recorded_shard_strategy(&self) -> Result<Option<StrategyRecord>, StorageError>;
 
     /// The recorded shard count and the re-sharding in progress, if any: read by every node's
     /// lease watch each poll round.

@@ -82,7 +82,7 @@ pub use registry::{
     clock_now_is_the_storage_clock, concurrent_pick_up_has_one_winner,
     fenced_commit_refused_after_lease_taken, members_beat_expire_and_leave,
     pick_up_refused_while_held, release_then_pick_up_gives_higher_epoch,
-    the_first_shard_count_claimed_is_recorded,
+    the_first_shard_count_claimed_is_recorded, the_shard_strategy_recorded_is_read_back,
 };
 pub use reshard::{
     a_reshard_switch_is_refused_whole, a_reshard_switch_moves_every_row_to_its_targets_shard,
@@ -121,6 +121,7 @@ macro_rules! conformance_suite {
             fenced_commit_refused_after_lease_taken,
             concurrent_pick_up_has_one_winner,
             the_first_shard_count_claimed_is_recorded,
+            the_shard_strategy_recorded_is_read_back,
             members_beat_expire_and_leave,
             clock_now_is_the_storage_clock,
             event_store_pages_by_seq_with_filters,

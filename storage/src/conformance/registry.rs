@@ -270,3 +270,44 @@ pub async fn clock_now_is_the_storage_clock<S: Storage + Inspect>(store: S) {
         "the store's clock moved {moved} in 50 ms"
     );
 }
+
+/// The shard strategy a node records is read back as recorded, the last record wins, and
+/// reading records nothing; a custom strategy's record is never rebuilt into a strategy.
+pub async fn the_shard_strategy_recorded_is_read_back<S: Storage + Inspect>(store: S) {
+    use shardbox_core::{ShardStrategy, StableHashStrategy, StrategyRecord};
+    assert_eq!(
+        store.recorded_shard_strategy().await.expect("read"),
+        None,
+        "nothing recorded before a node records, and reading records nothing"
+    );
+    let stock = StableHashStrategy::new().colocate("order", ["order", "payment"]);
+    assert_eq!(
+        store
+            .record_shard_strategy(&stock.record())
+            .await
+            .expect("record"),
+        None
+    );
+    let read = store
+        .recorded_shard_strategy()
+        .await
+        .expect("read")
+        .expect("recorded");
+    assert_eq!(read, stock.record());
+    let rebuilt = read.strategy().expect("the stock strategy is rebuilt");
+    assert_eq!(
+        rebuilt.shard_of("payment", "o-7", 64),
+        stock.shard_of("payment", "o-7", 64)
+    );
+    let custom = StrategyRecord::Custom {
+        name: "app::ByRegion".into(),
+    };
+    assert_eq!(
+        store.record_shard_strategy(&custom).await.expect("record"),
+        Some(stock.record()),
+        "the earlier record is returned"
+    );
+    let read = store.recorded_shard_strategy().await.expect("read");
+    assert_eq!(read.as_ref(), Some(&custom), "the last record wins");
+    assert!(read.and_then(|r| r.strategy()).is_none());
+}

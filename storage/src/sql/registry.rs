@@ -218,6 +218,39 @@ macro_rules! registry_units {
                 .collect()
         }
 
+        /// `WorkRegistry::record_shard_strategy`: replaces the `shard_strategy` setting and
+        /// returns the one it replaced, in one write transaction.
+        pub(crate) fn record_shard_strategy(
+            conn: &mut Conn,
+            record: shardbox_core::StrategyRecord,
+        ) -> Result<Option<shardbox_core::StrategyRecord>, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                let before = recorded_shard_strategy(conn)?;
+                let text = record.to_setting();
+                diesel::insert_into(st::shardbox_settings)
+                    .values((st::name.eq("shard_strategy"), st::value.eq(&text)))
+                    .on_conflict(st::name)
+                    .do_update()
+                    .set(st::value.eq(&text))
+                    .execute(conn)?;
+                Ok(before)
+            })
+        }
+
+        /// `WorkRegistry::recorded_shard_strategy`: the `shard_strategy` setting, if recorded.
+        pub(crate) fn recorded_shard_strategy(
+            conn: &mut Conn,
+        ) -> Result<Option<shardbox_core::StrategyRecord>, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            let recorded: Option<String> = st::shardbox_settings
+                .filter(st::name.eq("shard_strategy"))
+                .select(st::value)
+                .first(conn)
+                .optional()?;
+            Ok(recorded.map(|text| shardbox_core::StrategyRecord::from_setting(&text)))
+        }
+
         /// `WorkRegistry::recorded_shard_count`: the `shard_count` setting, if recorded.
         pub(crate) fn recorded_shard_count(conn: &mut Conn) -> Result<Option<u32>, Failure> {
             use $crate::schema::shardbox_settings::dsl as st;

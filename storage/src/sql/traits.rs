@@ -350,6 +350,22 @@ macro_rules! storage_impls {
                 self.db.run($units::recorded_shard_count).await
             }
 
+            async fn record_shard_strategy(
+                &self,
+                record: &shardbox_core::StrategyRecord,
+            ) -> Result<Option<shardbox_core::StrategyRecord>, shardbox_core::StorageError> {
+                let record = record.clone();
+                self.db
+                    .run(move |conn| $units::record_shard_strategy(conn, record))
+                    .await
+            }
+
+            async fn recorded_shard_strategy(
+                &self,
+            ) -> Result<Option<shardbox_core::StrategyRecord>, shardbox_core::StorageError> {
+                self.db.run($units::recorded_shard_strategy).await
+            }
+
             async fn claim_shard_count(
                 &self,
                 shard_count: u32,

@@ -1,0 +1,161 @@
+//! Starting and cancelling a catch-up, for every caller.
+//!
+//! ```text
+//!  start ─► check the ids ─► CatchUpStore::start_catch_up (overlap refused; affected shards
+//!           by the caller's addressing, placed again if re-sharded meanwhile)
+//!        ─► no target at all: the job ends completed at once
+//!        ─► else its first tick into the Inbox, in the tick's shard by that addressing
+//!  cancel ─► CatchUpStore::cancel_catch_up (a request; the job's next step carries it out)
+//! ```
+//!
+//! The affected shards are where the targets' live messages are held while the replay runs:
+//! they must be the shards the application's strategy puts the targets in, so the caller
+//! gives its [`Addressing`] — the application's own, or the recorded stock strategy rebuilt
+//! for a tool (`placement::recorded_addressing`, which refuses a custom strategy).
+
+use crate::catch_up::{affected_shards, tick, PURGED_HINT};
+use crate::entity::addressing::Addressing;
+use crate::model::error::DeliveryError;
+use crate::model::ids::{validate, IdField, ShardIndex};
+use crate::storage::{
+    CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, InboxStore, NewCatchUp, WriteBatch,
+};
+use chrono::{DateTime, Utc};
+
+/// A catch-up to start.
+#[derive(Debug, Clone)]
+pub struct CatchUpStart {
+    /// The projection kind to rebuild.
+    pub projection_kind: String,
+    /// The tenant of its instances.
+    pub tenant: String,
+    /// Which instances.
+    pub targets: CatchUpTargets,
+    /// Replay only events that occurred at or after this time (all history if `None`).
+    pub since: Option<DateTime<Utc>>,
+    /// Events to replay, as the caller counted them; 0 when it cannot (a tool does not know
+    /// the projection's event types): the job's first step counts them then.
+    pub total_estimate: i64,
+}
+
+/// A started catch-up.
+#[derive(Debug, Clone)]
+pub struct StartedCatchUp {
+    /// The job as stored (completed already if it had no target).
+    pub job: CatchUpJob,
+    /// The shard its first tick was written to (`None` for a job with no target), for the
+    /// caller to wake.
+    pub tick_shard: Option<ShardIndex>,
+}
+
+/// Starts `start` at `now`: refused with [`DeliveryError::InvalidInput`] for an id outside
+/// the id rules, with `StorageError::CatchUpOverlap` if a running catch-up of the same
+/// projection overlaps. A job of zero chosen ids completes at once; any other gets its first
+/// tick in the Inbox, in the shard `addressing` gives it.
+pub async fn start_catch_up<S>(
+    store: &S,
+    addressing: &Addressing,
+    start: CatchUpStart,
+    now: DateTime<Utc>,
+) -> Result<StartedCatchUp, DeliveryError>
+where
+    S: CatchUpStore + InboxStore + ?Sized,
+{
+    // The ids are stored with the job (PostgreSQL text refuses a NUL): the id rules.
+    validate(IdField::TargetKind, &start.projection_kind)?;
+    validate(IdField::Tenant, &start.tenant)?;
+    if let CatchUpTargets::Ids(ids) = &start.targets {
+        for id in ids {
+            validate(IdField::TargetId, id)?;
+        }
+    }
+    let zero_targets = matches!(&start.targets, CatchUpTargets::Ids(ids) if ids.is_empty());
+    let strategy = addressing.strategy();
+    let mut job = addressing
+        .addressed(|shard_count| {
+            let spec = NewCatchUp {
+                projection_kind: start.projection_kind.clone(),
+                tenant: start.tenant.clone(),
+                targets: start.targets.clone(),
+                since: start.since,
+                affected_shards: affected_shards(
+                    &start.targets,
+                    &start.projection_kind,
+                    shard_count,
+                    |kind, id| strategy.shard_of(kind, id, shard_count),
+                ),
+                total_estimate: if zero_targets {
+                    0
+                } else {
+                    start.total_estimate
+                },
+                created_at: now,
+            };
+            store.start_catch_up(spec, shard_count)
+        })
+        .await?;
+    tracing::info!(
+        job = job.id,
+        kind = %job.spec.projection_kind,
+        total_estimate = job.spec.total_estimate,
+        "catch-up started"
+    );
+    if zero_targets {
+        job.status = CatchUpStatus::Completed;
+        job.finished_at = Some(now);
+        job.updated_at = now;
+        store.update_catch_up(&job).await?;
+        return Ok(StartedCatchUp {
+            job,
+            tick_shard: None,
+        });
+    }
+    let first = tick(&job, now, None);
+    addressing
+        .addressed(|shard_count| {
+            let mut rows = vec![crate::model::message::InboxWrite {
+                shard: ShardIndex(0),
+                message: first.clone(),
+            }];
+            addressing.address_by(&mut rows, shard_count);
+            store.write_all_addressed(
+                vec![WriteBatch {
+                    events: vec![],
+                    messages: rows,
+                }],
+                shard_count,
+            )
+        })
+        .await?;
+    Ok(StartedCatchUp {
+        job,
+        tick_shard: Some(addressing.shard_of(&first.target_kind, &first.target_id)),
+    })
+}
+
+/// Asks running job `id` to stop at `now` (see `CatchUpStore::cancel_catch_up`): the job as
+/// stored, with `cancel_requested_at` set. [`DeliveryError::NotFound`] for no such job (or
+/// one purged); a finished one is refused with `StorageError::CatchUpNotRunning`.
+pub async fn cancel_catch_up<S>(
+    store: &S,
+    id: i64,
+    now: DateTime<Utc>,
+) -> Result<CatchUpJob, DeliveryError>
+where
+    S: CatchUpStore + ?Sized,
+{
+    let job = store
+        .cancel_catch_up(id, now)
+        .await?
+        .ok_or_else(|| DeliveryError::NotFound {
+            what: format!("catch-up job {id}"),
+            hint: PURGED_HINT.into(),
+        })?;
+    tracing::info!(
+        job = id,
+        kind = %job.spec.projection_kind,
+        cursor = job.cursor,
+        "catch-up cancel requested"
+    );
+    Ok(job)
+}
