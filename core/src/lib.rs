@@ -63,6 +63,7 @@ pub use entity::services::Services;
 pub use entity::traits::{
     Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
 };
+pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, DEFAULT_LEASE_LINGER, MAX_SHARDS};
 pub use model::error::{Cause, ConfigError, DeliveryError, PayloadError, StorageError};

@@ -11,6 +11,7 @@
 //!                  └► n = max_attempts ─► on_exhausted: DeadLetter │ Drop │ Block
 //! ```
 
+use crate::model::backoff::ExponentialBackoff;
 use crate::model::error::ConfigError;
 use crate::model::time_limits::MAX_SPAN;
 use chrono::{DateTime, Utc};
@@ -21,7 +22,7 @@ use std::time::Duration;
 pub enum Backoff {
     /// The same delay before every retry.
     Fixed(Duration),
-    /// `base * 2^(attempt-1)`, at most `cap`.
+    /// `base * 2^(attempt-1)`, at most `cap` (an [`ExponentialBackoff`]).
     Exponential {
         /// Delay before the first retry.
         base: Duration,
@@ -36,8 +37,7 @@ impl Backoff {
         match *self {
             Backoff::Fixed(d) => d,
             Backoff::Exponential { base, cap } => {
-                let shift = attempts.saturating_sub(1).min(31);
-                base.checked_mul(1u32 << shift).unwrap_or(cap).min(cap)
+                ExponentialBackoff::new(base, cap).delay(attempts)
             }
         }
     }

@@ -1,8 +1,8 @@
 //! The model: the plain types every other layer speaks — ids, messages and events, errors,
-//! configuration, the failure policy, time and the shard strategy.
+//! configuration, the failure policy and its back-off, time and the shard strategy.
 //!
 //! ```text
-//!  ids ◄── message ◄── event        error ◄── config ──► failure
+//!  ids ◄── message ◄── event        error ◄── config ──► failure ──► backoff
 //!  outcome (what became of a command)
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex) ──► strategy_record
 //! ```
@@ -10,6 +10,7 @@
 //! Nothing here does I/O, holds a runtime service or knows about storage, stages or the
 //! runner: every other folder of the crate may depend on `model`, and `model` on none of them.
 
+pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod error;

@@ -12,6 +12,7 @@
 //! it, or the release task that unparked it — never two, so a lease is released once.
 
 use crate::entity::handler::CatchUnwind;
+use crate::model::backoff::ExponentialBackoff;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::should_yield;
 use crate::runner::delivery::Delivery;
@@ -99,12 +100,12 @@ pub(super) async fn serve(
 }
 
 /// How long after the `failures`-th failed turn in a row a shard is tried again: 25 ms,
-/// doubling, at most a poll interval — soon after a database hiccup, without spinning on a
-/// database that stays down.
+/// doubling (16 times at most), at most a poll interval — soon after a database hiccup,
+/// without spinning on a database that stays down.
 fn retry_delay(failures: u32, poll_interval: Duration) -> Duration {
-    let base = Duration::from_millis(25);
-    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(poll_interval)
+    ExponentialBackoff::new(Duration::from_millis(25), poll_interval)
+        .max_doublings(16)
+        .delay(failures)
 }
 
 /// After a failed turn: once `after` has passed, releases the shard's lease if its release

@@ -12,6 +12,7 @@
 //! or another, serves the shard again soon. Shutdown awaits each supervisor, which awaits its
 //! worker.
 
+use crate::model::backoff::ExponentialBackoff;
 use crate::model::ids::WorkerId;
 use crate::runner::delivery::Delivery;
 use crate::runner::tasks::stopped;
@@ -23,7 +24,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 /// Runs worker `worker` until the stop, restarting it each time it dies: after 10 ms, doubling
-/// with every death in a row, at most a poll interval; counted in `worker_restarts`.
+/// with every death (see [`restart_delay`]), at most a poll interval; counted in
+/// `worker_restarts`.
 pub(super) async fn supervise(
     delivery: Arc<Delivery>,
     queue: Arc<WakeQueue>,
@@ -43,9 +45,7 @@ pub(super) async fn supervise(
         };
         deaths += 1;
         delivery.env().metrics.record_worker_restart();
-        let after = Duration::from_millis(10)
-            .saturating_mul(1 << (deaths - 1).min(10))
-            .min(delivery.env().config.poll_interval);
+        let after = restart_delay(deaths, delivery.env().config.poll_interval);
         tracing::error!(%worker, reason = %why, restart_in = ?after, "worker task died; restarting it (a panic outside the handlers, e.g. in a user station)");
         let mut stop = stop.clone();
         tokio::select! {
@@ -53,6 +53,17 @@ pub(super) async fn supervise(
             _ = stopped(&mut stop) => return,
         }
     }
+}
+
+/// How long after its `deaths`-th death a worker is restarted: 10 ms, doubling (10 times at
+/// most, so never past 10.24 s), at most a poll interval — a worker that died once is back
+/// soon, one that keeps dying does not spin. `deaths` counts every death since the node
+/// started, not deaths in a row: a worker that dies again after hours of work waits twice as
+/// long as the last time (up to the caps).
+fn restart_delay(deaths: u32, poll_interval: Duration) -> Duration {
+    ExponentialBackoff::new(Duration::from_millis(10), poll_interval)
+        .max_doublings(10)
+        .delay(deaths)
 }
 
 fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
@@ -84,4 +95,20 @@ async fn work(
         }
     }
     tracing::debug!("worker stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_from_10_ms_to_the_poll_interval_or_ten_doublings() {
+        let ms = Duration::from_millis;
+        let poll = ms(100);
+        let delays: Vec<_> = (1..=6).map(|n| restart_delay(n, poll)).collect();
+        assert_eq!(delays, [ms(10), ms(20), ms(40), ms(80), ms(100), ms(100)]);
+        let slow_poll = Duration::from_secs(30);
+        assert_eq!(restart_delay(11, slow_poll), ms(10_240));
+        assert_eq!(restart_delay(u32::MAX, slow_poll), ms(10_240));
+    }
 }

@@ -31,7 +31,9 @@ use shardbox_core::storage::listener::{
     new_origin, outcome_shards, parse_shards, split_origin, ListenerControl,
 };
 use shardbox_core::sync::lock;
-use shardbox_core::{ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError};
+use shardbox_core::{
+    ExponentialBackoff, ListenerHandle, NodeId, ShardIndex, ShardObserver, StorageError,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -55,34 +57,33 @@ macro_rules! channel_sql {
 pub(crate) use channel_sql;
 
 /// The delay before the next connection attempt: doubles from `min` to `max` while attempts
-/// fail, back to `min` after a success.
+/// fail, back to `min` after a success. The listener's count of failures since it last
+/// connected; the delays are the shared [`ExponentialBackoff`]'s.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReconnectDelay {
-    min: Duration,
-    max: Duration,
-    next: Duration,
+    backoff: ExponentialBackoff,
+    failures: u32,
 }
 
 impl ReconnectDelay {
     pub(crate) fn new(min: Duration, max: Duration) -> Self {
-        let max = max.max(min);
+        // A cap below the minimum is raised to it: the listener never retries faster than
+        // `min` (the shared back-off would let the cap win).
         ReconnectDelay {
-            min,
-            max,
-            next: min,
+            backoff: ExponentialBackoff::new(min, max.max(min)),
+            failures: 0,
         }
     }
 
     /// The delay before the next attempt; the one after will be twice as long (capped).
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.max);
-        delay
+        self.failures = self.failures.saturating_add(1);
+        self.backoff.delay(self.failures)
     }
 
     /// A connection succeeded.
     pub(crate) fn reset(&mut self) {
-        self.next = self.min;
+        self.failures = 0;
     }
 }
 

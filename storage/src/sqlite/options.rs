@@ -5,6 +5,7 @@ use crate::migrate::MigrationMode;
 use diesel::connection::SimpleConnection;
 use diesel::r2d2::CustomizeConnection;
 use diesel::SqliteConnection;
+use shardbox_core::ExponentialBackoff;
 use std::time::Duration;
 
 /// How to open a SQLite database.
@@ -91,6 +92,12 @@ pub(crate) const SQLITE_DEFAULT_PAGES: u32 = 1_000;
 /// so a burst that grew it does not keep the disk space.
 const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
+/// The pause between two tries of the switch to WAL while the file is locked: 1 ms, doubling,
+/// at most 50 ms — short, since the other connection's switch takes a moment, and polite
+/// enough not to spin against it.
+const WAL_SWITCH_PAUSE: ExponentialBackoff =
+    ExponentialBackoff::new(Duration::from_millis(1), Duration::from_millis(50));
+
 /// The pragmas set on every connection when the pool opens it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pragmas {
@@ -110,12 +117,12 @@ impl Pragmas {
         conn.batch_execute(&format!("PRAGMA busy_timeout = {ms};"))?;
         // A huge timeout must not overflow the deadline (it would panic): at most a day.
         let deadline = std::time::Instant::now() + self.busy_timeout.min(crate::pool::MAX_WAIT);
-        let mut pause = Duration::from_millis(1);
+        let mut locked = 0u32;
         loop {
             match conn.batch_execute("PRAGMA journal_mode = WAL;") {
                 Err(e) if is_locked(&e) && std::time::Instant::now() < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(50));
+                    locked = locked.saturating_add(1);
+                    std::thread::sleep(WAL_SWITCH_PAUSE.delay(locked));
                 }
                 done => break done?,
             }
@@ -139,5 +146,18 @@ fn is_locked(error: &diesel::result::Error) -> bool {
 impl CustomizeConnection<Pooled<SqliteConnection>, diesel::r2d2::Error> for Pragmas {
     fn on_acquire(&self, conn: &mut Pooled<SqliteConnection>) -> Result<(), diesel::r2d2::Error> {
         self.apply(conn).map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wal_switch_pauses_double_from_1_ms_to_50_ms() {
+        let pauses: Vec<u128> = (1..=8)
+            .map(|n| WAL_SWITCH_PAUSE.delay(n).as_millis())
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 50, 50]);
     }
 }
