@@ -293,6 +293,47 @@ async fn a_hostile_password_never_shows_in_connect_errors() {
     }
 }
 
+/// Secrets libpq finds where a careless reader would not: a `password` option whose name is
+/// percent-encoded (libpq decodes it, then quotes the malformed value back), and a
+/// keyword/value string whose password holds `://`. Neither shows, in the database's name nor
+/// in the error. Needs no server: nothing listens on port 1.
+#[tokio::test]
+async fn secrets_libpq_reads_in_unusual_places_never_show() {
+    let cases = [
+        (
+            "postgres://app@127.0.0.1:1/shardbox?pass%77ord=S3c%zzret&connect_timeout=2",
+            "postgres://app@127.0.0.1:1/shardbox?pass%77ord=***&connect_timeout=2",
+            "S3c%zzret",
+        ),
+        (
+            "host=127.0.0.1 port=1 password=se://cret dbname=shardbox connect_timeout=2",
+            "host=127.0.0.1 port=1 password=*** dbname=shardbox connect_timeout=2",
+            "se://cret",
+        ),
+    ];
+    for (url, shown, password) in cases {
+        let err = PostgresStorage::connect(url)
+            .await
+            .expect_err("a malformed escape or nothing listening");
+        match &err {
+            StorageError::Unavailable { database, .. }
+            | StorageError::InvalidUrl { database, .. } => {
+                assert_eq!(database, shown)
+            }
+            other => panic!("expected Unavailable or InvalidUrl, got {other:?}"),
+        }
+        let mut text = vec![err.to_string(), format!("{err:?}")];
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            text.push(format!("{cause} {cause:?}"));
+            source = cause.source();
+        }
+        for text in &text {
+            assert!(!text.contains(password), "{password} shows in: {text}");
+        }
+    }
+}
+
 /// A missing role, a missing database and a malformed URL each get their own error, which
 /// says what to do, with libpq's trailing newline trimmed. (A wrong password cannot be shown
 /// here: the test server trusts local logins whatever the password; its message is
