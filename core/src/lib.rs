@@ -1,14 +1,16 @@
 //! # shardbox-core
 //!
 //! The small, stable heart of Shardbox. Its folders are its layers; each may use the ones
-//! above it in this list, never one below:
+//! above it in this list, never one below (the order is docs/architecture.md's layer table,
+//! which `scripts/layer-check.py` checks the imports and this list against):
 //!
 //! ```text
+//!  sync        the one poison-tolerant locking rule (uses nothing of the crate)
 //!  model/      ids, messages, events, errors, config, failure policy, clock, shard strategy
 //!  storage/    the storage traits (InboxStore, WorkRegistry, EventStore, …), listener, observer
+//!  catch_up    the catch-up request, status machine and progress (pure decisions)
 //!  memory/     the in-memory backend (one file per storage trait)
 //!  entity/     Aggregate / Projection / Reactor / ProcessManager, their type-erased handlers, the registry
-//!  catch_up    the catch-up request, status machine and progress (pure decisions)
 //!  telemetry/  the DeliveryMonitor hooks and the metrics
 //!  stage/      one stage as stations see it: Conveyor, Station, StationContext (read-only)
 //!  runner/     serving shards: leases, turns, stages' fenced commits, wake-ups, timers

@@ -1,4 +1,6 @@
-//! Delivery: serving one shard in DeliveryStages.
+//! [`Delivery`]: serving one shard in stages. A stage (`run_stage`) reads one page, carries it
+//! on a [`Conveyor`] through the stations and commits it in one transaction fenced by the
+//! lease.
 //!
 //! ```text
 //! deliver(shard):

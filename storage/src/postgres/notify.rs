@@ -29,7 +29,7 @@
 //! listeners as soon as it is committed in memory. From the pool the notifier also waited for
 //! a connection behind the node's own writers and readers. Together these were most of a
 //! message's way from its send's commit to its handler on another node (see
-//! docs/performance.md, "Two-node latency").
+//! docs/performance-log.md, "Two-node latency on PostgreSQL").
 
 use super::listen::{channel_sql, ListenTarget};
 use super::options::SearchPath;
@@ -54,7 +54,7 @@ const MAX_PAYLOAD: usize = 7900;
 /// another node (`Shardbox::outcome`), which this delays by at most this much. Nearly every
 /// stage that handles a command decides its outcome, so alone they were a round each: in
 /// the two-node `latency` benchmark at 1,000 msgs/s 1.05 notifying transactions per message,
-/// each waking every node's listener, 0.57 with them going along (see docs/performance.md).
+/// each waking every node's listener, 0.57 with them going along (see docs/performance-log.md).
 const OUTCOME_DELAY: Duration = Duration::from_millis(5);
 
 /// The notifier's session: its notifying transactions commit without waiting for the WAL
