@@ -59,7 +59,7 @@ struct State {
     /// The recorded shard count (see `WorkRegistry::claim_shard_count`).
     shard_count: Option<u32>,
     /// The recorded shard strategy (see `WorkRegistry::record_shard_strategy`).
-    shard_strategy: Option<crate::model::strategy_record::StrategyRecord>,
+    shard_strategy: Option<crate::model::strategy::StrategyRecord>,
     /// The re-sharding announced, if any (see `WorkRegistry::announce_reshard`).
     resharding: Option<crate::storage::ReshardAnnouncement>,
     /// The membership, by node id.

@@ -3,7 +3,7 @@
 use super::MemoryStorage;
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
-use crate::model::strategy_record::StrategyRecord;
+use crate::model::strategy::StrategyRecord;
 use crate::storage::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, ShardLayout, ShardSession,
     WorkRegistry,

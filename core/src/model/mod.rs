@@ -4,7 +4,7 @@
 //! ```text
 //!  ids ◄── message ◄── event        error ◄── config ──► failure ──► backoff
 //!  outcome (what became of a command)
-//!  clock                strategy (shard_of: kind + id ──► ShardIndex) ──► strategy_record
+//!  clock                strategy (shard_of: kind + id ──► ShardIndex)
 //! ```
 //!
 //! Nothing here does I/O, holds a runtime service or knows about storage, stages or the
@@ -22,5 +22,4 @@ pub mod message;
 pub mod outcome;
 pub mod parked;
 pub mod strategy;
-pub mod strategy_record;
 pub mod time_limits;

@@ -2,7 +2,7 @@
 
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
-use crate::model::strategy_record::StrategyRecord;
+use crate::model::strategy::StrategyRecord;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
