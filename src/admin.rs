@@ -67,7 +67,7 @@ impl Shardbox {
     /// The admin router's state for this application and its running `node`: operator
     /// actions off until `.allow_actions(true)`.
     pub fn admin_state(&self, node: &Node) -> AdminState {
-        AdminState::new(self.storage().clone()).node(Arc::new(MountedNode {
+        AdminState::new(self.env().storage.clone()).node(Arc::new(MountedNode {
             shardbox: self.clone(),
             liveness: node.liveness(),
         }))

@@ -63,7 +63,7 @@ pub use shardbox::{Node, Shardbox};
 
 pub use shardbox_core::storage::{
     BlockedTarget, CatchUpStatus, CatchUpTargets, DeadLetterFilter, DeadLetterId, EntityKey,
-    Member, RequeueReport, ReshardMoves, StoredDeadLetter, Unblock, UnblockReport,
+    Member, RequeueReport, ReshardMoves, StorageReads, StoredDeadLetter, Unblock, UnblockReport,
 };
 
 pub use shardbox_core as core;

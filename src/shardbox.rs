@@ -2,13 +2,13 @@
 
 use crate::builder::ShardboxBuilder;
 use serde::de::DeserializeOwned;
-use shardbox_core::storage::EntityKey;
+use shardbox_core::storage::{EntityKey, StorageReads};
 use shardbox_core::DeliveryEnv;
 use shardbox_core::{
     Aggregate, CommandOutcome, Delivery, DeliveryConfig, DeliveryError, DeliveryReport,
     EventSource, Inbox, InboxWrite, LocalRunner, Message, NewMessage, OutcomeWait, ProcessManager,
     Projection, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
-    StationContext, Storage, StorageError, WorkerId,
+    StationContext, StorageError, WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -267,9 +267,13 @@ impl Shardbox {
         self.env.metrics.snapshot()
     }
 
-    /// The storage backend.
-    pub fn storage(&self) -> &Arc<dyn Storage> {
-        &self.env.storage
+    /// The storage's reads (a read-only view: counts, lock table, events, states, catch-ups,
+    /// dead letters). Nothing written goes past the application's own calls or a stage's
+    /// fenced commit, so no write is reachable here; a test or tool that must write beside
+    /// the delivery keeps the storage it built the `Shardbox` with
+    /// ([`ShardboxBuilder::shared_storage`](ShardboxBuilder::shared_storage)).
+    pub fn storage(&self) -> StorageReads {
+        StorageReads::new(self.env.storage.clone())
     }
 
     /// The validated configuration.
@@ -287,8 +291,8 @@ impl Shardbox {
         self.env.registry.shard_of(kind, id)
     }
 
-    /// Addresses an already serialized message: its shard, for a raw write through
-    /// [`Shardbox::storage`] (tests, imports).
+    /// Addresses an already serialized message: its shard, for a raw write to the storage
+    /// the `Shardbox` was built with (tests, imports).
     pub fn address(&self, message: NewMessage) -> InboxWrite {
         self.env.registry.address(message)
     }

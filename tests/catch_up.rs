@@ -127,8 +127,7 @@ async fn build(storage: Arc<dyn Storage>, page: usize) -> Shardbox {
 
 /// Overwrites the ledger states of `ids` with garbage, under each shard's lease, so that a
 /// catch-up that does nothing cannot pass.
-async fn corrupt(sb: &Shardbox, ids: &[String]) {
-    let storage = sb.storage();
+async fn corrupt(sb: &Shardbox, storage: &dyn Storage, ids: &[String]) {
     let garbage = serde_json::to_vec(&Ledger {
         seen: vec![999_999],
         balance: -1,
@@ -235,7 +234,7 @@ async fn rebuild_under_load(storage: Arc<dyn Storage>, subset: bool, backlog: bo
         node.shutdown().await.unwrap();
     }
     let ids: Vec<String> = (0..accounts).map(account).collect();
-    corrupt(&sb, &ids).await;
+    corrupt(&sb, &*storage, &ids).await;
 
     let chosen: Vec<String> = if subset {
         ids.iter().step_by(10).cloned().collect()

@@ -8,9 +8,9 @@ use metrics::{
     Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
 use serde::{Deserialize, Serialize};
-use shardbox::core::{describe_metrics, GaugeSample, NodeId, ShardIndex, Storage, WorkerId};
+use shardbox::core::{describe_metrics, GaugeSample, NodeId, ShardIndex, WorkerId};
 use shardbox::prelude::*;
-use shardbox::{Backoff, ExhaustedOutcome, FailurePolicy};
+use shardbox::{Backoff, ExhaustedOutcome, FailurePolicy, StorageReads};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -183,7 +183,7 @@ async fn gauges_show_a_seeded_database() {
 
     // Read ten seconds later: ledger/l-3 has waited that long.
     let later = now + chrono::TimeDelta::seconds(10);
-    let sample = GaugeSample::read(storage.as_ref() as &dyn Storage, &node, 4, later)
+    let sample = GaugeSample::read(&StorageReads::new(storage.clone()), &node, 4, later)
         .await
         .expect("read");
     let seen = Arc::new(Seen::default());

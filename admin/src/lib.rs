@@ -3,7 +3,7 @@
 //! The operator's surface of Shardbox, in two layers:
 //!
 //! ```text
-//!  views   status, dead letters, blocked targets, catch-ups: read and act over &dyn Storage
+//!  views   status, dead letters, blocked targets, catch-ups: read and act over narrow stores
 //!          (one source for the `shardbox` CLI and the HTTP API)
 //!  http    an axum Router: /health/live, /health/ready, /metrics (Prometheus text),
 //!          /api/* (JSON views; POST actions only when allowed), / (the web dashboard)

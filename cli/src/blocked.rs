@@ -7,11 +7,11 @@ use crate::output::print_json;
 use crate::table::Table;
 use chrono::{DateTime, Utc};
 use shardbox_admin::views::blocked::{self, UnblockRequest};
-use shardbox_core::Storage;
+use shardbox_core::DeadLetterStore;
 
 /// Runs one `blocked` subcommand.
-pub async fn run(
-    storage: &dyn Storage,
+pub async fn run<S: DeadLetterStore + ?Sized>(
+    storage: &S,
     command: BlockedCommand,
     json: bool,
     now: DateTime<Utc>,
@@ -48,7 +48,11 @@ pub async fn run(
 }
 
 /// `blocked list`.
-async fn list(storage: &dyn Storage, limit: usize, json: bool) -> Result<(), CliError> {
+async fn list<S: DeadLetterStore + ?Sized>(
+    storage: &S,
+    limit: usize,
+    json: bool,
+) -> Result<(), CliError> {
     let list = blocked::list(storage, limit).await?;
     if json {
         return print_json(&list);

@@ -16,18 +16,17 @@ use crate::when::human;
 use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardbox_admin::views::catch_ups::{self, CatchUpView, StartRequest};
-use shardbox_core::Storage;
+use shardbox_core::{CatchUpStore, InboxStore, WorkRegistry};
 use std::time::Duration;
 
 /// How often `--follow` reads the job.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
 /// Runs one `catch-up` subcommand.
-pub async fn run(
-    storage: &dyn Storage,
-    command: CatchUpCommand,
-    json: bool,
-) -> Result<(), CliError> {
+pub async fn run<S>(storage: &S, command: CatchUpCommand, json: bool) -> Result<(), CliError>
+where
+    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+{
     match command {
         CatchUpCommand::List => list(storage, json).await,
         CatchUpCommand::Progress { id, follow } => progress(storage, id, follow, json).await,
@@ -59,8 +58,8 @@ pub async fn run(
 }
 
 /// `catch-up cancel ID [--wait SECONDS]`.
-async fn cancel(
-    storage: &dyn Storage,
+async fn cancel<S: CatchUpStore + ?Sized>(
+    storage: &S,
     id: i64,
     wait: Option<u64>,
     json: bool,
@@ -96,7 +95,7 @@ async fn cancel(
 }
 
 /// `catch-up list`.
-async fn list(storage: &dyn Storage, json: bool) -> Result<(), CliError> {
+async fn list<S: CatchUpStore + ?Sized>(storage: &S, json: bool) -> Result<(), CliError> {
     let list = catch_ups::running(storage, Utc::now()).await?;
     if json {
         return print_json(&list);
@@ -136,8 +135,8 @@ fn eta(p: &CatchUpView) -> String {
 }
 
 /// `catch-up progress ID [--follow]`.
-async fn progress(
-    storage: &dyn Storage,
+async fn progress<S: CatchUpStore + ?Sized>(
+    storage: &S,
     id: i64,
     follow: bool,
     json: bool,

@@ -13,7 +13,7 @@ use crate::output::print_json;
 use crate::table::Table;
 use chrono::{DateTime, Utc};
 use shardbox_admin::views::dead_letters::{self, DeadLetterQuery};
-use shardbox_core::Storage;
+use shardbox_core::{DeadLetterStore, WorkRegistry};
 
 impl DeadLetterFilterArgs {
     /// The shared query, with `limit` and (a requeue's) `shards`.
@@ -34,8 +34,8 @@ impl DeadLetterFilterArgs {
 }
 
 /// Runs one `dead-letters` subcommand.
-pub async fn run(
-    storage: &dyn Storage,
+pub async fn run<S: DeadLetterStore + WorkRegistry + ?Sized>(
+    storage: &S,
     command: DeadLetterCommand,
     json: bool,
     now: DateTime<Utc>,
@@ -66,8 +66,8 @@ pub async fn run(
 }
 
 /// `dead-letters list`.
-async fn list(
-    storage: &dyn Storage,
+async fn list<S: DeadLetterStore + ?Sized>(
+    storage: &S,
     query: &DeadLetterQuery,
     json: bool,
     now: DateTime<Utc>,
@@ -108,7 +108,11 @@ async fn list(
 }
 
 /// `dead-letters show ID`.
-async fn show(storage: &dyn Storage, id: i64, json: bool) -> Result<(), CliError> {
+async fn show<S: DeadLetterStore + ?Sized>(
+    storage: &S,
+    id: i64,
+    json: bool,
+) -> Result<(), CliError> {
     let d = dead_letters::show(storage, id).await?;
     if json {
         return print_json(&d);
@@ -137,8 +141,8 @@ async fn show(storage: &dyn Storage, id: i64, json: bool) -> Result<(), CliError
 }
 
 /// `dead-letters requeue`.
-async fn requeue(
-    storage: &dyn Storage,
+async fn requeue<S: DeadLetterStore + WorkRegistry + ?Sized>(
+    storage: &S,
     query: &DeadLetterQuery,
     json: bool,
     now: DateTime<Utc>,

@@ -35,6 +35,7 @@ mod when;
 use clap::Parser;
 use cli::{Cli, Command};
 use error::CliError;
+use shardbox_core::storage::StorageReads;
 use shardbox_storage::MigrationMode;
 use std::process::ExitCode;
 
@@ -68,7 +69,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Migrate { check } => migrate::run(db, schema, check, json).await,
         Command::Status { all_shards } => {
-            let status = shardbox_admin::views::status::read(&*verified().await?, now).await?;
+            let status =
+                shardbox_admin::views::status::read(&StorageReads::new(verified().await?), now)
+                    .await?;
             if json {
                 output::print_json(&status)
             } else {

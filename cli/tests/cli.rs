@@ -110,7 +110,7 @@ async fn seed(storage: Arc<dyn Storage>) -> Shardbox {
 }
 
 /// Every command on a seeded database (`db`, tables in `schema` on PostgreSQL).
-async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
+async fn operate(sb: &Shardbox, storage: &dyn Storage, db: &str, schema: Option<&str>) {
     // status: depth by wait, lag, counts, and where the nodes come from.
     let status = json(db, schema, &["status"]);
     let totals = &status["totals"];
@@ -311,7 +311,7 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
     assert_eq!(code(&run(db, schema, &["reshard", "--shards", "0"])), 2);
     // Another operator's re-sharding in force: refused (exit 1), nothing changed.
     let now = chrono::Utc::now();
-    sb.storage()
+    storage
         .announce_reshard(
             &shardbox::core::storage::ReshardAnnouncement {
                 by: shardbox::NodeId("other-operator".into()),
@@ -330,7 +330,7 @@ async fn operate(sb: &Shardbox, db: &str, schema: Option<&str>) {
         String::from_utf8_lossy(&refused.stderr)
     );
     assert!(String::from_utf8_lossy(&refused.stderr).contains("another re-sharding"));
-    sb.storage()
+    storage
         .withdraw_reshard(&shardbox::NodeId("other-operator".into()))
         .await
         .expect("withdraw");
@@ -341,8 +341,9 @@ async fn every_command_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("cli.db");
     let storage = SqliteStorage::open(&path).await.expect("open");
-    let sb = seed(Arc::new(storage)).await;
-    operate(&sb, path.to_str().expect("utf-8 path"), None).await;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let sb = seed(storage.clone()).await;
+    operate(&sb, &*storage, path.to_str().expect("utf-8 path"), None).await;
 
     // A file that is not there is refused (3), not created; migrate creates it and
     // --check says whether it is current.
@@ -394,8 +395,9 @@ async fn every_command_on_postgres() {
     let storage = PostgresStorage::connect_with(url.clone(), schema.options(4))
         .await
         .expect("connect");
-    let sb = seed(Arc::new(storage)).await;
-    operate(&sb, &url, Some(&schema.name)).await;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let sb = seed(storage.clone()).await;
+    operate(&sb, &*storage, &url, Some(&schema.name)).await;
 
     // A schema that was never migrated is not current: --check says so with exit 1.
     let empty = TestSchema::new(&url, "cli_empty");

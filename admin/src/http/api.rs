@@ -119,7 +119,7 @@ pub async fn admin(State(state): State<AdminState>) -> ApiResult {
 
 /// `GET /api/status`.
 pub async fn status(State(state): State<AdminState>) -> ApiResult {
-    ok(status::read(&*state.storage, Utc::now()).await?)
+    ok(status::read(&state.reads(), Utc::now()).await?)
 }
 
 /// `GET /api/dead-letters`.

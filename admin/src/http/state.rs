@@ -8,6 +8,7 @@
 //! requeue and a catch-up start, counts the action in its counters and wakes its workers at
 //! once.
 
+use shardbox_core::storage::StorageReads;
 use shardbox_core::{Addressing, Liveness, MetricsSnapshot, ShardIndex, Storage};
 use std::sync::Arc;
 
@@ -68,6 +69,11 @@ impl AdminState {
     pub fn node(mut self, node: Arc<dyn RunningNode>) -> Self {
         self.node = Some(node);
         self
+    }
+
+    /// The storage's reads, for the views that only read.
+    pub fn reads(&self) -> StorageReads {
+        StorageReads::new(self.storage.clone())
     }
 
     /// Whether actions are allowed.

@@ -123,7 +123,10 @@ pub struct UnblockOutcome {
 }
 
 /// Up to `limit` blocked targets.
-pub async fn list(storage: &dyn DeadLetterStore, limit: usize) -> Result<BlockedList, AdminError> {
+pub async fn list<S: DeadLetterStore + ?Sized>(
+    storage: &S,
+    limit: usize,
+) -> Result<BlockedList, AdminError> {
     let blocked = storage.blocked_targets(limit).await?;
     Ok(BlockedList {
         blocked: blocked.iter().map(BlockedView::of).collect(),
@@ -131,8 +134,8 @@ pub async fn list(storage: &dyn DeadLetterStore, limit: usize) -> Result<Blocked
 }
 
 /// Unblocks `request`'s target at `now`, or [`AdminError::NotFound`] if it was not blocked.
-pub async fn unblock(
-    storage: &dyn DeadLetterStore,
+pub async fn unblock<S: DeadLetterStore + ?Sized>(
+    storage: &S,
     request: &UnblockRequest,
     now: DateTime<Utc>,
 ) -> Result<UnblockOutcome, AdminError> {

@@ -85,8 +85,8 @@ pub struct CatchUpList {
 }
 
 /// The catch-ups not finished, at `now`.
-pub async fn running(
-    storage: &dyn CatchUpStore,
+pub async fn running<S: CatchUpStore + ?Sized>(
+    storage: &S,
     now: DateTime<Utc>,
 ) -> Result<CatchUpList, AdminError> {
     let jobs = storage.running_catch_ups().await?;
@@ -101,8 +101,8 @@ fn not_found(id: i64) -> AdminError {
 }
 
 /// Job `id`'s progress at `now`, or [`AdminError::NotFound`].
-pub async fn progress(
-    storage: &dyn CatchUpStore,
+pub async fn progress<S: CatchUpStore + ?Sized>(
+    storage: &S,
     id: i64,
     now: DateTime<Utc>,
 ) -> Result<CatchUpView, AdminError> {
@@ -114,8 +114,8 @@ pub async fn progress(
 /// as it stands, `cancelling` until its next step on a node. [`AdminError::NotFound`] for
 /// no such job; a finished one is refused with the library's
 /// `StorageError::CatchUpNotRunning`.
-pub async fn cancel(
-    storage: &dyn CatchUpStore,
+pub async fn cancel<S: CatchUpStore + ?Sized>(
+    storage: &S,
     id: i64,
     now: DateTime<Utc>,
 ) -> Result<CatchUpView, AdminError> {

@@ -223,8 +223,8 @@ pub struct PurgeOutcome {
 }
 
 /// The dead letters matching `query` (at most `query.limit`), and how many match in all.
-pub async fn list(
-    storage: &dyn DeadLetterStore,
+pub async fn list<S: DeadLetterStore + ?Sized>(
+    storage: &S,
     query: &DeadLetterQuery,
     now: DateTime<Utc>,
 ) -> Result<DeadLetterList, AdminError> {
@@ -244,7 +244,10 @@ pub async fn list(
 }
 
 /// Dead letter `id` whole, or [`AdminError::NotFound`].
-pub async fn show(storage: &dyn DeadLetterStore, id: i64) -> Result<DeadLetterDetail, AdminError> {
+pub async fn show<S: DeadLetterStore + ?Sized>(
+    storage: &S,
+    id: i64,
+) -> Result<DeadLetterDetail, AdminError> {
     let found = storage
         .list_dead_letters(&DeadLetterFilter::ids([DeadLetterId(id)]))
         .await?;

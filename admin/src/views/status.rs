@@ -15,8 +15,8 @@
 use crate::views::catch_ups::CatchUpView;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use shardbox_core::storage::{DeadLetterFilter, Member, ShardDepth, ShardSession};
-use shardbox_core::{ShardIndex, Storage, StorageError};
+use shardbox_core::storage::{DeadLetterFilter, Member, ShardDepth, ShardSession, StorageReads};
+use shardbox_core::{ShardIndex, StorageError};
 use std::collections::BTreeMap;
 
 /// Where the node list comes from, said in every output.
@@ -146,7 +146,7 @@ impl DepthView {
 }
 
 /// Reads the status of `storage` at `now`.
-pub async fn read(storage: &dyn Storage, now: DateTime<Utc>) -> Result<Status, StorageError> {
+pub async fn read(storage: &StorageReads, now: DateTime<Utc>) -> Result<Status, StorageError> {
     let members = storage.members(now).await?;
     let sessions = storage.sessions().await?;
     let depths = storage.depths(now).await?;

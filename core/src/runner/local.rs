@@ -54,6 +54,7 @@ use crate::runner::wake_queue::WakeQueue;
 use crate::runner::worker::supervise;
 use crate::storage::listener::{ListenerHandle, ListenerStats};
 use crate::storage::observer::ShardObserver;
+use crate::storage::StorageReads;
 use crate::sync::lock;
 use crate::telemetry::gauges::GaugeSample;
 use std::sync::Arc;
@@ -364,7 +365,14 @@ async fn report_gauges(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
     let mut failing = false;
     loop {
         let now = env.clock.now();
-        match GaugeSample::read(env.storage.as_ref(), node, env.registry.shard_count(), now).await {
+        match GaugeSample::read(
+            &StorageReads::new(env.storage.clone()),
+            node,
+            env.registry.shard_count(),
+            now,
+        )
+        .await
+        {
             Ok(sample) => {
                 sample.publish(node);
                 failing = false;

@@ -7,6 +7,7 @@
 //!  EntityStore   load framework-kept entity states
 //!  CatchUpStore  catch-up jobs
 //!  DeadLetterStore  operators: dead letters (list, count, requeue, purge), blocked targets
+//!  StorageReads  a read-only view over all of them (what `Shardbox::storage()` hands out)
 //! ```
 //!
 //! Writes that must be atomic across tables (a stage commit, an event with its fan-out) go
@@ -21,6 +22,7 @@ mod events;
 mod inbox;
 pub mod listener;
 pub mod observer;
+mod reads;
 mod registry;
 mod schema;
 mod write;
@@ -37,6 +39,7 @@ pub use dead_letters::{
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
+pub use reads::StorageReads;
 pub use registry::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
     ShardSession, WorkRegistry,

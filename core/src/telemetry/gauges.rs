@@ -16,7 +16,7 @@
 use crate::catch_up::CatchUpProgress;
 use crate::model::error::StorageError;
 use crate::model::ids::{NodeId, ShardIndex};
-use crate::storage::{DeadLetterFilter, ShardDepth, Storage};
+use crate::storage::{DeadLetterFilter, ShardDepth, StorageReads};
 use chrono::{DateTime, Utc};
 
 /// One reading of every gauge.
@@ -39,7 +39,7 @@ pub struct GaugeSample {
 impl GaugeSample {
     /// Reads the gauges of `shard_count` shards from `storage` at `now`, for `node`.
     pub async fn read(
-        storage: &dyn Storage,
+        storage: &StorageReads,
         node: &NodeId,
         shard_count: u32,
         now: DateTime<Utc>,
