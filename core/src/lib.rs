@@ -68,7 +68,7 @@ pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePoli
 pub use model::ids::validate as validate_id;
 pub use model::ids::{
     Emitter, IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId,
-    MAX_ID_BYTES,
+    MAX_ID_BYTES, MAX_NODE_ID_BYTES,
 };
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
