@@ -78,7 +78,7 @@ pub use model::strategy::{ShardStrategy, StableHashStrategy};
 pub use model::time_limits::{InvalidTime, TimeField, MAX_SPAN};
 #[doc(hidden)]
 pub use runner::delivery::Delivery;
-pub use runner::delivery::DeliveryReport;
+pub use runner::delivery::{DeliveryReport, MAX_DELIVER_STAGES};
 #[doc(hidden)]
 pub use runner::env::DeliveryEnv;
 pub use runner::liveness::{Liveness, NodeLiveness};
