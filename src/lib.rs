@@ -88,7 +88,7 @@ pub use shardbox_core::{
     NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions, ProcessManager,
     Projection, Reactor, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
     ShardStrategy, SignalId, StableHashStrategy, StageInfo, StageReport, Station, StationContext,
-    StorageError, StrategyRecord, SystemClock, MAX_ID_BYTES,
+    StorageError, StrategyRecord, SystemClock, MAX_DELIVER_STAGES, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 

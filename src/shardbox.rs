@@ -160,12 +160,22 @@ impl Shardbox {
         node
     }
 
-    /// Serves one shard now, on the calling task (tests, manual driving).
+    /// Serves one shard now, on the calling task (tests, manual driving): stages until it
+    /// has no due message, then a release.
+    ///
+    /// Bounded: after [`MAX_DELIVER_STAGES`](crate::MAX_DELIVER_STAGES) stages with messages
+    /// still due — handlers that keep writing to the shard, such as a reactor that reacts to
+    /// the events of its own commands — the shard is released and the call fails with
+    /// [`DeliveryError::StageLimit`]. What the stages did is committed; give the cycle an
+    /// end, or call again to go on.
     pub async fn deliver(&self, shard: ShardIndex) -> Result<DeliveryReport, DeliveryError> {
         self.delivery.deliver(shard, WorkerId(0)).await
     }
 
-    /// Serves every shard once, on the calling task; returns the summed report.
+    /// Serves every shard once, on the calling task; returns the summed report. Each shard
+    /// as [`Shardbox::deliver`], bounded alike: the first shard past
+    /// [`MAX_DELIVER_STAGES`](crate::MAX_DELIVER_STAGES) stages ends the call with
+    /// [`DeliveryError::StageLimit`] (the shards after it are not served).
     pub async fn deliver_all(&self) -> Result<DeliveryReport, DeliveryError> {
         let mut total = DeliveryReport::default();
         // The count as this process knows it now (a re-sharding may have changed it).

@@ -488,6 +488,67 @@ async fn events_fan_out_to_projections_and_reactors_turn_them_into_commands() {
     );
 }
 
+/// A reactor that reacts to the events of its own commands, in one shard: `deliver_all`
+/// once never returned; it now stops after `MAX_DELIVER_STAGES` stages with a typed error
+/// that says why and what to do, with what the stages did committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliver_stops_a_reactor_that_feeds_itself_at_the_stage_limit() {
+    /// Every `Added(x)` to a tally makes the same tally add `x` again.
+    struct Echo;
+    impl Reactor for Echo {
+        const KIND: &'static str = "echo";
+        type Event = TallyEvent;
+        async fn react(
+            &self,
+            event: &TallyEvent,
+            cx: &Context<'_>,
+        ) -> Result<Vec<Outgoing>, HandlerError> {
+            match event {
+                TallyEvent::Added(x) => Ok(vec![Outgoing::command::<Tally>(
+                    cx.target_id.to_owned(),
+                    &TallyCommand::Add(*x),
+                )?]),
+                TallyEvent::Recorded(_) => Ok(vec![]),
+            }
+        }
+    }
+    let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let clock = Arc::new(ManualClock::new(t0()));
+    // One shard: the tally and its echo are served by the same call.
+    let sb = build(storage.clone(), clock, |b| b.shards(1).reactor(Echo)).await;
+    sb.send::<Tally>("a", &TallyCommand::Add(1)).await.unwrap();
+
+    let called = tokio::time::timeout(Duration::from_secs(120), sb.deliver_all()).await;
+    let err = called
+        .expect("deliver_all returns although the reactor feeds itself")
+        .expect_err("the loop is reported");
+    match &err {
+        DeliveryError::StageLimit { shard, stages } => {
+            assert_eq!(
+                (*shard, *stages),
+                (ShardIndex(0), shardbox::MAX_DELIVER_STAGES)
+            );
+        }
+        other => panic!("expected StageLimit, got {other}"),
+    }
+    let text = err.to_string();
+    for words in [
+        "MAX_DELIVER_STAGES",
+        "its own commands",
+        "call deliver again",
+    ] {
+        assert!(text.contains(words), "{text} says {words}");
+    }
+    // The stages are committed, and the shard is free for the next call.
+    let sum = sb.aggregate_state::<Tally>("a").await.unwrap().unwrap().sum;
+    assert!(sum >= 2, "the cycle ran under commits: sum {sum}");
+    assert_eq!(
+        sb.metrics().delivered as usize,
+        shardbox::MAX_DELIVER_STAGES
+    );
+    assert!(storage.sessions().await.unwrap()[0].lease_until.is_none());
+}
+
 #[tokio::test]
 async fn rows_for_an_unregistered_kind_follow_the_failure_policy_and_never_stall_the_shard() {
     let memory = Arc::new(MemoryStorage::new());

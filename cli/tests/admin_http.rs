@@ -397,6 +397,32 @@ async fn standalone_server_on_postgres() {
     standalone(Arc::new(storage), &url, Some(&schema.name), newer).await;
 }
 
+/// An age past the clock's range (`1000000000d` once overflowed chrono and panicked the
+/// request's task, which closed the connection without a reply) is a 400 that names the
+/// parameter and the allowed range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_age_out_of_range_is_refused_naming_the_parameter_and_range() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = SqliteStorage::open(dir.path().join("ages.db"))
+        .await
+        .expect("open");
+    let addr = mount(shardbox::admin::router(shardbox::admin::AdminState::new(
+        Arc::new(storage),
+    )))
+    .await;
+    for parameter in ["since", "until"] {
+        for age in ["1000000000d", "36501d", "99999999999999999999999s"] {
+            let reply = get(&addr, &format!("/api/dead-letters?{parameter}={age}")).await;
+            refused(&reply, 400, parameter);
+            refused(&reply, 400, "at most 36500d");
+        }
+    }
+    // The longest age is served.
+    let longest = get(&addr, "/api/dead-letters?since=36500d").await;
+    assert_eq!(longest.status, 200, "{}", longest.body);
+    assert_eq!(longest.json()["matching"], 0);
+}
+
 /// Serves `app` on a free loopback port in this runtime; returns host:port.
 async fn mount(app: shardbox::admin::axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

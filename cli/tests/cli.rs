@@ -386,6 +386,40 @@ fn a_database_that_refuses_or_is_missing_exits_with_its_code() {
     );
 }
 
+/// An age past the clock's range (`1000000000d` once overflowed chrono and the binary
+/// panicked) is refused with an error naming the flag and the allowed range, and a non-zero
+/// exit: no panic, nothing read.
+#[test]
+fn an_age_out_of_range_is_an_error_not_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ages.db");
+    let db = path.to_str().expect("utf-8 path");
+    assert_eq!(code(&run(db, None, &["migrate"])), 0);
+    for args in [
+        &["dead-letters", "list", "--since", "1000000000d"][..],
+        &["dead-letters", "list", "--until", "1000000000d"],
+        &["dead-letters", "purge", "--since", "36501d"],
+        &["catch-up", "start", "balances", "--since", "1000000000d"],
+    ] {
+        let out = run(db, None, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 2, "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        let flag = args[args.len() - 2];
+        assert!(
+            stderr.contains(flag) && stderr.contains("at most 36500d"),
+            "{args:?} names {flag} and the range: {stderr}"
+        );
+    }
+    let longest = run(db, None, &["dead-letters", "list", "--since", "36500d"]);
+    assert_eq!(
+        code(&longest),
+        0,
+        "{}",
+        String::from_utf8_lossy(&longest.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_command_on_postgres() {
     let Some(url) = pg_url("every_command_on_postgres") else {

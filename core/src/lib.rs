@@ -74,7 +74,7 @@ pub use model::failure::{Backoff, ExhaustedOutcome, FailureDecision, FailurePoli
 pub use model::ids::validate as validate_id;
 pub use model::ids::{
     Emitter, IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId,
-    MAX_ID_BYTES,
+    MAX_ID_BYTES, MAX_NODE_ID_BYTES,
 };
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
@@ -84,7 +84,7 @@ pub use model::strategy::{ShardStrategy, StableHashStrategy, StrategyRecord};
 pub use model::time_limits::{InvalidTime, TimeField, MAX_SPAN};
 #[doc(hidden)]
 pub use runner::delivery::Delivery;
-pub use runner::delivery::DeliveryReport;
+pub use runner::delivery::{DeliveryReport, MAX_DELIVER_STAGES};
 #[doc(hidden)]
 pub use runner::env::DeliveryEnv;
 pub use runner::liveness::{Liveness, NodeLiveness};

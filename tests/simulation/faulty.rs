@@ -173,6 +173,15 @@ impl FaultyStorage {
         self.lock().script.push((op, pass, fault));
     }
 
+    /// Scripted faults not struck yet, of `op`.
+    pub fn scripted_left(&self, op: &str) -> usize {
+        self.lock()
+            .script
+            .iter()
+            .filter(|(o, _, _)| *o == op)
+            .count()
+    }
+
     pub fn enable(&self, on: bool) {
         self.lock().enabled = on;
     }

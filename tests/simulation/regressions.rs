@@ -245,6 +245,82 @@ async fn replay_page_after_another_node_spilled(inner: Arc<dyn Storage>) {
     );
 }
 
+/// Issue 37, defect 1: a failed release of a lingering (kept) lease left the lease held with
+/// nothing scheduled: no poll probes a shard leased to its own node, so a message written
+/// then whose wake-up never reached the node (here every notification is dropped: a write by
+/// another process) waited until the lease ran out (4 s here, 30 s by default). The failed
+/// release is now retried as a failed turn is (25 ms, doubling), then the shard is served.
+/// The message is written 600 ms after the failed release, so that a poll round that still
+/// listed the shard as free (planned before the lease was kept) cannot serve it by chance.
+async fn failed_release_of_a_kept_lease(inner: Arc<dyn Storage>) {
+    let notifications_dropped = FaultRates {
+        drop_notification: 1_000,
+        ..FaultRates::default()
+    };
+    let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
+    faults.enable(true);
+    let clock = Arc::new(ManualClock::new(t0()));
+    let build = |name: &str| {
+        Shardbox::builder()
+            .shared_storage(Arc::new(faults.clone()))
+            .clock(clock.clone())
+            .node_id(shardbox::NodeId(format!("node-{name}")))
+            .shards(1)
+            .lease_duration(Duration::from_secs(4))
+            .poll_interval(Duration::from_millis(250))
+            .lease_linger(Duration::from_millis(150))
+            .aggregate::<Ledger>()
+            .projection::<Audit>()
+            .build()
+    };
+    let sb = build("a").await.expect("build the node");
+    // Another process that writes but serves nothing: the node does not hear its writes.
+    let writer = build("writer").await.expect("build the writer");
+    let node = sb.start();
+    let elapse = |ms: u64| {
+        clock.advance(chrono::Duration::milliseconds(ms as i64));
+        tokio::time::sleep(Duration::from_millis(ms))
+    };
+    let applied = || async {
+        sb.aggregate_state::<Ledger>("l")
+            .await
+            .expect("state")
+            .map(|l| l.applied)
+            .unwrap_or_default()
+    };
+    // The first message is served and the drained shard's lease kept for the linger, whose
+    // release then fails.
+    faults.fail_next("release", Scripted::Before);
+    sb.send::<Ledger>("l", &apply(1, "a")).await.expect("send");
+    let mut waited = 0;
+    while faults.scripted_left("release") > 0 {
+        assert!(waited < 2_000, "the kept lease's release was tried");
+        elapse(10).await;
+        waited += 10;
+    }
+    assert_eq!(applied().await, vec![1]);
+    // Two lease-watch rounds: the poller's list of free shards no longer holds the shard
+    // (it is leased to this node), as it would not on any later round.
+    for _ in 0..60 {
+        elapse(10).await;
+    }
+    writer
+        .send::<Ledger>("l", &apply(2, "a"))
+        .await
+        .expect("send after the failed release");
+    let mut waited = 0;
+    while applied().await != vec![1, 2] {
+        assert!(
+            waited < 1_000,
+            "the message written after the failed release is delivered well before the kept \
+             lease runs out (4 s): not delivered after {waited} ms"
+        );
+        elapse(10).await;
+        waited += 10;
+    }
+    node.shutdown().await.expect("shutdown");
+}
+
 async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = SqliteOptions::default().checkpoint_interval(None);
@@ -289,6 +365,7 @@ macro_rules! on_every_backend {
 }
 
 on_every_backend!(
+    failed_release_of_a_kept_lease,
     replay_page_after_another_node_spilled,
     requeue_after_an_uncommitted_delivery,
     catch_up_whose_start_lost_its_ack,

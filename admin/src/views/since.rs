@@ -1,10 +1,17 @@
 //! Points in time given by an operator: an RFC 3339 instant, or an age (`90s`, `30m`, `2h`,
 //! `7d`) meaning that long before now. The CLI's `--since`/`--until` and the HTTP API's
 //! `since`/`until` parameters read the same forms.
+//!
+//! An age is at most [`MAX_AGE_DAYS`] days: far enough for any history, and near enough that
+//! "now minus the age" is always a time the clock (and a database) can hold. A longer age is
+//! refused when it is read, with the allowed range; an earlier point is given as an instant.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Deserializer};
 use std::str::FromStr;
+
+/// The longest age accepted: 100 years, in days.
+pub const MAX_AGE_DAYS: i64 = 36_500;
 
 /// A point in time, resolved against the clock when used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,11 +23,15 @@ pub enum Since {
 }
 
 impl Since {
-    /// The instant it names at `now`.
+    /// The instant it names at `now`. An age built by hand past what the clock can hold
+    /// (parsing refuses one longer than [`MAX_AGE_DAYS`]) names the earliest instant
+    /// rather than panicking.
     pub fn at(self, now: DateTime<Utc>) -> DateTime<Utc> {
         match self {
             Since::At(t) => t,
-            Since::Ago(d) => now - d,
+            Since::Ago(d) => now
+                .checked_sub_signed(d)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC),
         }
     }
 }
@@ -34,18 +45,31 @@ impl FromStr for Since {
         }
         let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
         let (n, unit) = s.split_at(split);
-        let n: i64 = n
-            .parse()
-            .map_err(|_| format!("`{s}` is neither an RFC 3339 time nor an age like 30m"))?;
-        let d = match unit {
-            "s" => TimeDelta::try_seconds(n),
-            "m" => TimeDelta::try_minutes(n),
-            "h" => TimeDelta::try_hours(n),
-            "d" => TimeDelta::try_days(n),
+        if n.is_empty() {
+            return Err(format!(
+                "`{s}` is neither an RFC 3339 time nor an age like 30m"
+            ));
+        }
+        let seconds_per_unit: i64 = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
             _ => return Err(format!("`{s}`: the unit of an age is s, m, h or d")),
         };
-        d.map(Since::Ago)
-            .ok_or_else(|| format!("`{s}` is too long ago"))
+        let out_of_range = || {
+            format!(
+                "`{s}` is out of range: an age is at most {MAX_AGE_DAYS}d (100 years); give an RFC 3339 time for an earlier point"
+            )
+        };
+        // Only digits are left, so a parse failure is an overflow.
+        let n: i64 = n.parse().map_err(|_| out_of_range())?;
+        match n.checked_mul(seconds_per_unit) {
+            Some(seconds) if seconds <= MAX_AGE_DAYS * 86_400 => {
+                Ok(Since::Ago(TimeDelta::seconds(seconds)))
+            }
+            _ => Err(out_of_range()),
+        }
     }
 }
 
@@ -81,6 +105,27 @@ mod tests {
         );
         assert!("5w".parse::<Since>().is_err());
         assert!("soon".parse::<Since>().is_err());
+    }
+
+    #[test]
+    fn an_age_past_the_range_is_refused_with_the_range() {
+        let now = DateTime::from_timestamp(10_000, 0).unwrap();
+        let longest = format!("{MAX_AGE_DAYS}d").parse::<Since>().unwrap();
+        assert_eq!(longest.at(now).timestamp(), 10_000 - MAX_AGE_DAYS * 86_400);
+        for age in [
+            "1000000000d",
+            "36501d",
+            "9999999999999s",
+            "99999999999999999999999h",
+        ] {
+            let refused = age.parse::<Since>().unwrap_err();
+            assert!(
+                refused.contains("out of range") && refused.contains("at most 36500d"),
+                "{age}: {refused}"
+            );
+        }
+        // An age made by hand past the clock's range names the earliest instant, no panic.
+        assert_eq!(Since::Ago(TimeDelta::MAX).at(now), DateTime::<Utc>::MIN_UTC);
     }
 
     #[test]

@@ -59,16 +59,14 @@ impl EntityRegistry {
         &self.services
     }
 
-    /// Registers an entity kind; a kind may be registered once.
+    /// Registers an entity kind; a kind may be registered once, and must keep the id limits
+    /// of a target kind (not empty, at most [`MAX_ID_BYTES`](crate::MAX_ID_BYTES) bytes, no
+    /// NUL byte).
     pub fn register(&mut self, handler: Arc<dyn EntityHandler>) -> Result<(), ConfigError> {
         let kind = handler.kind();
-        if kind.is_empty() {
-            return Err(ConfigError::Invalid {
-                field: "KIND",
-                value: "\"\"".into(),
-                reason: "an entity kind needs a non-empty name",
-            });
-        }
+        // A kind is the target kind of every message to it: one the send path would refuse
+        // is refused here, once, instead of at every send.
+        validate(IdField::TargetKind, kind).map_err(|e| e.into_config("KIND", kind))?;
         if self.handlers.contains_key(kind) {
             return Err(ConfigError::DuplicateKind { kind: kind.into() });
         }
@@ -194,5 +192,71 @@ impl EntityRegistry {
     /// Whether any kind subscribes to `event_type`.
     pub fn has_subscribers(&self, event_type: &str) -> bool {
         self.subscribers.contains_key(event_type)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::handler::{BatchResult, BatchRun};
+    use crate::model::message::InboxMessage;
+    use crate::model::strategy::StableHashStrategy;
+    use crate::HandlerError;
+
+    /// A handler of only a kind.
+    struct Kind(&'static str);
+
+    #[async_trait::async_trait]
+    impl EntityHandler for Kind {
+        fn kind(&self) -> &'static str {
+            self.0
+        }
+        fn is_stateful(&self) -> bool {
+            false
+        }
+        fn command_type(&self) -> Option<&'static str> {
+            None
+        }
+        fn event_types(&self) -> &'static [&'static str] {
+            &[]
+        }
+        fn route(&self, _event: &NewEvent) -> Result<Vec<String>, HandlerError> {
+            Ok(Vec::new())
+        }
+        async fn handle_batch(
+            &self,
+            _state: Option<&[u8]>,
+            _batch: &[&InboxMessage],
+            _run: BatchRun<'_>,
+        ) -> BatchResult {
+            BatchResult::default()
+        }
+    }
+
+    fn registered(kind: &'static str) -> Result<(), ConfigError> {
+        EntityRegistry::new(Arc::new(StableHashStrategy::new()), 4).register(Arc::new(Kind(kind)))
+    }
+
+    #[test]
+    fn a_kind_outside_the_id_limits_is_refused_at_registration_naming_it() {
+        let longest: &'static str = "k".repeat(crate::MAX_ID_BYTES).leak();
+        assert_eq!(registered(longest), Ok(()));
+        let too_long: &'static str = "k".repeat(crate::MAX_ID_BYTES + 1).leak();
+        for (kind, words) in [
+            (too_long, "at most 512 bytes"),
+            ("acc\0ount", "NUL"),
+            ("", "not be empty"),
+        ] {
+            let err = registered(kind).expect_err(kind);
+            let text = err.to_string();
+            assert!(
+                matches!(err, ConfigError::Invalid { field: "KIND", .. }),
+                "{err:?}"
+            );
+            assert!(
+                text.contains(&format!("{kind:?}")) && text.contains(words),
+                "names the kind and says {words}: {text}"
+            );
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::model::error::ConfigError;
 use crate::model::failure::FailurePolicy;
-use crate::model::ids::NodeId;
+use crate::model::ids::{validate as validate_id, IdField, NodeId};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -32,7 +32,8 @@ pub struct DeliveryConfig {
     pub poll_interval: Duration,
     /// Concurrent workers of a node (1..=1,024). Default 4.
     pub workers: usize,
-    /// This node's id (appears in logs and the lock table). Default: generated.
+    /// This node's id (appears in logs and the lock table): 1..=128 bytes with no NUL byte
+    /// (the id rule of [`IdField::NodeId`]). Default: generated.
     pub node_id: NodeId,
     /// How long completed catch-up jobs are kept before they are purged. Default 24 h.
     pub catch_up_retention: Duration,
@@ -198,13 +199,9 @@ impl DeliveryConfig {
         if !(1..=1_024).contains(&self.workers) {
             return Err(invalid("workers", self.workers, "must be 1..=1024"));
         }
-        if self.node_id.0.is_empty() || self.node_id.0.len() > 128 {
-            return Err(invalid(
-                "node_id",
-                &self.node_id.0,
-                "must be 1..=128 characters",
-            ));
-        }
+        // The id rule: a NUL byte would make every pick-up fail on PostgreSQL (text).
+        validate_id(IdField::NodeId, &self.node_id.0)
+            .map_err(|e| e.into_config("node_id", &self.node_id.0))?;
         if self.ttl_sweep_interval < Duration::from_millis(10)
             || self.ttl_sweep_interval > Duration::from_secs(24 * 3600)
         {
@@ -504,6 +501,25 @@ mod tests {
             let err = builder.build().expect_err(field);
             assert!(err.to_string().contains(field), "{err}");
             assert_eq!(field_of(err), field);
+        }
+    }
+
+    #[test]
+    fn a_node_id_outside_the_id_rule_is_refused_naming_node_id() {
+        let b = DeliveryConfig::builder;
+        assert!(b().node_id(NodeId("n".repeat(128))).build().is_ok());
+        for (node_id, words) in [
+            ("node\0a".to_owned(), "NUL"),
+            ("n".repeat(129), "at most 128 bytes"),
+            (String::new(), "not be empty"),
+        ] {
+            let err = b()
+                .node_id(NodeId(node_id.clone()))
+                .build()
+                .expect_err(&node_id);
+            let text = err.to_string();
+            assert!(text.contains(words), "{text}");
+            assert_eq!(field_of(err), "node_id");
         }
     }
 

@@ -348,6 +348,16 @@ pub enum DeliveryError {
         /// The receipt's signal id.
         signal_id: String,
     },
+    /// An on-demand `deliver` (or `deliver_all`) committed
+    /// [`MAX_DELIVER_STAGES`](crate::MAX_DELIVER_STAGES) stages on one shard and messages
+    /// were still due: its handlers keep writing to it. Everything so far is committed.
+    #[error("deliver stopped on shard {shard} after {stages} stages (MAX_DELIVER_STAGES, the limit of one call) with messages still due: its handlers keep writing to it, as a reactor or process manager that reacts to the events of its own commands does forever. Everything so far is committed; give the cycle an end (a condition that stops reacting), or call deliver again to go on (a started node's workers have no such limit)")]
+    StageLimit {
+        /// The shard.
+        shard: ShardIndex,
+        /// Stages committed on it by the call.
+        stages: usize,
+    },
 }
 
 impl DeliveryError {

@@ -11,8 +11,13 @@
 //!  tenant, event source kind and id   may be empty
 //!  target kind, target id, signal id  not empty   (an empty target id means "no target":
 //!                                                   a dead letter of it could never be requeued)
+//!  node id                            not empty, at most MAX_NODE_ID_BYTES (128) bytes
 //!  every field                        at most MAX_ID_BYTES (512) bytes, no NUL byte
 //! ```
+//!
+//! Ids the configuration gives are held to the same rule when the delivery is built: the
+//! node id (`DeliveryConfig::node_id`) and every entity `KIND` (the target kind of every
+//! message to it), refused as a [`ConfigError`] naming the field ([`InvalidId::into_config`]).
 //!
 //! The length bounds what every backend can index: PostgreSQL's btree refuses an index row of
 //! more than about 2,700 bytes, and the Inbox's unique key (tenant, target kind, target id,
@@ -20,12 +25,17 @@
 //! NUL byte; SQLite could, but an id valid on one backend is valid on all. The ids of what a
 //! handler emits ([`SignalId::emitted`]) keep within the limit however long the chain.
 
+use crate::model::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use thiserror::Error;
 
-/// The longest id a caller may give, in bytes (UTF-8), for each [`IdField`].
+/// The longest id a caller may give, in bytes (UTF-8), for each [`IdField`] but the node id.
 pub const MAX_ID_BYTES: usize = 512;
+
+/// The longest node id, in bytes ([`IdField::NodeId`]): it names the node in every log
+/// line, span and metric label, and in the lock table.
+pub const MAX_NODE_ID_BYTES: usize = 128;
 
 /// Which id of a message or an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +58,8 @@ pub enum IdField {
     PayloadType,
     /// The type name of an event (`NewEvent::event_type`), as [`IdField::PayloadType`].
     EventType,
+    /// The node's name (`DeliveryConfig::node_id`), at most [`MAX_NODE_ID_BYTES`].
+    NodeId,
 }
 
 impl IdField {
@@ -62,6 +74,15 @@ impl IdField {
             IdField::SourceId => "source.id",
             IdField::PayloadType => "payload_type",
             IdField::EventType => "event_type",
+            IdField::NodeId => "node_id",
+        }
+    }
+
+    /// The longest value of the field, in bytes.
+    pub fn max_bytes(self) -> usize {
+        match self {
+            IdField::NodeId => MAX_NODE_ID_BYTES,
+            _ => MAX_ID_BYTES,
         }
     }
 
@@ -87,12 +108,12 @@ pub enum IdProblem {
     /// The field must not be empty.
     #[error("is empty; give a non-empty id")]
     Empty,
-    /// Longer than [`MAX_ID_BYTES`].
+    /// Longer than its field's limit ([`IdField::max_bytes`]).
     #[error("is {len} bytes long, over the limit of {max} bytes; use a shorter id (or a digest of a long one)")]
     TooLong {
         /// Its length in bytes.
         len: usize,
-        /// The limit, [`MAX_ID_BYTES`].
+        /// The limit, [`MAX_ID_BYTES`] (or [`MAX_NODE_ID_BYTES`] for a node id).
         max: usize,
     },
     /// Holds a NUL byte, which PostgreSQL text cannot store.
@@ -114,6 +135,30 @@ pub struct InvalidId {
     pub problem: IdProblem,
 }
 
+impl InvalidId {
+    /// As a configuration error: an id the configuration gives (the node id, an entity
+    /// `KIND`) refused when the delivery is built, naming `field` as the user wrote it.
+    pub fn into_config(self, field: &'static str, value: &str) -> ConfigError {
+        let reason = match (self.problem, self.field) {
+            (IdProblem::Empty, _) => "must not be empty",
+            (IdProblem::TooLong { .. }, IdField::NodeId) => {
+                "must be at most 128 bytes (MAX_NODE_ID_BYTES)"
+            }
+            (IdProblem::TooLong { .. }, _) => {
+                "must be at most 512 bytes (MAX_ID_BYTES, the limit of every id)"
+            }
+            (IdProblem::Nul { .. }, _) => {
+                "must not contain a NUL byte (PostgreSQL text cannot store one)"
+            }
+        };
+        ConfigError::Invalid {
+            field,
+            value: format!("{value:?}"),
+            reason,
+        }
+    }
+}
+
 /// Checks `value` against the limits of `field` (see the module doc).
 ///
 /// ```
@@ -125,10 +170,10 @@ pub struct InvalidId {
 pub fn validate(field: IdField, value: &str) -> Result<(), InvalidId> {
     let problem = if value.is_empty() && !field.may_be_empty() {
         Some(IdProblem::Empty)
-    } else if value.len() > MAX_ID_BYTES {
+    } else if value.len() > field.max_bytes() {
         Some(IdProblem::TooLong {
             len: value.len(),
-            max: MAX_ID_BYTES,
+            max: field.max_bytes(),
         })
     } else {
         value

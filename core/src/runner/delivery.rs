@@ -28,9 +28,19 @@ use crate::storage::Lease;
 use crate::telemetry::fates::log_settled;
 use crate::telemetry::monitor::{StageInfo, StageReport};
 use chrono::{DateTime, Utc};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
+
+/// The most stages one [`Delivery::deliver`] call (the facade's `deliver`, and each shard of
+/// its `deliver_all`) commits on its shard before it gives up with
+/// [`DeliveryError::StageLimit`]: without a bound, handlers that keep writing to the shard —
+/// a reactor that reacts to the events of its own commands — make the call never return.
+/// 10,000 stages are 2.56 million messages at the default page size: far more than a backlog
+/// driven by hand. A started node's workers are not bound by it (they yield a shard between
+/// turns and serve it again).
+pub const MAX_DELIVER_STAGES: usize = 10_000;
 
 /// What one `deliver` call did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,12 +100,28 @@ impl Delivery {
 
     /// Serves `shard` as `worker` of this node until it has no due message (or the monitor
     /// says stop), then releases it.
+    ///
+    /// At most [`MAX_DELIVER_STAGES`] stages: if messages are still due after that many (its
+    /// handlers keep writing to the shard, as a reactor that reacts to the events of its own
+    /// commands does), the shard is released with them and the call fails with
+    /// [`DeliveryError::StageLimit`]; what the stages did is committed.
     pub async fn deliver(
         &self,
         shard: ShardIndex,
         worker: WorkerId,
     ) -> Result<DeliveryReport, DeliveryError> {
-        self.deliver_while(shard, worker, &|| true).await
+        let asked = AtomicUsize::new(0);
+        // Asked after each committed stage: one more stage while under the limit.
+        let under_limit = || asked.fetch_add(1, Ordering::Relaxed) + 1 < MAX_DELIVER_STAGES;
+        let report = self.deliver_while(shard, worker, &under_limit).await?;
+        // A shard drained by the last stage allowed is not a runaway.
+        if report.yielded && self.has_due_rows(shard).await? {
+            return Err(DeliveryError::StageLimit {
+                shard,
+                stages: report.stages,
+            });
+        }
+        Ok(report)
     }
 
     /// As [`Delivery::deliver`], but after each committed stage asks `keep_on` whether to go

@@ -41,6 +41,7 @@
 //! the node names it. Shutdown lets each worker finish its current stage and release its
 //! lease, and stops the listener; other nodes find the freed shards at their next poll.
 
+use crate::entity::handler::CatchUnwind;
 use crate::model::error::DeliveryError;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::{ending_within, plan_round, ShardCycle};
@@ -51,7 +52,7 @@ use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
 use crate::runner::turn::serve;
 use crate::runner::wake_queue::WakeQueue;
-use crate::runner::worker::supervise;
+use crate::runner::worker::{panic_message, supervise};
 use crate::storage::listener::{ListenerHandle, ListenerStats};
 use crate::storage::observer::ShardObserver;
 use crate::storage::StorageReads;
@@ -151,6 +152,11 @@ fn listen(env: &DeliveryEnv, queue: Arc<WakeQueue>) -> Option<ListenerHandle> {
 /// Takes over `shard`, whose holder's lease ran out, if it has due rows: served at once on
 /// the calling task rather than queued behind the workers' turns — its messages have already
 /// waited a lease duration. If a worker of this node has it queued, it moves to the front.
+///
+/// A turn that panics (outside the handlers, e.g. in a user station) has already scheduled
+/// its shard's retry (see `turn`); the panic ends here, counted in `worker_restarts` and
+/// logged at ERROR as a worker's death is — a take-over's turn is a worker's turn on a task
+/// of its own, with no supervisor to count it.
 async fn take_over(delivery: &Arc<Delivery>, queue: &Arc<WakeQueue>, shard: ShardIndex) {
     let env = delivery.env();
     if env.is_stopping() || queue.is_paused() {
@@ -161,7 +167,11 @@ async fn take_over(delivery: &Arc<Delivery>, queue: &Arc<WakeQueue>, shard: Shar
             if queue.claim(shard) {
                 tracing::debug!(%shard, "lease ran out without a release; taking the shard over");
                 let worker = WorkerId(u32::try_from(env.config.workers).unwrap_or(u32::MAX));
-                serve(delivery, queue, shard, worker).await;
+                let turn = CatchUnwind(Box::pin(serve(delivery, queue, shard, worker))).await;
+                if let Err(panic) = turn {
+                    env.metrics.record_worker_restart();
+                    tracing::error!(%shard, %worker, reason = %panic_message(panic), "a take-over's turn panicked; the shard is retried (a panic outside the handlers, e.g. in a user station)");
+                }
             }
         }
         Ok(_) => {}

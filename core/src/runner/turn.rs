@@ -108,9 +108,10 @@ fn retry_delay(failures: u32, poll_interval: Duration) -> Duration {
         .delay(failures)
 }
 
-/// After a failed turn: once `after` has passed, releases the shard's lease if its release
-/// failed too (see `unreleased`), and wakes the shard, so that it is served again soon
-/// rather than a whole lease later or at the next poll.
+/// After a failed turn or a failed release of a kept lease: once `after` has passed,
+/// releases the shard's lease if its release failed (see `unreleased`), and wakes the shard,
+/// whose turn reads what is due, so that it is served again soon rather than a whole lease
+/// later (no poll probes a shard leased to this node).
 fn spawn_retry(
     delivery: &Arc<Delivery>,
     queue: &Arc<WakeQueue>,
@@ -134,7 +135,8 @@ fn spawn_retry(
 
 /// Releases `shard`'s kept lease of `generation` after `linger`, unless a turn took it
 /// meanwhile or the shard is queued for one (that turn takes it). Like a turn, the release
-/// holds the shard in the wake-up states, and looks once more for rows written meanwhile.
+/// holds the shard in the wake-up states, and looks once more for rows written meanwhile;
+/// if the release (or that look) fails, the shard is retried as after a failed turn.
 /// A kept lease is not renewed: if its shard waits in the queue behind busy workers, the
 /// timer looks again every `linger` and releases the lease itself once half of it is gone,
 /// so that it never runs out under a live node (which other nodes would take for a crash).
@@ -175,6 +177,7 @@ fn spawn_release(
             }
         }
         let mut again = false;
+        let mut retry_in = None;
         if let Some(lease) = queue.unpark(shard, Some(generation)) {
             let released = match delivery.release(&lease).await {
                 Ok(()) => delivery.has_due_rows(shard).await,
@@ -183,12 +186,22 @@ fn spawn_release(
             match released {
                 Ok(due) => again = due,
                 Err(e) => {
-                    tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next poll serves the shard")
+                    // The lease is kept for a retried release (see `unreleased`), or the look
+                    // for rows written meanwhile failed. Retried as a failed turn is: no poll
+                    // probes a shard leased to this node, and a write whose wake-up was
+                    // filtered (a held-elsewhere mark, an owner change) would wait until the
+                    // lease ran out.
+                    let poll_interval = delivery.env().config.poll_interval;
+                    let after = retry_delay(queue.turn_failed(shard), poll_interval);
+                    tracing::warn!(%shard, error = %e, retry_in = ?after, "could not release a kept lease (or look for rows written meanwhile); retried");
+                    retry_in = Some(after);
                 }
             }
         }
         queue.finish(shard, TurnEnd::Done);
-        if again {
+        if let Some(after) = retry_in {
+            spawn_retry(&delivery, &queue, shard, after);
+        } else if again {
             queue.wake(shard);
         }
     });

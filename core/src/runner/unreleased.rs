@@ -1,10 +1,11 @@
-//! Leases whose release failed (the database was unreachable when a stage failed or a turn
-//! ended): kept here until a release succeeds or the lease runs out.
+//! Leases whose release failed (the database was unreachable when a stage failed, a turn
+//! ended or a linger ran out): kept here until a release succeeds or the lease runs out.
 //!
 //! ```text
-//!  release fails ──► keep(lease) ──► the retry after the failed turn, or the next turn on the
-//!                                    shard, settles it first: release again, or forget it
-//!                                    once its lease_until has passed (it is free anyway)
+//!  release fails ──► keep(lease) ──► the retry after the failed turn (or failed release of
+//!                                    a kept lease), or the next turn on the shard, settles it
+//!                                    first: release again, or forget it once its lease_until
+//!                                    has passed (it is free anyway)
 //! ```
 //!
 //! Without this a shard whose release failed stayed leased to this node until the lease ran

@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Handler panics never get here (the stations catch them as failed attempts); a panic in a
-//! stage outside the handlers does. The turn that panicked has already put its shard back
+//! stage outside the handlers does. (A take-over's turn runs on a task of its own, not a
+//! worker's: its panic is caught, counted and logged alike by `local::take_over`.) The turn that panicked has already put its shard back
 //! (see `turn`) and kept its lease for a release (see `unreleased`), so the restarted worker,
 //! or another, serves the shard again soon. Shutdown awaits each supervisor, which awaits its
 //! worker.
@@ -66,7 +67,8 @@ fn restart_delay(deaths: u32, poll_interval: Duration) -> Duration {
         .delay(deaths)
 }
 
-fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+/// A panic's message, as a log line gives it.
+pub(super) fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

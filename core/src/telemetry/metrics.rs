@@ -70,7 +70,7 @@ pub struct MetricsSnapshot {
     /// Leases lost before a commit.
     pub lease_losses: u64,
     /// Worker tasks that died (a panic outside the handlers, e.g. in a user station) and were
-    /// restarted.
+    /// restarted, and take-overs' turns that panicked alike (their shard retried).
     pub worker_restarts: u64,
     /// Stage latency: count and the bucket bounds of the 50th and 99th percentiles.
     pub stage_latency: LatencySummary,
