@@ -7,6 +7,7 @@
 //!  EntityStore   load framework-kept entity states
 //!  CatchUpStore  catch-up jobs
 //!  DeadLetterStore  operators: dead letters (list, count, requeue, purge), blocked targets
+//!  Inspect       tests and operators: every row and dead letter as stored (read-only)
 //! ```
 //!
 //! Writes that must be atomic across tables (a stage commit, an event with its fan-out) go
@@ -19,6 +20,7 @@ mod dead_letters;
 mod entities;
 mod events;
 mod inbox;
+mod inspect;
 pub mod listener;
 pub mod observer;
 mod registry;
@@ -37,6 +39,7 @@ pub use dead_letters::{
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
+pub use inspect::Inspect;
 pub use registry::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
     ShardSession, WorkRegistry,
