@@ -66,6 +66,30 @@ pub use shardbox_core::storage::{
     Member, RequeueReport, ReshardMoves, StorageReads, StoredDeadLetter, Unblock, UnblockReport,
 };
 
+/// The storage conformance suite (the `shardbox-conformance` crate), for authors of another
+/// storage backend: `conformance` feature. See its crate documentation for how to run it.
+///
+/// ```
+/// // In a test file of the backend's crate: one #[tokio::test] per case, each on a fresh store.
+/// mod my_store {
+///     use shardbox::core::memory::MemoryStorage; // the backend under test
+///
+///     async fn fresh(_case: &str) -> Option<(MemoryStorage, ())> {
+///         Some((MemoryStorage::new(), ()))
+///     }
+///
+///     shardbox::conformance::conformance_suite!(fresh);
+/// }
+///
+/// // A case is an async fn too, to call alone.
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// let store = shardbox::core::memory::MemoryStorage::new();
+/// shardbox::conformance::write_then_read_in_seq_order(store).await;
+/// # }
+/// ```
+#[cfg(feature = "conformance")]
+pub use shardbox_conformance as conformance;
 pub use shardbox_core as core;
 pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;

@@ -57,7 +57,7 @@ impl Aggregate for Stamped {
 
 /// Terminates every backend named `application_name`; how many.
 fn terminate(admin: &mut PgConnection, application_name: &str) -> usize {
-    shardbox::storage::conformance::terminate_backends(admin, application_name).unwrap_or(0)
+    shardbox_storage::test_schema::terminate_backends(admin, application_name).unwrap_or(0)
 }
 
 fn p99(mut v: Vec<Duration>) -> Duration {

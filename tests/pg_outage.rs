@@ -36,7 +36,7 @@ const SEND_GAP: Duration = Duration::from_millis(20);
 
 /// Terminates every backend named `application_name`.
 fn terminate(admin: &mut PgConnection, application_name: &str) {
-    if let Err(e) = shardbox::storage::conformance::terminate_backends(admin, application_name) {
+    if let Err(e) = shardbox_storage::test_schema::terminate_backends(admin, application_name) {
         eprintln!("could not terminate backends: {e}");
     }
 }

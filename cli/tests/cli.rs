@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shardbox::core::Storage;
 use shardbox::prelude::*;
-use shardbox::storage::conformance::{pg_url, TestSchema};
 use shardbox::{Backoff, DeadLetterFilter, ExhaustedOutcome, FailurePolicy, PostgresStorage};
+use shardbox_storage::test_schema::{pg_url, TestSchema};
 mod support;
 
 use std::process::Command;

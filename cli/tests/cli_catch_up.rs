@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use shardbox::core::Storage;
 use shardbox::prelude::*;
-use shardbox::storage::conformance::{pg_url, TestSchema};
 use shardbox::{EventSource, PostgresStorage};
+use shardbox_storage::test_schema::{pg_url, TestSchema};
 mod support;
 
 use std::sync::Arc;

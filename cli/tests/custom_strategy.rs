@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use shardbox::core::Storage;
 use shardbox::prelude::*;
-use shardbox::storage::conformance::{pg_url, TestSchema};
 use shardbox::{
     Backoff, DeadLetterFilter, ExhaustedOutcome, FailurePolicy, PostgresStorage, ShardIndex,
     ShardStrategy, StableHashStrategy,
 };
+use shardbox_storage::test_schema::{pg_url, TestSchema};
 mod support;
 
 use std::sync::Arc;

@@ -138,7 +138,7 @@ impl<C: R2D2Connection + Send + 'static> ManageConnection for Manager<C> {
 #[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::*;
-    use crate::conformance::pg_url;
+    use crate::test_schema::pg_url;
     use diesel::connection::SimpleConnection;
     use diesel::sql_types::Integer;
     use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl};

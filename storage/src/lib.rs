@@ -6,8 +6,9 @@
 //! - [`SqliteStorage`]: one SQLite file, bundled SQLite, the embedded default (local mode);
 //! - [`PostgresStorage`]: a PostgreSQL database shared by many nodes (clustered mode);
 //!
-//! and, behind the `conformance` feature (off by default), one `conformance` suite that every
-//! backend — core's in-memory one included — must pass.
+//! and, behind the `test-schema` feature (off by default), `test_schema`: a PostgreSQL
+//! schema of its own per test, for tests that share one database. Both backends pass the
+//! storage conformance suite, which lives in a crate of its own (`shardbox-conformance`).
 //!
 //! ```text
 //!  SqliteStorage ─┐                      ┌─ sql::*      the queries, written once (macros
@@ -35,11 +36,7 @@
 #![forbid(unsafe_code)]
 
 mod checkout;
-// The crate's own unit tests use the suite's fixtures and PostgreSQL test schemas.
-#[cfg(any(test, feature = "conformance"))]
-pub mod conformance;
 mod error;
-mod inspect;
 mod migrate;
 mod pool;
 #[cfg(feature = "postgres")]
@@ -50,11 +47,16 @@ mod schema;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+// The crate's own unit tests make PostgreSQL test schemas too; see the module doc for why
+// this lives here and not in `shardbox-conformance`.
+#[cfg(all(feature = "postgres", any(test, feature = "test-schema")))]
+pub mod test_schema;
 
-pub use inspect::Inspect;
+// Core's trait (so that the conformance suite needs core only), kept at its old path here.
 pub use migrate::MigrationMode;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStorage, POSTGRES_MIGRATIONS};
 pub use redact::{redact, RedactedError};
+pub use shardbox_core::storage::Inspect;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStorage, SQLITE_MIGRATIONS};

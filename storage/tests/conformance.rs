@@ -1,21 +1,12 @@
-//! The storage conformance suite against every backend: `memory::`, `sqlite::` and
-//! `postgres::` each run every case of `shardbox_storage::conformance`.
+//! The storage conformance suite (`shardbox-conformance`) against this crate's backends:
+//! `sqlite::` and `postgres::` each run every case of it. (Core's `MemoryStorage` runs it in
+//! the suite's own tests, `conformance/tests/memory.rs`.)
 //!
 //! PostgreSQL cases need `SHARDBOX_PG_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`);
 //! each case runs in its own freshly created schema, dropped at the end, so cases run in
 //! parallel. Without the variable they print a notice and pass without testing anything.
 
 mod common;
-
-mod memory {
-    use shardbox_core::memory::MemoryStorage;
-
-    async fn fresh(_case: &str) -> Option<(MemoryStorage, ())> {
-        Some((MemoryStorage::new(), ()))
-    }
-
-    shardbox_storage::conformance_suite!(fresh);
-}
 
 mod sqlite {
     use shardbox_storage::SqliteStorage;
@@ -29,7 +20,7 @@ mod sqlite {
         Some((storage, dir))
     }
 
-    shardbox_storage::conformance_suite!(fresh);
+    shardbox_conformance::conformance_suite!(fresh);
 }
 
 mod postgres {
@@ -43,5 +34,5 @@ mod postgres {
         Some((storage, schema))
     }
 
-    shardbox_storage::conformance_suite!(fresh);
+    shardbox_conformance::conformance_suite!(fresh);
 }

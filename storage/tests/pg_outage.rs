@@ -10,8 +10,8 @@ mod common;
 use common::{pg_url, Schema};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
+use shardbox_conformance::fixtures::{command, messages};
 use shardbox_core::{InboxStore, StorageError};
-use shardbox_storage::conformance::fixtures::{command, messages};
 use shardbox_storage::PostgresStorage;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ fn tagged_url(schema: &Schema) -> String {
 
 /// Terminates every backend named `application_name`; how many.
 fn terminate(admin: &mut PgConnection, application_name: &str) -> usize {
-    shardbox_storage::conformance::terminate_backends(admin, application_name).expect("terminate")
+    shardbox_storage::test_schema::terminate_backends(admin, application_name).expect("terminate")
 }
 
 async fn write_one(storage: &PostgresStorage, signal: &str) -> Result<(), StorageError> {

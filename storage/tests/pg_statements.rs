@@ -13,9 +13,9 @@
 mod common;
 
 use common::{capture_statements, pg_url, taken, Schema, CACHED, ISSUED};
+use shardbox_conformance::fixtures::{self, command, event, t0};
 use shardbox_core::storage::WriteBatch;
 use shardbox_core::InboxStore;
-use shardbox_storage::conformance::fixtures::{self, command, event, t0};
 
 /// How many of `statements` contain `needle`.
 fn count(statements: &[String], needle: &str) -> usize {

@@ -11,8 +11,8 @@ use common::{pg_url, Schema};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::Text;
 use diesel::{QueryableByName, RunQueryDsl};
+use shardbox_conformance::fixtures::{command, messages, t0};
 use shardbox_core::{InboxStore, ShardIndex, Storage, StorageError};
-use shardbox_storage::conformance::fixtures::{command, messages, t0};
 use shardbox_storage::{MigrationMode, PostgresStorage};
 
 #[tokio::test]
@@ -177,9 +177,9 @@ async fn page_reads_find_the_pending_rows_whatever_the_inbox_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_event_commit_never_shows_past_an_earlier_one() {
     use diesel::Connection;
+    use shardbox_conformance::fixtures::event;
     use shardbox_core::storage::WriteBatch;
     use shardbox_core::EventStore;
-    use shardbox_storage::conformance::fixtures::event;
     let Some(url) = pg_url("a_late_event_commit_never_shows_past_an_earlier_one") else {
         return;
     };
@@ -393,9 +393,9 @@ async fn login_failures_are_told_apart() {
 /// would stay parked with nothing left to release it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unblock_waits_for_a_commit_in_flight_and_releases_what_it_parked() {
+    use shardbox_conformance::fixtures::{key, pick, signals, stage};
     use shardbox_core::storage::{RowChange, RowUpdate, Unblock};
     use shardbox_core::{DeadLetterStore, WorkRegistry};
-    use shardbox_storage::conformance::fixtures::{key, pick, signals, stage};
     use std::sync::Arc;
 
     let Some(url) = pg_url("an_unblock_waits_for_a_commit_in_flight") else {
@@ -463,9 +463,9 @@ async fn an_unblock_waits_for_a_commit_in_flight_and_releases_what_it_parked() {
 /// two jobs' rows until both commits are past their fences, so the overlap happens every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_catch_up_completions_do_not_deadlock() {
+    use shardbox_conformance::fixtures::{pick, secs, stage};
     use shardbox_core::storage::{CatchUpStatus, CatchUpTargets, NewCatchUp};
     use shardbox_core::CatchUpStore;
-    use shardbox_storage::conformance::fixtures::{pick, secs, stage};
     use std::sync::Arc;
 
     let Some(url) = pg_url("overlapping_catch_up_completions_do_not_deadlock") else {

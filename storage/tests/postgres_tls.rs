@@ -13,8 +13,8 @@ mod common;
 use common::{pg_url, Schema};
 use diesel::sql_types::{Bool, Text};
 use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl};
+use shardbox_conformance::fixtures::{command, messages};
 use shardbox_core::InboxStore;
-use shardbox_storage::conformance::fixtures::{command, messages};
 use shardbox_storage::PostgresStorage;
 
 /// A backend's row of `pg_stat_ssl`.

@@ -4,9 +4,9 @@
 #![cfg(feature = "sqlite")]
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
+use shardbox_conformance::fixtures::{command, messages};
 use shardbox_core::sync::lock;
 use shardbox_core::InboxStore;
-use shardbox_storage::conformance::fixtures::{command, messages};
 use shardbox_storage::{SqliteOptions, SqliteStorage};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -148,7 +148,7 @@ pub async fn two_storages(
 
 /// The PostgreSQL URL and test schemas, shared with the storage crate's tests.
 #[allow(unused_imports)] // each test crate uses a part
-pub use shardbox::storage::conformance::{pg_url, TestSchema as PgSchema};
+pub use shardbox_storage::test_schema::{pg_url, TestSchema as PgSchema};
 
 /// Steady traffic for the multi-node tests: round n sends `Record(n)` to every one of `ids` in
 /// one write, through `via[n % via.len()]` (clients talk to any node), every `every`, until

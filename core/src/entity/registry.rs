@@ -66,7 +66,8 @@ impl EntityRegistry {
         let kind = handler.kind();
         // A kind is the target kind of every message to it: one the send path would refuse
         // is refused here, once, instead of at every send.
-        validate(IdField::TargetKind, kind).map_err(|e| e.into_config("KIND", kind))?;
+        validate(IdField::TargetKind, kind)
+            .map_err(|e| ConfigError::invalid_id(e, "KIND", kind))?;
         if self.handlers.contains_key(kind) {
             return Err(ConfigError::DuplicateKind { kind: kind.into() });
         }

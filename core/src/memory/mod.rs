@@ -10,8 +10,8 @@ use crate::model::event::StoredEvent;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId};
 use crate::model::message::{DedupKey, InboxMessage, InboxWrite, MessageStatus};
 use crate::storage::{
-    CatchUpJob, DeadLetter, DeadLetterFilter, DeadLetterId, EntityKey, EntityState, Lease, Member,
-    ShardSession, Storage, WriteBatch, WriteReport,
+    CatchUpJob, DeadLetter, DeadLetterFilter, DeadLetterId, EntityKey, EntityState, Inspect, Lease,
+    Member, ShardSession, Storage, WriteBatch, WriteReport,
 };
 use crate::sync::lock;
 use chrono::{DateTime, Utc};
@@ -360,6 +360,17 @@ impl MemoryStorage {
         let mut rows: Vec<_> = state.rows.values().cloned().collect();
         rows.sort_by_key(|r| r.seq);
         rows
+    }
+}
+
+#[async_trait::async_trait]
+impl Inspect for MemoryStorage {
+    async fn dead_letters(&self) -> Result<Vec<DeadLetter>, StorageError> {
+        Ok(MemoryStorage::dead_letters(self))
+    }
+
+    async fn rows(&self) -> Result<Vec<InboxMessage>, StorageError> {
+        Ok(MemoryStorage::rows(self))
     }
 }
 

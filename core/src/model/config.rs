@@ -201,7 +201,7 @@ impl DeliveryConfig {
         }
         // The id rule: a NUL byte would make every pick-up fail on PostgreSQL (text).
         validate_id(IdField::NodeId, &self.node_id.0)
-            .map_err(|e| e.into_config("node_id", &self.node_id.0))?;
+            .map_err(|e| ConfigError::invalid_id(e, "node_id", &self.node_id.0))?;
         if self.ttl_sweep_interval < Duration::from_millis(10)
             || self.ttl_sweep_interval > Duration::from_secs(24 * 3600)
         {

@@ -1,6 +1,6 @@
 //! The errors of shardbox-core. Each message says what went wrong and what to do about it.
 
-use crate::model::ids::{InvalidId, LeaseEpoch, ShardIndex};
+use crate::model::ids::{IdField, IdProblem, InvalidId, LeaseEpoch, ShardIndex};
 use crate::model::time_limits::InvalidTime;
 use std::sync::Arc;
 use thiserror::Error;
@@ -268,6 +268,30 @@ pub enum PayloadError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl ConfigError {
+    /// An id the configuration gives (the node id, an entity `KIND`) refused by the id rules
+    /// when the delivery is built, naming `field` as the user wrote it.
+    pub fn invalid_id(e: InvalidId, field: &'static str, value: &str) -> ConfigError {
+        let reason = match (e.problem, e.field) {
+            (IdProblem::Empty, _) => "must not be empty",
+            (IdProblem::TooLong { .. }, IdField::NodeId) => {
+                "must be at most 128 bytes (MAX_NODE_ID_BYTES)"
+            }
+            (IdProblem::TooLong { .. }, _) => {
+                "must be at most 512 bytes (MAX_ID_BYTES, the limit of every id)"
+            }
+            (IdProblem::Nul { .. }, _) => {
+                "must not contain a NUL byte (PostgreSQL text cannot store one)"
+            }
+        };
+        ConfigError::Invalid {
+            field,
+            value: format!("{value:?}"),
+            reason,
+        }
+    }
 }
 
 /// Delivery, sending or a station failed.

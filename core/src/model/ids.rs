@@ -17,7 +17,7 @@
 //!
 //! Ids the configuration gives are held to the same rule when the delivery is built: the
 //! node id (`DeliveryConfig::node_id`) and every entity `KIND` (the target kind of every
-//! message to it), refused as a [`ConfigError`] naming the field ([`InvalidId::into_config`]).
+//! message to it), refused as a `ConfigError` naming the field (`ConfigError::invalid_id`).
 //!
 //! The length bounds what every backend can index: PostgreSQL's btree refuses an index row of
 //! more than about 2,700 bytes, and the Inbox's unique key (tenant, target kind, target id,
@@ -25,7 +25,6 @@
 //! NUL byte; SQLite could, but an id valid on one backend is valid on all. The ids of what a
 //! handler emits ([`SignalId::emitted`]) keep within the limit however long the chain.
 
-use crate::model::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use thiserror::Error;
@@ -133,30 +132,6 @@ pub struct InvalidId {
     /// What is wrong.
     #[source]
     pub problem: IdProblem,
-}
-
-impl InvalidId {
-    /// As a configuration error: an id the configuration gives (the node id, an entity
-    /// `KIND`) refused when the delivery is built, naming `field` as the user wrote it.
-    pub fn into_config(self, field: &'static str, value: &str) -> ConfigError {
-        let reason = match (self.problem, self.field) {
-            (IdProblem::Empty, _) => "must not be empty",
-            (IdProblem::TooLong { .. }, IdField::NodeId) => {
-                "must be at most 128 bytes (MAX_NODE_ID_BYTES)"
-            }
-            (IdProblem::TooLong { .. }, _) => {
-                "must be at most 512 bytes (MAX_ID_BYTES, the limit of every id)"
-            }
-            (IdProblem::Nul { .. }, _) => {
-                "must not contain a NUL byte (PostgreSQL text cannot store one)"
-            }
-        };
-        ConfigError::Invalid {
-            field,
-            value: format!("{value:?}"),
-            reason,
-        }
-    }
 }
 
 /// Checks `value` against the limits of `field` (see the module doc).

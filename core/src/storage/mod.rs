@@ -7,6 +7,7 @@
 //!  EntityStore   load framework-kept entity states
 //!  CatchUpStore  catch-up jobs
 //!  DeadLetterStore  operators: dead letters (list, count, requeue, purge), blocked targets
+//!  Inspect       tests and operators: every row and dead letter as stored (read-only)
 //!  StorageReads  a read-only view over all of them (what `Shardbox::storage()` hands out)
 //! ```
 //!
@@ -20,6 +21,7 @@ mod dead_letters;
 mod entities;
 mod events;
 mod inbox;
+mod inspect;
 pub mod listener;
 pub mod observer;
 mod reads;
@@ -39,6 +41,7 @@ pub use dead_letters::{
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
+pub use inspect::Inspect;
 pub use reads::StorageReads;
 pub use registry::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,

@@ -349,8 +349,8 @@ fn pump(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::conformance::fixtures::{command, messages};
-    use crate::conformance::{pg_url, TestSchema};
+    use crate::test_schema::{pg_url, TestSchema};
+    use shardbox_conformance::fixtures::{command, messages};
     use shardbox_core::storage::InboxStore;
     use shardbox_core::{ShardIndex, WriteListener};
     use std::sync::Mutex;

@@ -280,7 +280,7 @@ impl RunQueryDsl<PgConnection> for Notify<'_> {}
 mod tests {
     use super::super::listen::tests::{hears, until, Heard};
     use super::*;
-    use crate::conformance::{pg_url, TestSchema};
+    use crate::test_schema::{pg_url, TestSchema};
     use shardbox_core::{NodeId, WriteListener};
     use std::time::{Duration, Instant};
 

@@ -122,8 +122,8 @@ impl<Conn, const EVENTS: bool> RunQueryDsl<Conn> for StageCommitStatement<'_, EV
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::{pg_url, prepared_plans, TestSchema};
     use crate::sql::Dialect;
+    use crate::test_schema::{pg_url, prepared_plans, TestSchema};
     use diesel::connection::{Connection, SimpleConnection};
     use diesel::sql_types::BigInt;
     use diesel::{PgConnection, QueryableByName};

@@ -79,7 +79,7 @@ impl RunQueryDsl<PgConnection> for StatesById<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::{explain, pg_url, prepared_plans, TestSchema};
+    use crate::test_schema::{explain, pg_url, prepared_plans, TestSchema};
     use diesel::connection::SimpleConnection;
 
     /// The generic plan (what a prepared statement ends up with) of the statement as diesel

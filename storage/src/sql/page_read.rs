@@ -192,7 +192,7 @@ impl<Conn> RunQueryDsl<Conn> for PageRead {}
 #[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::{PagePart, PageRead};
-    use crate::conformance::{explain, pg_url, TestSchema};
+    use crate::test_schema::{explain, pg_url, TestSchema};
     use diesel::connection::SimpleConnection;
     use diesel::pg::{Pg, PgConnection};
 

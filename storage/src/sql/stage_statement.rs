@@ -100,7 +100,7 @@ pub(crate) fn one_statement_shape(commit: &StageCommit) -> Option<DeliveredRows>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::fixtures::{delivered, key, secs, stage, state};
+    use shardbox_conformance::fixtures::{delivered, key, secs, stage, state};
     use shardbox_core::storage::RowUpdate;
     use shardbox_core::{Lease, LeaseEpoch, NodeId, ShardIndex, WorkerId};
 

@@ -148,10 +148,10 @@ impl<Conn, const N: usize> RunQueryDsl<Conn> for InsertInbox<'_, N> {}
 #[cfg(test)]
 mod tests {
     use super::insert;
-    use crate::conformance::fixtures::command;
     use crate::error::Failure;
     use crate::rows::NewInboxRow;
     use diesel::{Connection, QueryDsl, RunQueryDsl, SqliteConnection};
+    use shardbox_conformance::fixtures::command;
 
     /// A migrated database file in `dir`, and a connection of its own to it.
     async fn migrated(dir: &tempfile::TempDir) -> SqliteConnection {

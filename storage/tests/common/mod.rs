@@ -1,9 +1,9 @@
-//! Helpers shared by the integration tests: PostgreSQL test schemas (from the conformance
-//! module, which the root crate's tests use too), and the statements diesel issues.
+//! Helpers shared by the integration tests: PostgreSQL test schemas (this crate's
+//! `test_schema`, which the root crate's tests use too), and the statements diesel issues.
 #![allow(dead_code)] // each test crate uses a part
 
 #[allow(unused_imports)] // the SQLite tests use none
-pub use shardbox_storage::conformance::{pg_url, TestSchema as Schema};
+pub use shardbox_storage::test_schema::{pg_url, TestSchema as Schema};
 
 use diesel::connection::{Instrumentation, InstrumentationEvent};
 use shardbox_core::sync::lock;

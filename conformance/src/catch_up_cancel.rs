@@ -4,8 +4,8 @@
 
 use super::catch_up::{ids, spec};
 use super::fixtures::*;
-use crate::Inspect;
 use shardbox_core::catch_up::parked_until;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{CatchUpStatus, RowChange, RowUpdate, WriteBatch};
 use shardbox_core::{ShardIndex, Storage, StorageError, WorkerId};
 

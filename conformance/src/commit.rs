@@ -1,7 +1,7 @@
 //! Stage-commit cases: retries and waiting targets, the purge of delivered rows, atomicity.
 
 use super::fixtures::*;
-use crate::Inspect;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{DeadLetter, RowChange, RowUpdate, WriteBatch};
 use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage, StorageError};
 

@@ -2,7 +2,7 @@
 //! their window, and the tenant as part of the key.
 
 use super::fixtures::*;
-use crate::Inspect;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{EntityKey, WriteReport};
 use shardbox_core::{ShardIndex, Storage};
 

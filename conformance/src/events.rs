@@ -1,7 +1,7 @@
 //! Event store and entity state cases.
 
 use super::fixtures::*;
-use crate::Inspect;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::WriteBatch;
 use shardbox_core::{EventSource, Storage, StoredEvent};
 

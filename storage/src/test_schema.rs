@@ -4,9 +4,19 @@
 //! ```text
 //!  pg_url(test)            SHARDBOX_PG_URL, or None after a loud SKIPPED notice
 //!  TestSchema::new(url, t) a unique name; nothing is created until a storage connects
+//!  connect(pool) / raw()   a PostgresStorage, or a plain connection, in the schema
 //!  drop                    DROP SCHEMA … CASCADE (also when the test panics)
 //!  explain(conn, sql)      the lines of `EXPLAIN sql`, joined, for plan assertions
 //! ```
+//!
+//! Behind the `test-schema` feature (which turns on `postgres`); this crate's own unit tests
+//! have it always. It is the PostgreSQL backend's test support, not part of the conformance
+//! suite, and stays beside [`PostgresStorage`] rather than in `shardbox-conformance`: it
+//! builds this crate's [`PostgresStorage`], and this crate's unit tests need that storage as
+//! their own type (they read its private fields). A helper crate that depended on this one
+//! would hand them a second compilation of it, whose `PostgresStorage` is another type.
+//! Keeping it here also keeps diesel and libpq out of the suite, which is generic over
+//! core's traits.
 
 use crate::{PostgresOptions, PostgresStorage};
 use diesel::connection::SimpleConnection;

@@ -1,38 +1,93 @@
-//! The storage conformance suite: one set of cases that every backend must pass.
+//! # shardbox-conformance
+//!
+//! The storage conformance suite of Shardbox: one set of cases that every storage backend
+//! must pass. It is generic over the storage traits of `shardbox-core` — [`Storage`] (the sum
+//! of `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore` and
+//! `DeadLetterStore`) and the read-only [`Inspect`] — and knows no backend: it depends on
+//! `shardbox-core` alone, as tower-test does on tower.
 //!
 //! ```text
-//!  conformance::<case>(fresh backend)   async, generic over Storage + Inspect; panics on a
-//!                                       broken guarantee (it is a test suite)
-//!  conformance_suite!(fresh)            stamps one #[tokio::test] per case into the calling
-//!                                       module, each on a fresh backend
+//!  <case>(store)               async, generic over Storage + Inspect; panics on a broken
+//!                              guarantee (it is a test suite)
+//!  conformance_suite!(fresh)   stamps one #[tokio::test] per case into the calling module,
+//!                              each on a fresh store from `fresh`
+//!  fixtures::*                 the cases' builders (times, messages, leases, commits), for a
+//!                              backend's own tests too
 //! ```
 //!
-//! `storage/tests/conformance.rs` runs it against core's `MemoryStorage`, [`SqliteStorage`]
-//! and [`PostgresStorage`]; a new backend is done when it passes, not before. The cases
-//! cover the Inbox (order, paging, delays, deduplication, retries, purge, counts, tenants),
-//! the stage commit (fencing, atomicity), the lock table, the event store, entity states,
-//! the store's clock, catch-up jobs, failures (first-failure times, blocked targets, the operators' dead-letter
-//! and unblock API, TTL expiry reads, lease takeovers), command outcomes, and concurrent writers, pick-ups,
-//! catch-up starts and requeues.
+//! It runs against core's `MemoryStorage` (this crate's `tests/memory.rs`), and against
+//! `SqliteStorage` and `PostgresStorage` (`storage/tests/conformance.rs` in `shardbox-storage`);
+//! a new backend is done when it passes, not before. The cases cover the Inbox (order, paging,
+//! delays, deduplication, retries, purge, counts, tenants), the stage commit (fencing,
+//! atomicity), the lock table, the event store, entity states, the store's clock, catch-up
+//! jobs, failures (first-failure times, blocked targets, the operators' dead-letter and
+//! unblock API, TTL expiry reads, lease takeovers), command outcomes, re-sharding, and
+//! concurrent writers, pick-ups, catch-up starts and requeues.
 //!
-//! [`SqliteStorage`]: crate::SqliteStorage
-//! [`PostgresStorage`]: crate::PostgresStorage
+//! ## Running the suite against your own store
 //!
-//! ```ignore
-//! mod memory {
-//!     async fn fresh(_case: &str) -> Option<(shardbox_core::memory::MemoryStorage, ())> {
-//!         Some((shardbox_core::memory::MemoryStorage::new(), ()))
-//!     }
-//!     shardbox_storage::conformance_suite!(fresh);
-//! }
+//! 1. Implement [`Storage`] (every storage trait of `shardbox-core`) and [`Inspect`] for your
+//!    store.
+//! 2. Add the suite and a tokio with its test macro as dev-dependencies:
+//!
+//!    ```toml
+//!    [dev-dependencies]
+//!    shardbox-conformance = "0.1"
+//!    tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//!    ```
+//!
+//!    (Through the facade, `shardbox = { version = "0.1", features = ["conformance"] }` gives
+//!    the same crate at `shardbox::conformance`.)
+//! 3. In a test file, say `tests/conformance.rs`, write `fresh`: an async fn that takes the
+//!    case's name and returns `Some((store, guard))` — an empty store, and a guard dropped
+//!    after the case (a temporary directory, a database schema to drop; `()` when there is
+//!    nothing to clean up) — or `None` to skip the case, after saying why on stderr (e.g. no
+//!    database configured). Then stamp the cases next to it:
+//!
+//!    ```
+//!    mod memory {
+//!        // Your store here; core's in-memory one stands in for it.
+//!        use shardbox_core::memory::MemoryStorage;
+//!
+//!        async fn fresh(_case: &str) -> Option<(MemoryStorage, ())> {
+//!            Some((MemoryStorage::new(), ()))
+//!        }
+//!
+//!        shardbox_conformance::conformance_suite!(fresh);
+//!    }
+//!    # fn main() {}
+//!    ```
+//!
+//! 4. `cargo test --test conformance` runs one test per case, named after it
+//!    (`memory::write_then_read_in_seq_order`, …); a case that fails panics with the
+//!    guarantee that broke.
+//!
+//! The cases run at the same time, each on its own store, each on a multi-thread runtime of
+//! two workers (several race tasks against each other). A store that several cases share —
+//! one database server — must keep them apart: `fresh` is given the case's name to make a
+//! unique database, file or schema per case. Times are whole milliseconds after a fixed
+//! instant ([`fixtures::t0`]), and a store must give them back exactly.
+//!
+//! A case is a plain async fn, so one can also be called alone, e.g. while fixing it:
+//!
 //! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() {
+//! let store = shardbox_core::memory::MemoryStorage::new();
+//! shardbox_conformance::write_then_read_in_seq_order(store).await;
+//! # }
+//! ```
+//!
+//! A backend's own tests may build on [`fixtures`]: the same fixed times, messages, leases and
+//! commits the cases use.
+//!
+//! [`Storage`]: shardbox_core::Storage
+//! [`Inspect`]: shardbox_core::storage::Inspect
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod fixtures;
-#[cfg(feature = "postgres")]
-mod pg_schema;
-
-#[cfg(feature = "postgres")]
-pub use pg_schema::{explain, pg_url, prepared_plans, terminate_backends, TestSchema};
 
 mod catch_up;
 mod catch_up_cancel;
@@ -95,7 +150,9 @@ pub use reshard::{
 ///
 /// `$fresh` is an async fn `(case_name: &str) -> Option<(S, G)>` giving a fresh backend `S`
 /// (`Storage + Inspect`) and a guard `G` dropped after the case (to remove a temporary file or
-/// schema), or `None` to skip the case (say why on stderr).
+/// schema), or `None` to skip the case (say why on stderr). The calling crate needs tokio
+/// with its `macros` and `rt-multi-thread` features. See the [crate documentation](crate) for
+/// a whole example.
 #[macro_export]
 macro_rules! conformance_suite {
     ($fresh:path) => {
@@ -159,7 +216,7 @@ macro_rules! conformance_suite {
                 let Some((storage, guard)) = $fresh(stringify!($case)).await else {
                     return;
                 };
-                $crate::conformance::$case(storage).await;
+                $crate::$case(storage).await;
                 drop(guard);
             }
         )*

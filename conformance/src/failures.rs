@@ -2,8 +2,8 @@
 //! and unblock API, TTL expiry reads, lease takeovers.
 
 use super::fixtures::*;
-use crate::Inspect;
 use chrono::{DateTime, Utc};
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{
     DeadLetter, DeadLetterFilter, DeadLetterId, Requeue, RowChange, RowUpdate, Unblock,
 };

@@ -1,7 +1,7 @@
 //! Catch-up job cases: start, overlap refusal, updates, completion, purge, concurrent starts.
 
 use super::fixtures::*;
-use crate::Inspect;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets, NewCatchUp};
 use shardbox_core::{ShardIndex, Storage, StorageError, WorkerId};
 use std::sync::Arc;

@@ -4,8 +4,8 @@
 
 use super::catch_up::{ids, spec};
 use super::fixtures::*;
-use crate::Inspect;
 use chrono::Duration;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{
     DeadLetter, DeadLetterFilter, Lease, ReshardAnnouncement, ReshardSwitch, Route, RowChange,
     RowUpdate,

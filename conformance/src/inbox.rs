@@ -1,8 +1,8 @@
 //! Inbox cases: order, paging, delays, counts, replayed rows, concurrent writers.
 
 use super::fixtures::*;
-use crate::Inspect;
 use chrono::Duration;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{InboxCounts, RowChange, RowUpdate, WriteBatch, WriteReport};
 use shardbox_core::InboxWrite;
 use shardbox_core::{MessageKind, MessageStatus, ShardIndex, SignalId, Storage};

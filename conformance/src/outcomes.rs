@@ -3,7 +3,7 @@
 //! rows.
 
 use super::fixtures::*;
-use crate::Inspect;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::{RowChange, RowUpdate};
 use shardbox_core::{
     CommandOutcome, DedupKey, OutcomeLookup, OutcomeRecord, ShardIndex, SignalId, Storage,

@@ -1,8 +1,8 @@
 //! Lock-table cases: pick-up as compare-and-set, epochs, fencing of renew, release and commit.
 
 use super::fixtures::*;
-use crate::Inspect;
 use chrono::Duration;
+use shardbox_core::storage::Inspect;
 use shardbox_core::storage::ShardSession;
 use shardbox_core::{LeaseEpoch, MessageStatus, ShardIndex, Storage, StorageError, WorkerId};
 use std::sync::Arc;
