@@ -269,7 +269,7 @@ impl Shardbox {
         to: u32,
         options: &ReshardOptions,
     ) -> Result<ReshardReport, DeliveryError> {
-        shardbox_core::reshard(&self.env, to, options).await
+        shardbox_core::reshard(&self.env.seat, self.env.registry.addressing(), to, options).await
     }
 
     /// A snapshot of this node's delivery counters (also exported via the `metrics` crate).

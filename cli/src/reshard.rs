@@ -8,8 +8,7 @@ use crate::error::CliError;
 use crate::output;
 use serde::Serialize;
 use shardbox_core::{
-    DeliveryConfig, DeliveryEnv, DeliveryError, EntityRegistry, NodeId, NoopMonitor,
-    ReshardOptions, Storage, SystemClock,
+    DeliveryConfig, DeliveryError, NodeId, NodeSeat, ReshardOptions, SystemClock, WorkRegistry,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +28,7 @@ struct Done {
 
 /// Re-shards `storage` to `to` shards, waiting at most `timeout` for the nodes.
 pub async fn run(
-    storage: Arc<dyn Storage>,
+    storage: Arc<dyn WorkRegistry>,
     to: u32,
     timeout: Duration,
     json: bool,
@@ -44,25 +43,18 @@ pub async fn run(
     let addressing = shardbox_core::operator::placement::recorded_addressing(&*storage)
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
-    let registry = Arc::new(EntityRegistry::new(addressing.strategy().clone(), recorded));
     let config = DeliveryConfig::builder()
         .shard_count(recorded)
         .node_id(NodeId("cli".into()))
         .build()
         .map_err(|e| CliError::Usage(e.to_string()))?;
-    let env = DeliveryEnv::new(
-        registry,
-        storage,
-        config,
-        Arc::new(NoopMonitor),
-        Arc::new(SystemClock),
-    );
+    let seat = NodeSeat::new(storage, &config, Arc::new(SystemClock));
     if !json {
         eprintln!(
             "re-sharding {recorded} -> {to}: the nodes hand their shards over at their next poll round…"
         );
     }
-    let report = shardbox_core::reshard(&env, to, &ReshardOptions { timeout })
+    let report = shardbox_core::reshard(&seat, &addressing, to, &ReshardOptions { timeout })
         .await
         .map_err(|e| match e {
             DeliveryError::Storage(e) => CliError::Storage(e),

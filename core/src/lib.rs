@@ -13,7 +13,8 @@
 //!  entity/     Aggregate / Projection / Reactor / ProcessManager, their type-erased handlers, the registry
 //!  telemetry/  the DeliveryMonitor hooks and the metrics
 //!  stage/      one stage as stations see it: Conveyor, Station, StationContext (read-only)
-//!  runner/     serving shards: leases, turns, stages' fenced commits, wake-ups, timers
+//!  cluster/    what nodes agree on via the lock table: membership, leases, re-sharding, clock
+//!  runner/     one node's scheduling: workers, turns, stages' fenced commits, wake-ups, timers
 //!  send/       send / post into the Inbox (group commit)
 //!  operator/   operator actions, written once for the facade, the admin surface and the CLI
 //! ```
@@ -40,6 +41,7 @@
 #![forbid(unsafe_code)]
 
 pub mod catch_up;
+pub(crate) mod cluster;
 pub(crate) mod entity;
 pub mod memory;
 pub(crate) mod model;
@@ -53,6 +55,8 @@ pub mod sync;
 pub(crate) mod telemetry;
 
 pub use catch_up::{CatchUp, CatchUpProgress};
+pub use cluster::reshard::{reshard, ReshardOptions, ReshardReport};
+pub use cluster::seat::NodeSeat;
 pub use entity::addressing::Addressing;
 #[doc(hidden)]
 pub use entity::handler::{AggregateHandler, ProjectionHandler, ReactorHandler};
@@ -89,7 +93,6 @@ pub use runner::delivery::{DeliveryReport, MAX_DELIVER_STAGES};
 pub use runner::env::DeliveryEnv;
 pub use runner::liveness::{Liveness, NodeLiveness};
 pub use runner::local::{LocalRunner, RunnerHandle};
-pub use runner::reshard::{reshard, ReshardOptions, ReshardReport};
 pub use send::inbox::{Inbox, SendOptions, SendReceipt};
 pub use send::outcome::OutcomeWait;
 pub use stage::context::StationContext;

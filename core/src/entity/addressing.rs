@@ -26,7 +26,7 @@ const READDRESS_LIMIT: usize = 3;
 pub struct Addressing {
     strategy: Arc<dyn ShardStrategy>,
     /// The Inbox's shard count as this process last learned it: set when built, and again
-    /// when a re-sharding is seen (see `runner::reshard`).
+    /// when a re-sharding is seen (see `cluster::reshard`).
     shard_count: AtomicU32,
 }
 

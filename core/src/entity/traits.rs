@@ -13,7 +13,7 @@
 //! handlers as tokio tasks, several at a time (`handler_concurrency`), each under
 //! `handler_timeout` and with panics caught. A handler that blocks its thread (CPU-heavy work,
 //! a synchronous client) should move that work into `tokio::task::spawn_blocking`, so that it
-//! does not hold one of the runtime's threads (the lease heartbeat runs on a thread of its own
+//! does not hold one of the runtime's threads (the lease renewal runs on a thread of its own
 //! and is never starved, but the other handlers and stages are).
 //!
 //! ```

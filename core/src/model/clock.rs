@@ -2,8 +2,8 @@
 //! so that back-off, delays and windows are checked without sleeping.
 //!
 //! A node does not use its clock as it is: it reads it off the storage's clock (see
-//! [`StorageClock`](crate::runner::storage_clock::StorageClock)), so that leases and
-//! heartbeats written by nodes with skewed clocks are judged on one time line. A
+//! [`StorageClock`](crate::cluster::storage_clock::StorageClock)), so that leases and
+//! membership beats written by nodes with skewed clocks are judged on one time line. A
 //! [`ManualClock`] is the exception: it stands for the whole world's time, the database's
 //! included ([`Clock::is_manual`]).
 

@@ -18,7 +18,7 @@
 //! where the database already holds them, or the action is refused.
 //!
 //! Re-sharding is an operator action too; it lives with the lock table it drives
-//! (`runner::reshard`), and tools reach it with an addressing from [`placement`].
+//! (`cluster::reshard`), and tools reach it with an addressing from [`placement`].
 
 mod catch_up;
 mod dead_letters;

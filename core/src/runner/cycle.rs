@@ -24,9 +24,9 @@
 //! Pure logic: the runner ([`crate::runner::local`]) feeds it the lock table and the clock, and
 //! does what it says.
 
+use crate::cluster::assign::ShardOwners;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex};
 use crate::model::strategy::fnv1a64;
-use crate::runner::assign::ShardOwners;
 use crate::storage::ShardSession;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -257,8 +257,8 @@ impl HeldElsewhere {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::assign::assign;
     use crate::model::ids::WorkerId;
-    use crate::runner::assign::assign;
     use std::collections::HashSet;
 
     fn t(secs: i64) -> DateTime<Utc> {

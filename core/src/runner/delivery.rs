@@ -17,11 +17,11 @@
 //! A worker whose lease was taken commits nothing ([`StorageError::LeaseLost`]); the new owner
 //! reads the same rows and delivers them.
 
+use crate::cluster::lease_loss::log_lease_lost;
+use crate::cluster::lease_renewal::LeaseRenewal;
 use crate::model::error::{DeliveryError, StorageError};
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::env::DeliveryEnv;
-use crate::runner::heartbeat::Heartbeat;
-use crate::runner::lease_loss::log_lease_lost;
 use crate::stage::conveyor::Conveyor;
 use crate::stage::station::Station;
 use crate::storage::Lease;
@@ -200,7 +200,7 @@ impl Delivery {
                     return Ok((report, None));
                 }
                 Err(e) => {
-                    // Nothing works on the shard any more (the heartbeat stopped with the
+                    // Nothing works on the shard any more (the lease renewal stopped with the
                     // stage): free it now, or keep it for a retried release.
                     if let Err(release) = self.release(&lease).await {
                         tracing::warn!(%shard, node = %env.config.node_id, error = %release, "release after failed stage failed; retried");
@@ -426,12 +426,12 @@ impl Delivery {
     ) -> Result<(StageReport, Lease, Option<DateTime<Utc>>), DeliveryError> {
         let env = &self.env;
         env.monitor.on_stage_started(info);
-        let heartbeat = Heartbeat::start(env.clone(), lease.clone());
+        let renewal = LeaseRenewal::start(env.seat.clone(), lease.clone());
         let mut conveyor = Conveyor::new(env.station.clone(), lease.clone(), now, page);
         for station in &self.pipeline {
             station.process(&mut conveyor).await?;
         }
-        if heartbeat.stop() {
+        if renewal.stop() {
             return Err(StorageError::LeaseLost {
                 shard: lease.shard,
                 held: lease.epoch,

@@ -10,6 +10,8 @@
 //! [`StationContext`] alone, so the runtime services and the storage's write methods are out
 //! of its reach by type.
 
+use crate::cluster::seat::NodeSeat;
+use crate::cluster::unreleased::UnreleasedLeases;
 use crate::entity::registry::EntityRegistry;
 use crate::model::clock::Clock;
 use crate::model::config::DeliveryConfig;
@@ -18,8 +20,6 @@ use crate::model::ids::ShardIndex;
 use crate::runner::due::{DueSink, DueTimers};
 use crate::runner::expiry::ExpiryRequests;
 use crate::runner::outcomes::OutcomeSignals;
-use crate::runner::storage_clock::StorageClock;
-use crate::runner::unreleased::UnreleasedLeases;
 use crate::stage::context::StationContext;
 use crate::storage::{ShardObserver, Storage};
 use crate::sync::{read, write};
@@ -51,11 +51,12 @@ pub struct DeliveryEnv {
     pub config: DeliveryConfig,
     /// Hooks.
     pub monitor: Arc<dyn DeliveryMonitor>,
-    /// Time: the node's clock read off the storage's clock (see [`StorageClock`]), or a
-    /// manual clock as it is.
+    /// Time: the node's clock read off the storage's clock (see
+    /// [`StorageClock`](crate::cluster::storage_clock::StorageClock)), or a manual clock as it
+    /// is: the seat's clock.
     pub clock: Arc<dyn Clock>,
-    /// The correction of `clock`, unless it is manual.
-    storage_clock: Option<Arc<StorageClock>>,
+    /// This node's place in the cluster: the lock table, its id, its clock, the lease terms.
+    pub seat: Arc<NodeSeat>,
     /// Counters of this delivery.
     pub metrics: DeliveryMetrics,
     /// What the stations of this delivery see.
@@ -80,12 +81,8 @@ impl DeliveryEnv {
         monitor: Arc<dyn DeliveryMonitor>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let storage_clock =
-            (!clock.is_manual()).then(|| Arc::new(StorageClock::new(clock.clone())));
-        let clock: Arc<dyn Clock> = match &storage_clock {
-            Some(corrected) => corrected.clone(),
-            None => clock,
-        };
+        let seat = Arc::new(NodeSeat::new(storage.clone(), &config, clock));
+        let clock = seat.clock.clone();
         let station = Arc::new(StationContext::new(
             registry.clone(),
             storage.clone(),
@@ -101,7 +98,7 @@ impl DeliveryEnv {
             config,
             monitor,
             clock,
-            storage_clock,
+            seat,
             station,
             due_timers: DueTimers::default(),
             expiry: ExpiryRequests::default(),
@@ -115,11 +112,7 @@ impl DeliveryEnv {
     /// a manual clock or a store without a clock). A failed read keeps the last correction
     /// (logged).
     pub async fn sync_clock(&self) {
-        if let Some(clock) = &self.storage_clock {
-            if let Err(e) = clock.sync(self.storage.as_ref()).await {
-                tracing::warn!(error = %e, "could not read the storage's clock; the node keeps its last offset to it");
-            }
-        }
+        self.seat.sync_clock().await
     }
 
     /// What the stations of this delivery see.
@@ -182,7 +175,7 @@ impl DeliveryEnv {
 
     /// `now + lease_duration`.
     pub fn lease_until(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        now + self.config.lease_span()
+        self.seat.lease_until(now)
     }
 }
 

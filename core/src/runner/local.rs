@@ -23,7 +23,7 @@
 //! a lease that ends before the next look gets a timer for the moment it ends. Workers serve a
 //! shard for a turn ([`should_yield`]), so that one busy shard does not keep a worker from the
 //! others. Idle workers wait on the queue; the poller and the lease watch sleep between rounds.
-//! Each shard has a preferred owner among the live members ([`crate::runner::assign`]): a node
+//! Each shard has a preferred owner among the live members ([`crate::cluster::assign`]): a node
 //! serves its own shards, leaves the others' to them (wake-ups ignored, not polled) unless
 //! they sit free with due rows for a poll interval, and a turn on another member's shard hands
 //! it back after one stage. Shutdown leaves the membership first, so that the other nodes take
@@ -41,13 +41,13 @@
 //! the node names it. Shutdown lets each worker finish its current stage and release its
 //! lease, and stops the listener; other nodes find the freed shards at their next poll.
 
+use crate::cluster::membership::{beat_membership, OwnersView};
 use crate::entity::handler::CatchUnwind;
 use crate::model::error::DeliveryError;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::{ending_within, plan_round, ShardCycle};
 use crate::runner::delivery::Delivery;
 use crate::runner::env::DeliveryEnv;
-use crate::runner::membership::{beat_membership, OwnersView};
 use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
 use crate::runner::turn::serve;
@@ -104,7 +104,7 @@ impl LocalRunner {
         let span = tracing::info_span!("membership", node = %node);
         queue
             .tasks
-            .spawn(beat_membership(env.clone(), stop_rx.clone()).instrument(span));
+            .spawn(beat_membership(env.seat.clone(), stop_rx.clone()).instrument(span));
         // Gauges (depth, lag, leases, dead letters, catch-ups) are read every gauge_interval.
         let span = tracing::info_span!("gauges", node = %node);
         queue
@@ -212,7 +212,7 @@ async fn watch_leases(
             }
             continue;
         }
-        let owners = view.read(&env, now).await;
+        let owners = view.read(&env.seat, env.registry.shard_count(), now).await;
         queue.set_owners(owners.clone());
         match env.storage.sessions().await {
             Ok(sessions) => {

@@ -12,12 +12,12 @@
 //!
 //! It decides nothing about leases itself: a turn parks and unparks them here (see `turn`).
 
+use crate::cluster::assign::ShardOwners;
 use crate::model::ids::ShardIndex;
-use crate::runner::assign::ShardOwners;
 use crate::runner::cycle::{HeldElsewhere, Waiting};
 use crate::runner::env::DeliveryEnv;
 use crate::runner::tasks::NodeTasks;
-use crate::runner::wakeups::ShardWakeups;
+use crate::runner::wake_state::ShardWakeState;
 use crate::storage::observer::ShardObserver;
 use crate::storage::Lease;
 use crate::sync::lock;
@@ -29,7 +29,7 @@ use tokio::sync::{watch, Notify};
 /// The shards waiting for a worker of this node.
 pub(super) struct WakeQueue {
     pub(super) env: Arc<DeliveryEnv>,
-    pub(super) wakeups: ShardWakeups,
+    pub(super) wakeups: ShardWakeState,
     pub(super) held: Mutex<HeldElsewhere>,
     /// The preferred owner of every shard, as the lease watch last read the members.
     pub(super) owners: Mutex<Arc<ShardOwners>>,
@@ -62,7 +62,7 @@ impl WakeQueue {
         let shards = env.registry.shard_count();
         WakeQueue {
             env,
-            wakeups: ShardWakeups::new(shards),
+            wakeups: ShardWakeState::new(shards),
             held: Mutex::new(HeldElsewhere::new(shards)),
             owners: Mutex::new(Arc::new(ShardOwners::default())),
             queue: Mutex::new(VecDeque::new()),

@@ -57,7 +57,7 @@ pub struct Member {
     pub alive_until: DateTime<Utc>,
 }
 
-/// The Inbox's shard layout as recorded in the database (see `runner::reshard`).
+/// The Inbox's shard layout as recorded in the database (see `cluster::reshard`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ShardLayout {
     /// The recorded shard count, if a node recorded one.
@@ -190,7 +190,7 @@ pub trait WorkRegistry: Send + Sync + 'static {
     /// writing nothing.
     async fn reshard(&self, switch: ReshardSwitch) -> Result<ReshardMoves, StorageError>;
 
-    /// A heartbeat of `node_id` at `now`: it is a member until `alive_until`. The first beat
+    /// A membership beat of `node_id` at `now`: it is a member until `alive_until`. The first beat
     /// after it was gone (or left) sets `started_at`. Also forgets nodes gone for a day.
     async fn beat(
         &self,

@@ -11,7 +11,7 @@
 //! Without this a shard whose release failed stayed leased to this node until the lease ran
 //! out (30 s by default) although nothing was working on it: its messages waited a whole
 //! lease after every database hiccup. Holding the lease here is not working on the shard: no
-//! heartbeat renews it, so it also ends by itself.
+//! lease renewal renews it, so it also ends by itself.
 
 use crate::model::ids::ShardIndex;
 use crate::storage::Lease;

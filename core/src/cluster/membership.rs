@@ -1,5 +1,5 @@
-//! A running node's side of the membership: its heartbeat, and the shard assignment it reads
-//! from the members every poll round.
+//! A running node's side of the membership: its membership beat, and the shard assignment
+//! it reads from the members every poll round.
 //!
 //! ```text
 //!  beat, every poll interval ──► shardbox_nodes (a member for one lease after each beat)
@@ -8,35 +8,34 @@
 //! ```
 //!
 //! What the runner does with the owners: the lease watch leaves other members' free shards
-//! to them unless they idle ([`plan_round`](crate::runner::cycle::plan_round)), the wake
+//! to them unless they idle (`runner::cycle::plan_round`), the wake
 //! queue ignores wake-ups for them, and a turn on one hands it back at the next stage
 //! boundary (see `turn`).
 
+use crate::cluster::assign::{assign, live_members, ShardOwners};
+use crate::cluster::seat::NodeSeat;
 use crate::model::ids::NodeId;
-use crate::runner::assign::{assign, live_members, ShardOwners};
-use crate::runner::env::DeliveryEnv;
-use crate::runner::tasks::stopped;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use tokio::sync::watch;
 
 /// Every poll interval until the stop: reads the storage's clock again (see
-/// [`StorageClock`](crate::runner::storage_clock::StorageClock)) and records that this node is
+/// [`StorageClock`](crate::cluster::storage_clock::StorageClock)) and records that this node is
 /// alive for one lease duration (`WorkRegistry::beat`), so that `Shardbox::members` lists it;
 /// a node that stops beating leaves the membership one lease after its last beat.
-pub(super) async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Receiver<bool>) {
-    let me = &env.config.node_id;
+pub(crate) async fn beat_membership(seat: Arc<NodeSeat>, mut stop: watch::Receiver<bool>) {
+    let me = &seat.node_id;
     loop {
         // Before every beat: the beat and the leases of this node are on the storage's clock.
-        env.sync_clock().await;
-        let now = env.clock.now();
-        if let Err(e) = env.storage.beat(me, now, env.lease_until(now)).await {
-            tracing::warn!(error = %e, "membership heartbeat failed; trying again next interval");
+        seat.sync_clock().await;
+        let now = seat.clock.now();
+        if let Err(e) = seat.lock_table.beat(me, now, seat.lease_until(now)).await {
+            tracing::warn!(error = %e, "membership beat failed; trying again next interval");
         }
         tokio::select! {
             biased;
-            _ = stopped(&mut stop) => return,
-            _ = tokio::time::sleep(env.config.poll_interval) => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+            _ = tokio::time::sleep(seat.poll_interval) => {}
         }
     }
 }
@@ -46,7 +45,7 @@ pub(super) async fn beat_membership(env: Arc<DeliveryEnv>, mut stop: watch::Rece
 const MISSED_BEATS: u32 = 3;
 
 /// The assignment as this node last read it: recomputed when the live members change.
-pub(super) struct OwnersView {
+pub(crate) struct OwnersView {
     live: Vec<NodeId>,
     /// The shard count the owners were assigned over.
     shards: u32,
@@ -56,7 +55,7 @@ pub(super) struct OwnersView {
 impl OwnersView {
     /// Before the first read: no members, so every shard counts as this node's (the runner
     /// behaves as a lone node until the membership is read).
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         OwnersView {
             live: Vec::new(),
             shards: 0,
@@ -64,15 +63,19 @@ impl OwnersView {
         }
     }
 
-    /// Reads the members at `now` and returns the assignment over the live ones. If the read
-    /// fails, the last assignment stays (logged).
-    pub(super) async fn read(&mut self, env: &DeliveryEnv, now: DateTime<Utc>) -> Arc<ShardOwners> {
-        let me = &env.config.node_id;
-        match env.storage.members(now).await {
+    /// Reads the members at `now` and returns the assignment of `shards` shards over the
+    /// live ones. If the read fails, the last assignment stays (logged).
+    pub(crate) async fn read(
+        &mut self,
+        seat: &NodeSeat,
+        shards: u32,
+        now: DateTime<Utc>,
+    ) -> Arc<ShardOwners> {
+        let me = &seat.node_id;
+        match seat.lock_table.members(now).await {
             Ok(members) => {
-                let stale = env.config.poll_interval * MISSED_BEATS;
+                let stale = seat.poll_interval * MISSED_BEATS;
                 let live = live_members(&members, me, now, stale);
-                let shards = env.registry.shard_count();
                 if live != self.live || shards != self.shards || self.owners.members().is_empty() {
                     let owners = assign(shards, &live);
                     self.shards = shards;

@@ -1,8 +1,8 @@
-//! The node's clock read off the storage's clock, so that leases and heartbeats are judged on
+//! The node's clock read off the storage's clock, so that leases and membership beats are judged on
 //! one time line whatever the nodes' clocks say.
 //!
 //! ```text
-//!  node clock ──► + offset ──► StorageClock::now   (every lease end, pick-up, heartbeat…)
+//!  node clock ──► + offset ──► StorageClock::now   (every lease end, pick-up, beat…)
 //!                    ▲
 //!   sync: offset = storage clock − node clock at the middle of the round trip
 //!         (at build, then before every membership beat: once a poll interval)

@@ -19,7 +19,7 @@
 //! the capacities shift (measured below: on average about one shard beyond the joiner's
 //! share for 16 shards, 3 -> 4 members; at most two fair shares more).
 //!
-//! Pure logic: the runner (`runner::membership`) reads the members each poll round
+//! Pure logic: the runner (`cluster::membership`) reads the members each poll round
 //! and hands the result to the lease watch, the wake queue and the turns.
 
 use crate::model::hash::fnv1a64;

@@ -26,14 +26,14 @@ enum WakeState {
 
 /// The wake-up state of every shard of a node.
 #[derive(Debug)]
-pub struct ShardWakeups {
+pub struct ShardWakeState {
     states: Mutex<Vec<WakeState>>,
 }
 
-impl ShardWakeups {
+impl ShardWakeState {
     /// All `shard_count` shards idle.
     pub fn new(shard_count: u32) -> Self {
-        ShardWakeups {
+        ShardWakeState {
             states: Mutex::new(vec![WakeState::Idle; shard_count as usize]),
         }
     }
@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn a_burst_of_wakes_queues_once() {
-        let w = ShardWakeups::new(4);
+        let w = ShardWakeState::new(4);
         assert!(w.wake(S));
         assert!(!w.wake(S));
         assert!(!w.wake(S));
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_wake_while_running_requeues_after_finish() {
-        let w = ShardWakeups::new(4);
+        let w = ShardWakeState::new(4);
         assert!(w.wake(S));
         assert!(w.start(S));
         assert!(!w.wake(S), "running: not queued twice");
@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_shard_left_to_its_holder_forgets_wakes_that_came_meanwhile() {
-        let w = ShardWakeups::new(4);
+        let w = ShardWakeState::new(4);
         assert!(w.wake(S));
         assert!(w.start(S));
         assert!(!w.wake(S));
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn unknown_shards_are_ignored() {
-        let w = ShardWakeups::new(2);
+        let w = ShardWakeState::new(2);
         assert!(!w.wake(ShardIndex(7)));
         assert!(!w.start(ShardIndex(7)));
         assert!(!w.finish(ShardIndex(7)));

@@ -33,9 +33,10 @@
 //! If the operator's process dies, its announcement runs out (one `lease_duration`) and the
 //! nodes serve the old layout again; its leases run out like a dead node's.
 
+use crate::cluster::seat::NodeSeat;
+use crate::entity::addressing::Addressing;
 use crate::model::error::{DeliveryError, StorageError};
 use crate::model::ids::{NodeId, ShardIndex, WorkerId};
-use crate::runner::env::DeliveryEnv;
 use crate::storage::{Lease, ReshardAnnouncement, ReshardMoves, ReshardSwitch};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -72,10 +73,12 @@ impl Default for ReshardOptions {
     }
 }
 
-/// Re-shards the Inbox of `env`'s storage to `to` shards (see the module doc). The node this
-/// runs on need not serve; its registry learns the new count.
+/// Re-shards the Inbox of `seat`'s lock table to `to` shards (see the module doc), moving
+/// every row to its target's shard by `addressing`'s strategy. The node this runs on need not
+/// serve; `addressing` learns the new count.
 pub async fn reshard(
-    env: &DeliveryEnv,
+    seat: &NodeSeat,
+    addressing: &Addressing,
     to: u32,
     options: &ReshardOptions,
 ) -> Result<ReshardReport, DeliveryError> {
@@ -87,8 +90,8 @@ pub async fn reshard(
         }
         .into());
     }
-    env.sync_clock().await;
-    let from = match env.storage.recorded_shard_count().await? {
+    seat.sync_clock().await;
+    let from = match seat.lock_table.recorded_shard_count().await? {
         Some(recorded) => recorded,
         None => {
             return Err(refused(
@@ -96,7 +99,7 @@ pub async fn reshard(
             ))
         }
     };
-    env.registry.set_shard_count(from);
+    addressing.set_shard_count(from);
     if from == to {
         return Ok(ReshardReport {
             from,
@@ -106,18 +109,14 @@ pub async fn reshard(
             switched_in: Duration::ZERO,
         });
     }
-    let me = NodeId(format!(
-        "reshard-{}-{:08x}",
-        env.config.node_id.0,
-        rand_suffix()
-    ));
+    let me = NodeId(format!("reshard-{}-{:08x}", seat.node_id.0, rand_suffix()));
     tracing::info!(from, to, by = %me, "re-sharding: announcing");
     let started = Instant::now();
-    announce(env, &me, to).await?;
-    let leases = match gather(env, &me, to, from, options.timeout).await {
+    announce(seat, &me, to).await?;
+    let leases = match gather(seat, &me, to, from, options.timeout).await {
         Ok(leases) => leases,
         Err(e) => {
-            if let Err(w) = env.storage.withdraw_reshard(&me).await {
+            if let Err(w) = seat.lock_table.withdraw_reshard(&me).await {
                 tracing::warn!(error = %w, "could not withdraw the re-sharding announcement; it runs out by itself");
             }
             return Err(e);
@@ -130,7 +129,7 @@ pub async fn reshard(
         gathered_ms = gathered_in.as_millis() as u64,
         "re-sharding: every lease held; switching"
     );
-    let strategy = env.registry.strategy().clone();
+    let strategy = addressing.strategy().clone();
     let switch = ReshardSwitch {
         from,
         to,
@@ -138,10 +137,10 @@ pub async fn reshard(
         route: std::sync::Arc::new(move |kind: &str, id: &str| strategy.shard_of(kind, id, to)),
     };
     let switching = Instant::now();
-    match env.storage.reshard(switch).await {
+    match seat.lock_table.reshard(switch).await {
         Ok(moves) => {
             let switched_in = switching.elapsed();
-            env.registry.set_shard_count(to);
+            addressing.set_shard_count(to);
             tracing::info!(
                 from,
                 to,
@@ -161,11 +160,11 @@ pub async fn reshard(
         Err(e) => {
             // Nothing was switched: the old layout stands; let the nodes serve it again.
             for lease in leases.values() {
-                if let Err(r) = env.storage.release(lease).await {
+                if let Err(r) = seat.lock_table.release(lease).await {
                     tracing::warn!(shard = %lease.shard, error = %r, "could not release a lease after a failed switch; it runs out");
                 }
             }
-            if let Err(w) = env.storage.withdraw_reshard(&me).await {
+            if let Err(w) = seat.lock_table.withdraw_reshard(&me).await {
                 tracing::warn!(error = %w, "could not withdraw the re-sharding announcement; it runs out by itself");
             }
             Err(e.into())
@@ -175,14 +174,14 @@ pub async fn reshard(
 
 /// Records (or renews) `me`'s announcement for one lease duration; refused if another
 /// operator's is in force.
-async fn announce(env: &DeliveryEnv, me: &NodeId, to: u32) -> Result<(), DeliveryError> {
-    let now = env.clock.now();
+async fn announce(seat: &NodeSeat, me: &NodeId, to: u32) -> Result<(), DeliveryError> {
+    let now = seat.clock.now();
     let ours = ReshardAnnouncement {
         by: me.clone(),
         to,
-        until: env.lease_until(now),
+        until: seat.lease_until(now),
     };
-    let in_force = env.storage.announce_reshard(&ours, now).await?;
+    let in_force = seat.lock_table.announce_reshard(&ours, now).await?;
     if in_force.by != *me {
         return Err(refused(format!(
             "another re-sharding (by {}, to {} shards) is in progress until {}; wait for it to finish",
@@ -195,24 +194,23 @@ async fn announce(env: &DeliveryEnv, me: &NodeId, to: u32) -> Result<(), Deliver
 /// Picks up the lease of every shard `0..from` as the nodes let them go, renewing those held
 /// and the announcement every third of a lease. Gives back what it holds on a timeout.
 async fn gather(
-    env: &DeliveryEnv,
+    seat: &NodeSeat,
     me: &NodeId,
     to: u32,
     from: u32,
     timeout: Duration,
 ) -> Result<BTreeMap<ShardIndex, Lease>, DeliveryError> {
     let deadline = Instant::now() + timeout;
-    let renew_every = env.config.lease_duration / 3;
+    let renew_every = seat.lease_duration / 3;
     let mut renewed = Instant::now();
     let mut held: BTreeMap<ShardIndex, Lease> = BTreeMap::new();
-    let pause =
-        (env.config.poll_interval / 8).clamp(Duration::from_millis(5), Duration::from_millis(50));
+    let pause = (seat.poll_interval / 8).clamp(Duration::from_millis(5), Duration::from_millis(50));
     loop {
-        let now = env.clock.now();
+        let now = seat.clock.now();
         // One read of the lock table, then a pick-up only of the shards that look free: the
         // pick-ups are write transactions, which on SQLite queue behind the nodes' stages.
-        let busy: std::collections::BTreeSet<ShardIndex> = env
-            .storage
+        let busy: std::collections::BTreeSet<ShardIndex> = seat
+            .lock_table
             .sessions()
             .await?
             .into_iter()
@@ -223,9 +221,9 @@ async fn gather(
             if held.contains_key(&shard) || busy.contains(&shard) {
                 continue;
             }
-            if let Some(lease) = env
-                .storage
-                .pick_up(shard, me, WorkerId(0), now, env.lease_until(now))
+            if let Some(lease) = seat
+                .lock_table
+                .pick_up(shard, me, WorkerId(0), now, seat.lease_until(now))
                 .await?
             {
                 held.insert(shard, lease);
@@ -233,7 +231,7 @@ async fn gather(
         }
         if held.len() == from as usize {
             // The switch must find them held: renew them all once more.
-            renew(env, &mut held).await?;
+            renew(seat, &mut held).await?;
             return Ok(held);
         }
         if Instant::now() >= deadline {
@@ -243,17 +241,17 @@ async fn gather(
                 .map(|s| s.to_string())
                 .collect();
             for lease in held.values() {
-                let _ = env.storage.release(lease).await;
+                let _ = seat.lock_table.release(lease).await;
             }
-            let holders = holders_of(env, &waiting).await;
+            let holders = holders_of(seat, &waiting).await;
             return Err(refused(format!(
                 "the nodes did not hand over shards {} within {timeout:?} (held by {holders}); nothing changed. Are those nodes running a build without re-sharding, or stalled? Try again, or stop them",
                 waiting.join(",")
             )));
         }
         if renewed.elapsed() >= renew_every {
-            renew(env, &mut held).await?;
-            announce(env, me, to).await?;
+            renew(seat, &mut held).await?;
+            announce(seat, me, to).await?;
             renewed = Instant::now();
         }
         tokio::time::sleep(pause).await;
@@ -262,19 +260,19 @@ async fn gather(
 
 /// Renews every lease in `held` for one lease duration.
 async fn renew(
-    env: &DeliveryEnv,
+    seat: &NodeSeat,
     held: &mut BTreeMap<ShardIndex, Lease>,
 ) -> Result<(), DeliveryError> {
-    let until = env.lease_until(env.clock.now());
+    let until = seat.lease_until(seat.clock.now());
     for lease in held.values_mut() {
-        *lease = env.storage.renew(lease, until).await?;
+        *lease = seat.lock_table.renew(lease, until).await?;
     }
     Ok(())
 }
 
 /// Who holds the lease of each of `shards`, for the timeout's error.
-async fn holders_of(env: &DeliveryEnv, shards: &[String]) -> String {
-    match env.storage.sessions().await {
+async fn holders_of(seat: &NodeSeat, shards: &[String]) -> String {
+    match seat.lock_table.sessions().await {
         Ok(sessions) => {
             let mut names: Vec<String> = sessions
                 .iter()
