@@ -137,7 +137,13 @@ async fn a_panicking_take_over_is_counted_and_its_shard_retried(storage: Arc<dyn
         .build()
         .await
         .expect("build");
-    // A node that dies holding the only shard: its lease runs out in 600 ms, unreleased.
+    // The node runs first, so that it sees the shard held (and schedules its take-over)
+    // rather than free: a node that dies holding the only shard, its lease running out in
+    // 1.5 s, unreleased. (Started after the pick-up, a slow start on a loaded machine could
+    // first read the lock table after the lease ran out, and serve the free shard with a
+    // worker's own turn instead of a take-over.)
+    let node = sb.start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let now = chrono::Utc::now();
     storage
         .pick_up(
@@ -145,7 +151,7 @@ async fn a_panicking_take_over_is_counted_and_its_shard_retried(storage: Arc<dyn
             &NodeId("dead-node".into()),
             WorkerId(0),
             now,
-            now + chrono::Duration::milliseconds(600),
+            now + chrono::Duration::milliseconds(1500),
         )
         .await
         .expect("pick up")
@@ -153,8 +159,7 @@ async fn a_panicking_take_over_is_counted_and_its_shard_retried(storage: Arc<dyn
     sb.send::<Tally>("t-1", &TallyCommand::Add(1))
         .await
         .expect("send");
-    let node = sb.start();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         if sb
             .aggregate_state::<Tally>("t-1")
