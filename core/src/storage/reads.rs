@@ -177,6 +177,21 @@ impl StorageReads {
         self.storage.running_catch_ups().await
     }
 
+    /// Whether, in `shards`, a replayed row of projection `kind` (tenant `tenant`) is still
+    /// undelivered, or a live event row of that kind with an event `seq <= cursor` is pending
+    /// (`CatchUpStore::has_pending_replay`).
+    pub async fn has_pending_replay(
+        &self,
+        kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+        cursor: i64,
+    ) -> Result<bool, StorageError> {
+        self.storage
+            .has_pending_replay(kind, tenant, shards, cursor)
+            .await
+    }
+
     /// The dead letters matching `filter` (`DeadLetterStore::list_dead_letters`).
     pub async fn list_dead_letters(
         &self,
