@@ -55,11 +55,15 @@ pub(crate) mod telemetry;
 pub use catch_up::{CatchUp, CatchUpProgress};
 pub use entity::addressing::Addressing;
 #[doc(hidden)]
-pub use entity::handler::{AggregateHandler, ProjectionHandler, ReactorHandler};
+pub use entity::aggregate_handler::AggregateHandler;
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
 pub use entity::process::{ProcessActions, ProcessManager};
 #[doc(hidden)]
 pub use entity::process_handler::ProcessManagerHandler;
+#[doc(hidden)]
+pub use entity::projection_handler::ProjectionHandler;
+#[doc(hidden)]
+pub use entity::reactor_handler::ReactorHandler;
 pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
 pub use entity::traits::{
