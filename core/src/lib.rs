@@ -56,7 +56,9 @@ pub use catch_up::{CatchUp, CatchUpProgress};
 pub use entity::addressing::Addressing;
 #[doc(hidden)]
 pub use entity::aggregate_handler::AggregateHandler;
+pub use entity::context::Context;
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
+pub use entity::handler_error::HandlerError;
 pub use entity::process::{ProcessActions, ProcessManager};
 #[doc(hidden)]
 pub use entity::process_handler::ProcessManagerHandler;
@@ -66,9 +68,7 @@ pub use entity::projection_handler::ProjectionHandler;
 pub use entity::reactor_handler::ReactorHandler;
 pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
-pub use entity::traits::{
-    Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
-};
+pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, DEFAULT_LEASE_LINGER, MAX_SHARDS};

@@ -11,8 +11,9 @@
 
 use crate::entity::guard::{guarded, panicked};
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{all_failed, context, decode, finish_state, load_state, settle};
-use crate::entity::traits::{Aggregate, HandlerError, Message};
+use crate::entity::traits::{Aggregate, Message};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::InboxMessage;
 use async_trait::async_trait;

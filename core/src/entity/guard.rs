@@ -5,7 +5,7 @@
 //! This module decides nothing about a batch (that is `target_batch`'s); it only turns a
 //! timeout or a panic into an error. [`CatchUnwind`] also guards a worker's turn in the runner.
 
-use crate::entity::traits::HandlerError;
+use crate::entity::handler_error::HandlerError;
 use std::any::Any;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};

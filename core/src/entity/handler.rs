@@ -22,8 +22,8 @@
 //!
 //! This file is the contract alone: the adapters use it, it uses none of them.
 
+use crate::entity::handler_error::HandlerError;
 use crate::entity::services::Services;
-use crate::entity::traits::HandlerError;
 use crate::model::event::NewEvent;
 use crate::model::message::{InboxMessage, NewMessage};
 use async_trait::async_trait;

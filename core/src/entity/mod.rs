@@ -2,6 +2,8 @@
 //!
 //! ```text
 //!  traits   Aggregate, Projection, Reactor (typed, serde)      ◄── the application
+//!  context  Context: what a handler is told of its message     ◄── handlers
+//!  handler_error HandlerError: how a handler fails             ◄── handlers, the failure policy
 //!  event_set EventSet: the event types a subscriber follows    ◄── the application, the registry
 //!  process  ProcessManager (saga), ProcessActions             ◄── the application
 //!  handler  EntityHandler: the type-erased face of a kind     ◄── the live and catch-up stations
@@ -21,9 +23,11 @@
 
 pub mod addressing;
 pub mod aggregate_handler;
+pub mod context;
 pub mod event_set;
 pub mod guard;
 pub mod handler;
+pub mod handler_error;
 pub mod payload;
 pub mod process;
 pub mod process_handler;

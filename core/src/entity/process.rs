@@ -16,7 +16,9 @@
 //! what it was before the failed message and nothing it asked for is sent. The adapter is in
 //! `process_handler.rs`, on the rules of [`crate::entity::target_batch`].
 
-use crate::entity::traits::{Context, EventSet, HandlerError, Message, Outgoing};
+use crate::entity::context::Context;
+use crate::entity::handler_error::HandlerError;
+use crate::entity::traits::{EventSet, Message, Outgoing};
 use crate::model::event::EventSource;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

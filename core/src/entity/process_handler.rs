@@ -13,12 +13,13 @@
 
 use crate::entity::guard::guarded;
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler_error::HandlerError;
 use crate::entity::process::ProcessManager;
 use crate::entity::target_batch::{
     all_failed, context, decode, decode_event, emitted_commands, finish_state, load_state, settle,
     subscriber_face,
 };
-use crate::entity::traits::{EventSet, HandlerError, Message};
+use crate::entity::traits::{EventSet, Message};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::{InboxMessage, MessageKind, NewMessage};
 use async_trait::async_trait;

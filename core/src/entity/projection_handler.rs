@@ -10,10 +10,11 @@
 
 use crate::entity::guard::guarded;
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     all_failed, context, decode, decode_event, finish_state, load_state, settle, subscriber_face,
 };
-use crate::entity::traits::{EventSet, HandlerError, Projection};
+use crate::entity::traits::{EventSet, Projection};
 use crate::model::event::NewEvent;
 use crate::model::message::InboxMessage;
 use async_trait::async_trait;

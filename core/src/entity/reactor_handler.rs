@@ -4,10 +4,11 @@
 
 use crate::entity::guard::guarded;
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     context, decode, decode_event, emitted_commands, settle, subscriber_face,
 };
-use crate::entity::traits::{EventSet, HandlerError, Reactor};
+use crate::entity::traits::{EventSet, Reactor};
 use crate::model::event::NewEvent;
 use crate::model::message::InboxMessage;
 use async_trait::async_trait;

@@ -15,8 +15,10 @@
 //! These are plain functions over one target's batch: no I/O and no timers (a handler call's
 //! timeout and panic guard are `guard`'s).
 
+use crate::entity::context::Context;
 use crate::entity::handler::{BatchResult, BatchRun, MessageOutcome};
-use crate::entity::traits::{Context, EventSet, HandlerError, Outgoing};
+use crate::entity::handler_error::HandlerError;
+use crate::entity::traits::{EventSet, Outgoing};
 use crate::model::event::NewEvent;
 use crate::model::ids::validate_address;
 use crate::model::message::{InboxMessage, NewMessage};
