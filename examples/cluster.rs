@@ -13,6 +13,7 @@
 //! as `cluster --node <i> --schema <schema>`; set `RUST_LOG=info` to see their logs.
 
 use serde::{Deserialize, Serialize};
+use shardbox::core::storage::ShardSession;
 use shardbox::prelude::*;
 use shardbox::storage::{PostgresOptions, PostgresStorage};
 use shardbox::NodeId;
@@ -249,21 +250,11 @@ async fn run_cluster(url: String, args: Args) -> Result<bool, Error> {
     result
 }
 
+/// Runs the cluster: starts the nodes, sends the traffic while printing who serves what every
+/// second (killing node-0 halfway unless `--no-kill`), then checks every command was applied
+/// once.
 async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Error> {
-    let mut nodes = Vec::new();
-    for i in 0..args.nodes {
-        nodes.push(spawn_node(i, schema)?);
-    }
-    for n in &nodes {
-        n.ready
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|_| format!("{} did not start", n.name))?;
-    }
-    println!(
-        "{} nodes serve {SHARDS} shards (lease {LEASE:?}, poll {POLL:?}); sending {}/s for {}s",
-        args.nodes, args.rate, args.seconds
-    );
-
+    let mut nodes = start_nodes(schema, args)?;
     let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let traffic = tokio::spawn(send_traffic(
         sender.clone(),
@@ -272,7 +263,7 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
         sent.clone(),
     ));
     let started = Instant::now();
-    let mut killed: Option<(chrono::DateTime<chrono::Utc>, BTreeMap<u32, i64>)> = None;
+    let mut killed: Option<Kill> = None;
     let mut last: HashMap<String, u64> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
@@ -286,67 +277,13 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
             started.elapsed().as_secs_f64(),
             sent.load(std::sync::atomic::Ordering::Relaxed)
         );
-        println!("  node      holding  last served  delivered    /s");
-        for n in &nodes {
-            let holding = sessions
-                .iter()
-                .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == n.name))
-                .filter(|s| s.lease_until.is_some_and(|u| u > now))
-                .count();
-            let served = sessions
-                .iter()
-                .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == n.name))
-                .count();
-            let delivered = n.delivered();
-            let rate = delivered - last.insert(n.name.clone(), delivered).unwrap_or(0);
-            let dead = if killed.is_some() && n.name == "node-0" {
-                "  (killed)"
-            } else {
-                ""
-            };
-            println!(
-                "  {:<8}  {holding:>7}  {served:>11}  {delivered:>9}  {rate:>5}{dead}",
-                n.name
-            );
-        }
-        if let Some((at, orphaned)) = &mut killed {
-            for s in &sessions {
-                let Some(&before) = orphaned.get(&s.shard.0) else {
-                    continue;
-                };
-                if let (true, Some(by)) = (s.epoch.0 > before, &s.node_id) {
-                    println!(
-                        "  shard {:>2} of node-0: taken over by {by} (epoch {before} → {}) {:.1}s after the kill",
-                        s.shard,
-                        s.epoch,
-                        s.picked_at
-                            .and_then(|p| (p - *at).to_std().ok())
-                            .unwrap_or_default()
-                            .as_secs_f64()
-                    );
-                    orphaned.remove(&s.shard.0);
-                }
-            }
+        print_nodes(&nodes, &sessions, now, &mut last, killed.is_some());
+        if let Some(kill) = &mut killed {
+            kill.report_takeovers(&sessions);
         }
         let half = Duration::from_secs(args.seconds) / 2;
         if args.kill && killed.is_none() && started.elapsed() >= half && !nodes.is_empty() {
-            nodes[0].child.kill()?;
-            let _ = nodes[0].child.wait();
-            let at = chrono::Utc::now();
-            let orphaned: BTreeMap<u32, i64> = sender
-                .storage()
-                .sessions()
-                .await?
-                .into_iter()
-                .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == "node-0"))
-                .filter(|s| s.lease_until.is_some_and(|u| u > at))
-                .map(|s| (s.shard.0, s.epoch.0))
-                .collect();
-            println!(
-                "\n  >>> killed node-0 (SIGKILL) holding shards {:?}; their leases run out within {LEASE:?}",
-                orphaned.keys().collect::<Vec<_>>()
-            );
-            killed = Some((at, orphaned));
+            killed = Some(Kill::first_node(sender, &mut nodes[0]).await?);
         }
         if traffic.is_finished() && pending == 0 {
             break;
@@ -356,13 +293,130 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
         }
     }
     traffic.await??;
+    stop_nodes(&mut nodes);
+    check_applied(sender, &sent, started, args).await
+}
 
+/// Starts `--nodes` node processes and waits until each is ready.
+fn start_nodes(schema: &str, args: &Args) -> Result<Vec<NodeProcess>, Error> {
+    let mut nodes = Vec::new();
+    for i in 0..args.nodes {
+        nodes.push(spawn_node(i, schema)?);
+    }
+    for n in &nodes {
+        n.ready
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|_| format!("{} did not start", n.name))?;
+    }
+    println!(
+        "{} nodes serve {SHARDS} shards (lease {LEASE:?}, poll {POLL:?}); sending {}/s for {}s",
+        args.nodes, args.rate, args.seconds
+    );
+    Ok(nodes)
+}
+
+/// One line per node: the leases it holds, the shards it last served, what it delivered in
+/// all and since the last line (`last`).
+fn print_nodes(
+    nodes: &[NodeProcess],
+    sessions: &[ShardSession],
+    now: chrono::DateTime<chrono::Utc>,
+    last: &mut HashMap<String, u64>,
+    killed: bool,
+) {
+    println!("  node      holding  last served  delivered    /s");
+    for n in nodes {
+        let holding = sessions
+            .iter()
+            .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == n.name))
+            .filter(|s| s.lease_until.is_some_and(|u| u > now))
+            .count();
+        let served = sessions
+            .iter()
+            .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == n.name))
+            .count();
+        let delivered = n.delivered();
+        let rate = delivered - last.insert(n.name.clone(), delivered).unwrap_or(0);
+        let dead = if killed && n.name == "node-0" {
+            "  (killed)"
+        } else {
+            ""
+        };
+        println!(
+            "  {:<8}  {holding:>7}  {served:>11}  {delivered:>9}  {rate:>5}{dead}",
+            n.name
+        );
+    }
+}
+
+/// The kill of node-0: when, and the shards it held (with their epochs then) that no other
+/// node has taken over yet.
+struct Kill {
+    at: chrono::DateTime<chrono::Utc>,
+    orphaned: BTreeMap<u32, i64>,
+}
+
+impl Kill {
+    /// Kills `node` (node-0) with SIGKILL and notes the shards whose leases it held.
+    async fn first_node(sender: &Shardbox, node: &mut NodeProcess) -> Result<Kill, Error> {
+        node.child.kill()?;
+        let _ = node.child.wait();
+        let at = chrono::Utc::now();
+        let orphaned: BTreeMap<u32, i64> = sender
+            .storage()
+            .sessions()
+            .await?
+            .into_iter()
+            .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == "node-0"))
+            .filter(|s| s.lease_until.is_some_and(|u| u > at))
+            .map(|s| (s.shard.0, s.epoch.0))
+            .collect();
+        println!(
+            "\n  >>> killed node-0 (SIGKILL) holding shards {:?}; their leases run out within {LEASE:?}",
+            orphaned.keys().collect::<Vec<_>>()
+        );
+        Ok(Kill { at, orphaned })
+    }
+
+    /// Prints each orphaned shard another node has picked up since, once.
+    fn report_takeovers(&mut self, sessions: &[ShardSession]) {
+        for s in sessions {
+            let Some(&before) = self.orphaned.get(&s.shard.0) else {
+                continue;
+            };
+            if let (true, Some(by)) = (s.epoch.0 > before, &s.node_id) {
+                println!(
+                    "  shard {:>2} of node-0: taken over by {by} (epoch {before} → {}) {:.1}s after the kill",
+                    s.shard,
+                    s.epoch,
+                    s.picked_at
+                        .and_then(|p| (p - self.at).to_std().ok())
+                        .unwrap_or_default()
+                        .as_secs_f64()
+                );
+                self.orphaned.remove(&s.shard.0);
+            }
+        }
+    }
+}
+
+/// Closes the nodes' stdin (they shut down) and waits for them to exit.
+fn stop_nodes(nodes: &mut [NodeProcess]) {
     for n in nodes.iter_mut() {
         drop(n.child.stdin.take());
     }
     for n in nodes.iter_mut() {
         let _ = n.child.wait();
     }
+}
+
+/// Whether the framework-kept counters add up to what was sent (printed either way).
+async fn check_applied(
+    sender: &Shardbox,
+    sent: &std::sync::atomic::AtomicU64,
+    started: Instant,
+    args: &Args,
+) -> Result<bool, Error> {
     // The framework-kept counters must add up to what was sent.
     let keys: Vec<_> = (0..ACCOUNTS)
         .map(|a| shardbox::core::storage::EntityKey {

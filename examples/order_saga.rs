@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 use shardbox::prelude::*;
+use shardbox::Node;
 use std::time::Duration;
 
 /// How long the saga waits for the payment before it gives up.
@@ -451,6 +452,16 @@ impl Projection for CustomerOrders {
 
 // --- The run -------------------------------------------------------------------------------
 
+/// An order the run places: (order, customer, qty, amount, what should become of it).
+type PlannedOrder = (&'static str, &'static str, u32, i64, &'static str);
+
+const ORDERS: [PlannedOrder; 4] = [
+    ("o-1", "alice", 2, 120, "confirmed"),
+    ("o-2", "bob", 1, 60, "confirmed"),
+    ("o-3", "alice", 1, 900, "cancelled (payment timed out)"),
+    ("o-4", "bob", 4, 80, "cancelled (out of stock)"),
+];
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
@@ -477,20 +488,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()
         .await?;
     let node = shardbox.start();
+    place_orders(&shardbox).await?;
+    until_settled(&shardbox, &node).await?;
+    node.shutdown().await?;
 
-    // (order, customer, qty, amount, what should become of it)
-    let orders = [
-        ("o-1", "alice", 2, 120, "confirmed"),
-        ("o-2", "bob", 1, 60, "confirmed"),
-        ("o-3", "alice", 1, 900, "cancelled (payment timed out)"),
-        ("o-4", "bob", 4, 80, "cancelled (out of stock)"),
-    ];
+    let wrong = check_results(&shardbox).await?;
+    if !wrong.is_empty() {
+        return Err(wrong.join("; ").into());
+    }
+    Ok(())
+}
+
+/// Places every order of `ORDERS`, once each (a signal id per order).
+async fn place_orders(shardbox: &Shardbox) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "placing {} orders ({} teapots in stock)…",
-        orders.len(),
+        ORDERS.len(),
         Inventory::default().available
     );
-    for (i, (order, customer, qty, amount, _)) in orders.iter().enumerate() {
+    for (i, (order, customer, qty, amount, _)) in ORDERS.iter().enumerate() {
         let place = OrderCommand::Place {
             customer: (*customer).into(),
             qty: *qty,
@@ -503,12 +519,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
+    Ok(())
+}
 
-    // Wait until every order is settled (the timeout path takes PAYMENT_TIMEOUT).
+/// Waits until every order is settled (the timeout path takes PAYMENT_TIMEOUT) and the node
+/// has nothing left to deliver.
+async fn until_settled(shardbox: &Shardbox, node: &Node) -> Result<(), Box<dyn std::error::Error>> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let mut open = 0;
-        for (order, ..) in &orders {
+        for (order, ..) in &ORDERS {
             let state = shardbox
                 .aggregate_state::<Order>(order)
                 .await?
@@ -516,18 +536,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             open += usize::from(state.status.is_empty() || state.status == "pending");
         }
         if open == 0 && node.drain(Duration::from_secs(5)).await? {
-            break;
+            return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
             return Err("orders still open after 10 s".into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    node.shutdown().await?;
+}
 
+/// Prints what became of the orders, the stock and the customers' views; returns what is not
+/// as expected.
+async fn check_results(shardbox: &Shardbox) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     println!("\norders:");
     let mut wrong = Vec::new();
-    for (order, customer, _, _, expected) in &orders {
+    for (order, customer, _, _, expected) in &ORDERS {
         let status = shardbox
             .aggregate_state::<Order>(order)
             .await?
@@ -570,8 +593,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             wrong.push(format!("{customer}'s view: {view:?}"));
         }
     }
-    if !wrong.is_empty() {
-        return Err(wrong.join("; ").into());
-    }
-    Ok(())
+    Ok(wrong)
 }
