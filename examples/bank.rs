@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use shardbox::prelude::*;
 use shardbox::storage::SqliteStorage;
-use shardbox::CatchUp;
+use shardbox::{CatchUp, CatchUpHandle};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -152,6 +152,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let sb = sb.clone();
         tokio::spawn(async move { traffic(&sb, 6_000, 7_500).await })
     };
+    show_progress(&job).await?;
+    live.await??;
+    // Held live events are due again a poll interval later: wait until nothing is pending.
+    while sb.storage().counts(None).await?.pending() > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.shutdown().await?;
+
+    let checked = check_balances(&sb).await?;
+    let p = job.progress().await?;
+    println!(
+        "catch-up {:?}: {} events replayed; {checked} balances equal a v2 fold of their full history",
+        p.status, p.replayed
+    );
+    Ok(())
+}
+
+/// Shows the catch-up's progress as a bar until it completes.
+async fn show_progress(job: &CatchUpHandle) -> Result<(), Box<dyn std::error::Error>> {
     let first = job.progress().await?;
     let bar = ProgressBar::new(first.total_estimate.max(1) as u64);
     bar.set_style(
@@ -174,13 +193,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     bar.finish();
-    live.await??;
-    // Held live events are due again a poll interval later: wait until nothing is pending.
-    while sb.storage().counts(None).await?.pending() > 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    node.shutdown().await?;
+    Ok(())
+}
 
+/// Checks every rebuilt balance against a v2 fold of its account's full history; returns how
+/// many were checked.
+async fn check_balances(sb: &Shardbox) -> Result<usize, Box<dyn std::error::Error>> {
     // The history, read back from the event store in seq order and folded with v2 logic.
     let mut want: BTreeMap<String, Balance> = BTreeMap::new();
     let mut after = 0;
@@ -209,10 +227,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         checked += 1;
     }
-    let p = job.progress().await?;
-    println!(
-        "catch-up {:?}: {} events replayed; {checked} balances equal a v2 fold of their full history",
-        p.status, p.replayed
-    );
-    Ok(())
+    Ok(checked)
 }

@@ -23,6 +23,7 @@ mod report;
 mod reshard;
 mod statements;
 mod timeline;
+mod traffic;
 mod workloads;
 
 use args::{Args, Workload};
@@ -63,7 +64,7 @@ fn main() {
             Workload::Latency => workloads::latency(&args).await,
             Workload::Scale => workloads::scale(&args).await,
             Workload::CatchUp => workloads::catch_up(&args).await,
-            Workload::Cluster => workloads::cluster(&args).await,
+            Workload::Cluster => cluster::run(&args).await,
             Workload::Jobs => jobs::jobs(&args).await,
             Workload::Reshard => reshard::reshard(&args).await,
         }

@@ -9,7 +9,7 @@
 use crate::args::Args;
 use crate::backend::Db;
 use crate::report::Report;
-use crate::workloads::{check, send_all, shardbox};
+use crate::traffic::{check, send_all, shardbox};
 use std::time::{Duration, Instant};
 
 pub async fn reshard(a: &Args) -> Result<Report, String> {

@@ -1,4 +1,5 @@
-//! The workloads: live, latency, scale, catch-up, cluster (jobs: see `jobs`).
+//! The workloads: live, latency, scale, catch-up (cluster: see `cluster`; jobs: see `jobs`;
+//! reshard: see `reshard`). Their nodes and traffic are `traffic`'s.
 
 use crate::args::{Args, Backend};
 use crate::backend::Db;
@@ -7,76 +8,16 @@ use crate::model::{Booked, Bump, Counter, Ledger, LATENCY};
 use crate::report::Report;
 use crate::statements;
 use crate::timeline;
+use crate::traffic::{check, send_all, shardbox, target};
 use hdrhistogram::Histogram;
 use shardbox::core::storage::{CatchUpStatus, WriteBatch};
 use shardbox::core::sync::lock;
 use shardbox::core::Storage;
 use shardbox::core::{InboxWrite, MessageKind, NewMessage};
 use shardbox::prelude::*;
-use shardbox::{CatchUp, NodeId};
+use shardbox::CatchUp;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-pub(crate) async fn shardbox(
-    storage: Arc<dyn Storage>,
-    a: &Args,
-    node: &str,
-) -> Result<Shardbox, String> {
-    let builder = Shardbox::builder()
-        .shared_storage(storage)
-        .node_id(NodeId(node.to_owned()))
-        .shards(a.shards)
-        .page_size(a.page_size)
-        .workers(a.workers)
-        .poll_interval(Duration::from_millis(200))
-        .aggregate::<Counter>()
-        .projection::<Ledger>();
-    let builder = match a.cache_capacity {
-        Some(c) => builder.cache_capacity(c),
-        None => builder,
-    };
-    builder.build().await.map_err(|e| e.to_string())
-}
-
-fn target(i: usize, targets: usize) -> String {
-    format!("c-{}", i % targets)
-}
-
-/// Sends `n` bumps from 4 tasks, round-robin over the targets, `batch` per write.
-pub(crate) async fn send_all(
-    sb: &Shardbox,
-    n: usize,
-    targets: usize,
-    batch: usize,
-) -> Result<(), String> {
-    let mut tasks = Vec::new();
-    for t in 0..4 {
-        let sb = sb.clone();
-        tasks.push(tokio::spawn(async move {
-            // Each task sends its share in batches of `batch` commands, one write each; the
-            // ids are made per batch, so the sender's memory does not grow with `n`.
-            let mut next = t;
-            while next < n {
-                let ids: Vec<String> = (next..n)
-                    .step_by(4)
-                    .take(batch)
-                    .map(|i| target(i, targets))
-                    .collect();
-                next += 4 * ids.len();
-                let commands: Vec<(&str, Bump)> =
-                    ids.iter().map(|id| (id.as_str(), Bump)).collect();
-                sb.send_many::<Counter>(&commands)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
-            Ok::<(), String>(())
-        }));
-    }
-    for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
-    }
-    Ok(())
-}
 
 /// Waits until `count` messages were delivered over `nodes`, at most `limit`.
 async fn until_delivered(nodes: &[Shardbox], count: u64, limit: Duration) -> Result<(), String> {
@@ -93,22 +34,6 @@ async fn until_delivered(nodes: &[Shardbox], count: u64, limit: Duration) -> Res
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-}
-
-/// Lost and double-applied messages: each target's counter against what was sent to it.
-pub(crate) async fn check(sb: &Shardbox, n: usize, targets: usize) -> Result<(u64, u64), String> {
-    let (mut lost, mut duplicates) = (0u64, 0u64);
-    for t in 0..targets.min(n) {
-        let expected = (n / targets + usize::from(t < n % targets)) as u64;
-        let got = sb
-            .aggregate_state::<Counter>(&target(t, targets))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_or(0, |c| c.count);
-        lost += expected.saturating_sub(got);
-        duplicates += got.saturating_sub(expected);
-    }
-    Ok((lost, duplicates))
 }
 
 /// What one live run measured.
@@ -394,10 +319,4 @@ pub async fn catch_up(a: &Args) -> Result<Report, String> {
     r.duplicates = events.saturating_sub(a.n as u64);
     r.extra.push(("replayed", done.replayed as f64));
     Ok(r)
-}
-
-/// 1 node process vs `--nodes` node processes on the same workload (see the `cluster`
-/// module).
-pub async fn cluster(a: &Args) -> Result<Report, String> {
-    crate::cluster::run(a).await
 }

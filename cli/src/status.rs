@@ -103,6 +103,16 @@ pub fn render(status: &Status, all_shards: bool) -> String {
     );
     out.push_str(&summary(status));
     out.push('\n');
+    out.push_str(&nodes(status));
+    out.push_str(&shards(status, all_shards));
+    out.push_str(&dead_letters_and_catch_ups(status));
+    out
+}
+
+/// The nodes table (or why there is none).
+fn nodes(status: &Status) -> String {
+    let now = status.now;
+    let mut out = String::new();
     out.push_str(&format!("nodes ({})\n", status.nodes_source));
     if status.nodes.is_empty() {
         out.push_str("  none: no node is alive and no shard was ever leased\n");
@@ -132,6 +142,28 @@ pub fn render(status: &Status, all_shards: bool) -> String {
         }
         out.push_str(&t.render());
     }
+    out
+}
+
+/// A depth's cells of the shards table, from `due` to `lag`.
+fn depth_cells(d: &DepthView) -> Vec<String> {
+    vec![
+        d.due.to_string(),
+        d.delayed.to_string(),
+        d.retrying.to_string(),
+        d.parked.to_string(),
+        d.replay.to_string(),
+        d.blocked.to_string(),
+        d.delivered.to_string(),
+        lag(d),
+    ]
+}
+
+/// The shards table: the busy shards (every one with `all_shards`), the totals, and a
+/// line counting the idle shards left out.
+fn shards(status: &Status, all_shards: bool) -> String {
+    let now = status.now;
+    let mut out = String::new();
     out.push_str("\nshards (depth by what the rows wait for; lag = age of the oldest due row)\n");
     let mut t = Table::new([
         "shard",
@@ -148,18 +180,6 @@ pub fn render(status: &Status, all_shards: bool) -> String {
         "delivered",
         "lag",
     ]);
-    let depth_cells = |d: &DepthView| {
-        vec![
-            d.due.to_string(),
-            d.delayed.to_string(),
-            d.retrying.to_string(),
-            d.parked.to_string(),
-            d.replay.to_string(),
-            d.blocked.to_string(),
-            d.delivered.to_string(),
-            lag(d),
-        ]
-    };
     let mut idle = 0usize;
     for s in &status.shards {
         if !all_shards && !s.held && pending(&s.depth) == 0 {
@@ -202,6 +222,12 @@ pub fn render(status: &Status, all_shards: bool) -> String {
             if idle == 1 { "" } else { "s" }
         ));
     }
+    out
+}
+
+/// The dead letters, blocked targets and running catch-ups (each catch-up's progress).
+fn dead_letters_and_catch_ups(status: &Status) -> String {
+    let mut out = String::new();
     out.push_str(&format!(
         "\ndead letters: {}   blocked targets: {}   running catch-ups: {}\n",
         status.dead_letters,

@@ -59,16 +59,20 @@ pub use cluster::reshard::{reshard, ReshardOptions, ReshardReport};
 pub use cluster::seat::NodeSeat;
 pub use entity::addressing::Addressing;
 #[doc(hidden)]
-pub use entity::handler::{AggregateHandler, ProjectionHandler, ReactorHandler};
+pub use entity::aggregate_handler::AggregateHandler;
+pub use entity::context::Context;
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
+pub use entity::handler_error::HandlerError;
 pub use entity::process::{ProcessActions, ProcessManager};
 #[doc(hidden)]
 pub use entity::process_handler::ProcessManagerHandler;
+#[doc(hidden)]
+pub use entity::projection_handler::ProjectionHandler;
+#[doc(hidden)]
+pub use entity::reactor_handler::ReactorHandler;
 pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
-pub use entity::traits::{
-    Aggregate, Context, EventSet, HandlerError, Message, Outgoing, Projection, Reactor,
-};
+pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, DEFAULT_LEASE_LINGER, MAX_SHARDS};
@@ -93,7 +97,8 @@ pub use runner::delivery::{DeliveryReport, MAX_DELIVER_STAGES};
 pub use runner::env::DeliveryEnv;
 pub use runner::liveness::{Liveness, NodeLiveness};
 pub use runner::local::{LocalRunner, RunnerHandle};
-pub use send::inbox::{Inbox, SendOptions, SendReceipt};
+pub use send::inbox::{Inbox, SendReceipt};
+pub use send::options::SendOptions;
 pub use send::outcome::OutcomeWait;
 pub use stage::context::StationContext;
 pub use stage::conveyor::{AfterCommit, Conveyor, Intent, EXPIRED_REASON};

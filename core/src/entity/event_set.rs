@@ -14,7 +14,8 @@
 //! it, and a catch-up replays all of them in `seq` order. This module only names and decodes
 //! the set; routing stays with the entity traits.
 
-use crate::entity::traits::{EventSet, HandlerError, Message};
+use crate::entity::handler_error::HandlerError;
+use crate::entity::traits::{EventSet, Message};
 
 /// Every [`Message`] type is an event set of one.
 impl<M: Message> EventSet for M {

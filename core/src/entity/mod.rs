@@ -2,10 +2,15 @@
 //!
 //! ```text
 //!  traits   Aggregate, Projection, Reactor (typed, serde)      ◄── the application
+//!  context  Context: what a handler is told of its message     ◄── handlers
+//!  handler_error HandlerError: how a handler fails             ◄── handlers, the failure policy
 //!  event_set EventSet: the event types a subscriber follows    ◄── the application, the registry
 //!  process  ProcessManager (saga), ProcessActions             ◄── the application
-//!  process_handler  its adapter, on the handler machinery     ◄── the live station
-//!  handler  EntityHandler: the type-erased adapter per kind   ◄── the live and catch-up stations
+//!  handler  EntityHandler: the type-erased face of a kind     ◄── the live and catch-up stations
+//!  guard    a handler call under its timeout and panic guard  ◄── the adapters, the runner's turn
+//!  target_batch the per-target rules every adapter shares     ◄── the adapters
+//!  aggregate_handler, projection_handler, reactor_handler,
+//!  process_handler  the adapter of each kind, on those rules   ◄── the application's builder
 //!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
 //!  addressing Addressing: strategy + shard count, readdressing ◄── the registry, operator actions
 //!  services Services: the application's own objects, by type  ◄── handlers, via Context
@@ -17,11 +22,18 @@
 //! and knows nothing of shards' leases, pages or commits.
 
 pub mod addressing;
+pub mod aggregate_handler;
+pub mod context;
 pub mod event_set;
+pub mod guard;
 pub mod handler;
+pub mod handler_error;
 pub mod payload;
 pub mod process;
 pub mod process_handler;
+pub mod projection_handler;
+pub mod reactor_handler;
 pub mod registry;
 pub mod services;
+pub mod target_batch;
 pub mod traits;

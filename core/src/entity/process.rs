@@ -14,9 +14,11 @@
 //! The framework keeps the state like an aggregate's: loaded once per batch, saved (or
 //! removed) with the stage. A handler that fails leaves no trace: the state is restored to
 //! what it was before the failed message and nothing it asked for is sent. The adapter is in
-//! `process_handler.rs`, on the machinery of [`crate::entity::handler`].
+//! `process_handler.rs`, on the rules of [`crate::entity::target_batch`].
 
-use crate::entity::traits::{Context, EventSet, HandlerError, Message, Outgoing};
+use crate::entity::context::Context;
+use crate::entity::handler_error::HandlerError;
+use crate::entity::traits::{EventSet, Message, Outgoing};
 use crate::model::event::EventSource;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

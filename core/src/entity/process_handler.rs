@@ -1,4 +1,4 @@
-//! The adapter of a [`ProcessManager`]: the per-target batch of [`crate::entity::handler`]
+//! The adapter of a [`ProcessManager`]: the per-target batch of [`crate::entity::target_batch`]
 //! (state loaded once, messages in `seq` order, the first failure stops the batch, emitted
 //! commands with derived ids) for an entity that takes both events and commands and can
 //! finish.
@@ -11,12 +11,15 @@
 //!  ─► state saved, or removed if the last handled message finished the flow
 //! ```
 
-use crate::entity::handler::{
-    all_failed, context, decode, decode_event, emitted_commands, finish_state, guarded, load_state,
-    settle, subscriber_face, BatchResult, BatchRun, EntityHandler,
-};
+use crate::entity::guard::guarded;
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler_error::HandlerError;
 use crate::entity::process::ProcessManager;
-use crate::entity::traits::{EventSet, HandlerError, Message};
+use crate::entity::target_batch::{
+    all_failed, context, decode, decode_event, emitted_commands, finish_state, load_state, settle,
+    subscriber_face,
+};
+use crate::entity::traits::{EventSet, Message};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::{InboxMessage, MessageKind, NewMessage};
 use async_trait::async_trait;

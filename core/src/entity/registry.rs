@@ -49,7 +49,7 @@ impl EntityRegistry {
     }
 
     /// Gives the handlers of every kind the application's `services` (see
-    /// [`Context::service`](crate::entity::traits::Context::service)).
+    /// [`Context::service`](crate::entity::context::Context::service)).
     pub fn set_services(&mut self, services: Services) {
         self.services = services;
     }

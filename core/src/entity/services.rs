@@ -1,6 +1,6 @@
 //! The application's own services (an HTTP client, a pool, a clock, a counter) as handlers
 //! reach them: a type map given to the builder once and read through
-//! [`Context::service`](crate::entity::traits::Context::service), so no handler needs a
+//! [`Context::service`](crate::entity::context::Context::service), so no handler needs a
 //! process-wide static.
 //!
 //! One value per type: registering a second value of a type replaces the first. Wrap a

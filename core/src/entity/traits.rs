@@ -4,7 +4,8 @@
 //! aggregates) declared with [`event_set!`](crate::event_set).
 //!
 //! State is kept by the framework (serde), loaded once per batch and saved once with the rest
-//! of the stage.
+//! of the stage. What a handler is told of its message is its [`Context`] (`context.rs`); how
+//! it fails is a [`HandlerError`] (`handler_error.rs`).
 //!
 //! Handlers are `async`: a handler that calls another system (an HTTP API, a mailer, a
 //! payment gateway) awaits it, and a pure one is written the same way with no `await` in its
@@ -42,16 +43,15 @@
 //! }
 //! ```
 
-use crate::entity::services::Services;
+use crate::entity::context::Context;
+use crate::entity::handler_error::HandlerError;
 use crate::model::event::EventSource;
-use crate::model::failure::NextAttempt;
 use crate::model::ids::SignalId;
 use crate::model::message::{Metadata, NewMessage};
 use crate::model::time_limits::{self, TimeField};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
@@ -114,143 +114,6 @@ pub trait EventSet: Sized + Send + Sync + 'static {
     /// in the set or the payload does not deserialize (the error names the type).
     fn decode(event_type: &str, payload: &[u8]) -> Result<Self, HandlerError>;
 }
-
-/// What a handler knows about the message it handles.
-#[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
-    /// Kind of the entity handling the message.
-    pub kind: &'a str,
-    /// Id of the entity handling the message.
-    pub target_id: &'a str,
-    /// Tenant of the entity.
-    pub tenant: &'a str,
-    /// The message's signal id.
-    pub signal_id: &'a SignalId,
-    /// The message's metadata.
-    pub metadata: &'a Metadata,
-    /// When the message was sent.
-    pub received_at: DateTime<Utc>,
-    /// The time of this delivery stage.
-    pub now: DateTime<Utc>,
-    /// Failed attempts before this one.
-    pub attempts: u32,
-    /// The application's services, given to the builder.
-    pub(crate) services: &'a Services,
-}
-
-impl<'a> Context<'a> {
-    /// The application's service of type `T`, given to the builder with `.service(Arc<T>)`.
-    pub fn service<T: Send + Sync + 'static>(&self) -> Result<&'a T, HandlerError> {
-        self.services.get::<T>().ok_or_else(|| {
-            HandlerError::new(format!(
-                "no service of type `{}` was given to the builder; add `.service(Arc::new(..))`",
-                std::any::type_name::<T>()
-            ))
-        })
-    }
-
-    /// A key for the outside calls of this handling (an idempotency key for a payment API, a
-    /// message id for a mailer): the same on every redelivery of this message to this target,
-    /// different for every other message or target. Derived from the message's signal id and
-    /// the target (kind, tenant, id); 36 characters (`sbx-` and 32 hex digits).
-    pub fn idempotency_key(&self) -> String {
-        idempotency_key(self.kind, self.tenant, self.target_id, &self.signal_id.0)
-    }
-}
-
-/// FNV-1a over the parts, each ended by a zero byte so that no two part lists collide by
-/// concatenation. 128 bits: collisions are out of reach for any realistic message count, and
-/// the function is fixed here, so the key never changes between versions or processes.
-fn idempotency_key(kind: &str, tenant: &str, target: &str, signal: &str) -> String {
-    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
-    const PRIME: u128 = 0x0000000001000000000000000000013B;
-    let mut hash = OFFSET;
-    for part in [kind, tenant, target, signal] {
-        for &byte in part.as_bytes().iter().chain(&[0u8]) {
-            hash ^= u128::from(byte);
-            hash = hash.wrapping_mul(PRIME);
-        }
-    }
-    format!("sbx-{hash:032x}")
-}
-
-/// A handler could not handle a message. The message follows the kind's failure policy;
-/// later messages of the same target wait behind it.
-///
-/// A failure is transient by default (retried after the back-off, or after `retry_after`). One
-/// that can never succeed — a business rule refuses the command, the input is invalid — is
-/// [`HandlerError::permanent`]: the policy's exhausted outcome (dead letter, drop or block)
-/// applies at once, without retries, with a reason that says it was permanent.
-///
-/// ```
-/// use shardbox_core::{HandlerError, NextAttempt};
-/// let refused = HandlerError::permanent("card declined");
-/// assert_eq!(refused.next_attempt(), NextAttempt::Never);
-/// assert_eq!(refused.to_string(), "permanent failure, not retried: card declined");
-/// assert_eq!(HandlerError::new("gateway timed out").next_attempt(), NextAttempt::Backoff);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HandlerError {
-    /// Why.
-    pub reason: String,
-    /// The handler's own wish for the next attempt (like a NACK with a delay); the longer of
-    /// this and the policy's back-off wins. Ignored when the failure is permanent.
-    pub retry_after: Option<Duration>,
-    /// The failure will never succeed: no retry, the policy's exhausted outcome at once.
-    pub permanent: bool,
-}
-
-impl HandlerError {
-    /// A transient failure with a reason: retried as the failure policy says.
-    pub fn new(reason: impl Into<String>) -> Self {
-        HandlerError {
-            reason: reason.into(),
-            retry_after: None,
-            permanent: false,
-        }
-    }
-
-    /// A failure that will never succeed, however often it is retried (a business rule
-    /// refuses the command, the input is invalid): the message goes straight to the kind's
-    /// exhausted outcome — dead letter, drop or block, per its failure policy — after this
-    /// one attempt.
-    pub fn permanent(reason: impl Into<String>) -> Self {
-        HandlerError {
-            permanent: true,
-            ..HandlerError::new(reason)
-        }
-    }
-
-    /// Asks for the next attempt no sooner than `delay` from now (no effect on a permanent
-    /// failure).
-    pub fn retry_after(mut self, delay: Duration) -> Self {
-        self.retry_after = Some(delay);
-        self
-    }
-
-    /// What this failure says of the next attempt, for [`FailurePolicy::decide`](crate::FailurePolicy::decide).
-    pub fn next_attempt(&self) -> NextAttempt {
-        match (self.permanent, self.retry_after) {
-            (true, _) => NextAttempt::Never,
-            (false, Some(delay)) => NextAttempt::NotBefore(delay),
-            (false, None) => NextAttempt::Backoff,
-        }
-    }
-}
-
-/// The reason, said to be permanent for a permanent failure: the text of the retry, dead
-/// letter, drop or block it leads to.
-impl fmt::Display for HandlerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.permanent {
-            write!(f, "permanent failure, not retried: {}", self.reason)
-        } else {
-            f.write_str(&self.reason)
-        }
-    }
-}
-
-impl std::error::Error for HandlerError {}
 
 /// A stateful entity that handles commands and emits events (an event-sourced aggregate whose
 /// state the framework keeps).
@@ -419,27 +282,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn idempotency_keys_are_stable_and_tell_targets_and_signals_apart() {
-        let key = idempotency_key("payment", "t", "p-1", "sig-1");
-        assert_eq!(key, idempotency_key("payment", "t", "p-1", "sig-1"));
-        assert_eq!(key.len(), 36);
-        assert!(key.starts_with("sbx-"));
-        let others = [
-            idempotency_key("payment", "t", "p-1", "sig-2"),
-            idempotency_key("payment", "t", "p-2", "sig-1"),
-            idempotency_key("mailer", "t", "p-1", "sig-1"),
-            idempotency_key("payment", "u", "p-1", "sig-1"),
-            // No collision by moving a boundary between parts.
-            idempotency_key("payment", "tp", "-1", "sig-1"),
-        ];
-        for other in others {
-            assert_ne!(key, other);
-        }
-        // Fixed function: the key of a known input never changes between versions.
-        assert_eq!(key, KNOWN_KEY);
-    }
-
-    #[test]
     fn a_delay_out_of_range_is_an_error_naming_it_never_a_panic_or_no_delay() {
         let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         let out = |delay| Outgoing {
@@ -465,33 +307,4 @@ mod tests {
             );
         }
     }
-
-    #[test]
-    fn a_permanent_failure_asks_for_no_next_attempt_and_says_so() {
-        let e = HandlerError::permanent("card declined").retry_after(Duration::from_secs(5));
-        assert_eq!(
-            e.next_attempt(),
-            NextAttempt::Never,
-            "never, whatever delay"
-        );
-        assert_eq!(
-            e.to_string(),
-            "permanent failure, not retried: card declined"
-        );
-        assert_eq!(e.reason, "card declined");
-        let t = HandlerError::new("busy");
-        assert_eq!(t.next_attempt(), NextAttempt::Backoff);
-        assert_eq!(
-            t.to_string(),
-            "busy",
-            "a transient failure's text is its reason"
-        );
-        assert_eq!(
-            t.retry_after(Duration::from_secs(5)).next_attempt(),
-            NextAttempt::NotBefore(Duration::from_secs(5))
-        );
-    }
-
-    // FNV-1a 128 of "payment\0t\0p-1\0sig-1\0", computed independently.
-    const KNOWN_KEY: &str = "sbx-b7d63a65bfae020b86addff8fc32a810";
 }

@@ -1,14 +1,14 @@
-//! The in-memory [`InboxStore`]: writes with deduplication, due pages, fenced stage commits.
+//! The in-memory [`InboxStore`]: writes with deduplication, due pages, fenced stage commits
+//! (the commit's steps on the state are `stage_commit`'s).
 
 use super::{target_of, MemoryStorage};
 use crate::catch_up::is_parked;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
-use crate::model::message::{DedupKey, InboxMessage, MessageKind, MessageStatus};
+use crate::model::message::{DedupKey, InboxMessage, MessageStatus};
 use crate::model::outcome::OutcomeLookup;
 use crate::storage::{
-    CommitReport, EntityState, InboxCounts, InboxStore, Page, RowChange, ShardDepth, StageCommit,
-    WriteBatch, WriteReport,
+    CommitReport, InboxCounts, InboxStore, Page, ShardDepth, StageCommit, WriteBatch, WriteReport,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -83,142 +83,23 @@ impl InboxStore for MemoryStorage {
             return Err(state.lease_lost(&commit.lease));
         }
         let shard = commit.lease.shard;
-        for u in &commit.updates {
-            match state.rows.get(&u.seq) {
-                Some(row) if row.shard == shard => {}
-                _ => {
-                    return Err(StorageError::Corrupt(format!(
-                        "stage of shard {shard} updates row {} which is not in that shard",
-                        u.seq
-                    )))
-                }
-            }
-        }
-        // Parked after the other changes: a block committed with them counts.
-        let mut behind_block = Vec::new();
-        for u in commit.updates {
-            match u.change {
-                RowChange::BehindBlock => behind_block.push(u.seq),
-                RowChange::Remove => {
-                    state.remove(u.seq);
-                }
-                RowChange::Delivered { keep_until } => {
-                    let Some(row) = state.rows.get_mut(&u.seq) else {
-                        continue;
-                    };
-                    row.status = MessageStatus::Delivered;
-                    row.keep_until = Some(keep_until);
-                    let row = row.clone();
-                    state.unpend(&row);
-                    if row.message.kind == MessageKind::Command {
-                        state.outcomes.handled(
-                            row.message.dedup_key(),
-                            shard,
-                            commit.now,
-                            keep_until,
-                        );
-                    }
-                    state
-                        .delivered
-                        .entry(shard)
-                        .or_default()
-                        .insert((keep_until, u.seq));
-                }
-                RowChange::RetryAt {
-                    at,
-                    attempts,
-                    error,
-                } => {
-                    let Some(row) = state.rows.get_mut(&u.seq) else {
-                        continue;
-                    };
-                    row.message.deliver_after = Some(at);
-                    row.attempts = attempts;
-                    row.last_error = Some(error);
-                    row.first_failed_at.get_or_insert(commit.now);
-                    state.retrying.entry(shard).or_default().insert(u.seq);
-                }
-                RowChange::Block { attempts, error } => {
-                    let Some(row) = state.rows.get_mut(&u.seq) else {
-                        continue;
-                    };
-                    row.status = MessageStatus::Blocked;
-                    row.message.deliver_after = Some(commit.now);
-                    row.attempts = attempts;
-                    row.last_error = Some(error);
-                    row.first_failed_at.get_or_insert(commit.now);
-                    let row = row.clone();
-                    state.unpend(&row);
-                    state.blocked.entry(shard).or_default().insert(u.seq);
-                }
-                RowChange::Hold { until } => {
-                    if let Some(row) = state.rows.get_mut(&u.seq) {
-                        row.message.deliver_after = Some(until);
-                    }
-                }
-            }
-        }
-        for seq in behind_block {
-            state.park_behind_block(seq);
-        }
+        let now = commit.now;
+        state.check_stage_rows(shard, &commit.updates)?;
+        state.apply_row_changes(shard, now, commit.updates);
         for release in &commit.release_holds {
             state.release_holds(shard, &release.target, release.until);
         }
-        let now = commit.now;
-        for s in commit.states {
-            match s.state {
-                Some(bytes) => {
-                    let version = state.states.get(&s.key).map_or(0, |e| e.version) + 1;
-                    state.states.insert(
-                        s.key.clone(),
-                        EntityState {
-                            key: s.key,
-                            version,
-                            state: bytes,
-                            updated_at: now,
-                        },
-                    );
-                }
-                None => {
-                    state.states.remove(&s.key);
-                }
-            }
-        }
+        state.write_states(now, commit.states);
         for letter in commit.dead_letters {
             state.add_dead_letter(letter);
         }
-        for mut job in commit.catch_ups {
-            if job.status.is_finished() {
-                state.settle_parked(&job, Some(shard));
-            }
-            // The cancel request is the operator's to write, never a stage's.
-            job.cancel_requested_at = state.jobs.get(&job.id).and_then(|j| j.cancel_requested_at);
-            state.jobs.insert(job.id, job);
-        }
+        state.commit_catch_ups(shard, commit.catch_ups);
         let catch_ups_purged = commit
             .purge_catch_ups_before
             .map_or(0, |before| state.purge_jobs(before));
         let written = state.write(commit.writes);
         state.outcomes.record(commit.outcomes);
-        let mut purged = 0;
-        if commit.purge_delivered > 0 {
-            state.outcomes.purge(shard, now, commit.purge_delivered);
-            let expired: Vec<i64> = state
-                .delivered
-                .get(&shard)
-                .map(|d| {
-                    d.iter()
-                        .take_while(|(k, _)| *k <= now)
-                        .take(commit.purge_delivered)
-                        .map(|(_, seq)| *seq)
-                        .collect()
-                })
-                .unwrap_or_default();
-            for seq in expired {
-                state.remove(seq);
-                purged += 1;
-            }
-        }
+        let purged = state.purge_delivered(shard, now, commit.purge_delivered);
         let session = state
             .sessions
             .get_mut(&shard)

@@ -27,6 +27,7 @@ mod inbox;
 mod outcomes;
 mod registry;
 mod reshard;
+mod stage_commit;
 
 use due_index::DueIndex;
 

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  ids ◄── message ◄── event        error ◄── config ──► failure ──► backoff
+//!                                   config_limits (what each config field may be)
 //!  outcome (what became of a command)
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
 //! ```
@@ -13,6 +14,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod config;
+pub mod config_limits;
 pub mod error;
 pub mod event;
 pub mod failure;

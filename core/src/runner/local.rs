@@ -42,7 +42,7 @@
 //! lease, and stops the listener; other nodes find the freed shards at their next poll.
 
 use crate::cluster::membership::{beat_membership, OwnersView};
-use crate::entity::handler::CatchUnwind;
+use crate::entity::guard::CatchUnwind;
 use crate::model::error::DeliveryError;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::{ending_within, plan_round, ShardCycle};

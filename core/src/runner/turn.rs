@@ -11,7 +11,7 @@
 //! A parked lease is owned by exactly one of: the wake queue's slot, the turn that unparked
 //! it, or the release task that unparked it — never two, so a lease is released once.
 
-use crate::entity::handler::CatchUnwind;
+use crate::entity::guard::CatchUnwind;
 use crate::model::backoff::ExponentialBackoff;
 use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::should_yield;

@@ -5,10 +5,13 @@
 //!                  commit of concurrent sends) ──► InboxStore::write ──► observers told
 //! ```
 //!
-//! `outcome` awaits what became of a sent command (a read and a wait, no write).
+//! `options` holds what one send may ask for (tenant, signal, delay, due time, TTL) and the
+//! times it makes, checked. `outcome` awaits what became of a sent command (a read and a
+//! wait, no write).
 //!
 //! This folder writes new rows only; it never reads a page, holds a lease or runs a handler.
 
 pub mod inbox;
+pub mod options;
 pub mod outcome;
 pub(crate) mod write_queue;

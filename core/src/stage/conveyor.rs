@@ -1,5 +1,6 @@
 //! The Conveyor carries one page of a shard through the stations and collects what they
-//! decide; [`Conveyor::into_commit`] turns that into one [`StageCommit`].
+//! decide; [`Conveyor::into_commit`] turns that into one [`StageCommit`] (what each row
+//! becomes is `row_changes`'s).
 //!
 //! Each row of the page gets at most one [`Intent`] (a later station may replace an earlier
 //! one). A row that no station claims is held for one poll interval and reported, so that an
@@ -11,15 +12,13 @@
 //! and made due together by the unblock, so that they go on in `seq` order).
 
 use crate::model::event::NewEvent;
-use crate::model::message::{InboxMessage, InboxWrite, MessageKind, MessageStatus};
-use crate::model::outcome::OutcomeRecord;
+use crate::model::message::{InboxMessage, InboxWrite, MessageStatus};
 use crate::stage::context::StationContext;
 pub use crate::stage::intent::{Intent, EXPIRED_REASON};
+use crate::stage::row_changes::RowChanges;
 use crate::storage::{
-    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, HoldRelease, Lease, Page, RowChange,
-    RowUpdate, StageCommit, WriteBatch,
+    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, Lease, Page, StageCommit, WriteBatch,
 };
-use crate::telemetry::fates::{Fate, Settled};
 use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -204,186 +203,32 @@ impl Conveyor {
     /// Turns the recorded decisions into one commit renewing the lease to `lease_until`, and
     /// the stage's counters (without `purged`, known only after the commit).
     pub fn into_commit(self, lease_until: DateTime<Utc>) -> (StageCommit, StageReport) {
-        let hold_for = self.context.config().poll_span();
-        let dead_letter_expired = self.context.config().dead_letter_expired;
-        // Outcomes are kept for the deduplication window; with none they are not kept at all.
-        let outcomes_until = (!self.context.config().dedup_window.is_zero())
-            .then(|| self.now + self.context.config().dedup_span());
-        let mut outcomes = Vec::new();
-        let mut outcomes_decided = false;
-        let mut report = StageReport {
-            page_len: self.page.len(),
-            fanned_out: self.writes.messages.len(),
-            ..StageReport::default()
-        };
-        let mut updates = Vec::with_capacity(self.page.len());
-        report.dead_lettered += self.extra_dead_letters.len();
-        report.settled.extend(
-            self.extra_dead_letters
-                .iter()
-                .map(|d| Settled::of(&d.original, d.attempts, Fate::DeadLettered, &d.reason)),
+        let mut rows = RowChanges::new(
+            self.context.config(),
+            self.now,
+            self.page.len(),
+            self.writes.messages.len(),
+            self.extra_dead_letters,
         );
-        let mut dead_letters = self.extra_dead_letters;
-        let mut release_holds = Vec::new();
         for (message, intent) in self.page.into_iter().zip(self.intents) {
-            if let (Some(keep_until), Some(intent)) = (outcomes_until, &intent) {
-                if message.message.kind == MessageKind::Command
-                    && message.status != MessageStatus::ToCatchUp
-                    && intent.decides_outcome()
-                {
-                    outcomes_decided = true;
-                    // A handled command's outcome is its delivered row (kept for the same
-                    // window): only the others are recorded.
-                    if let Some(outcome) = intent.recorded_outcome() {
-                        outcomes.push(OutcomeRecord {
-                            key: message.dedup_key(),
-                            shard: message.shard,
-                            outcome,
-                            decided_at: self.now,
-                            keep_until,
-                        });
-                    }
-                }
-            }
-            let change = match intent {
-                Some(Intent::Delivered { keep_until }) => {
-                    report.delivered += 1;
-                    match keep_until {
-                        Some(keep_until) => RowChange::Delivered { keep_until },
-                        None => RowChange::Remove,
-                    }
-                }
-                Some(Intent::Duplicate) => {
-                    report.duplicates += 1;
-                    RowChange::Remove
-                }
-                Some(Intent::Hold { until }) => {
-                    report.held += 1;
-                    RowChange::Hold { until }
-                }
-                Some(Intent::BehindBlock) => {
-                    report.held += 1;
-                    RowChange::BehindBlock
-                }
-                Some(Intent::RetryAt { at, error }) => {
-                    report.retried += 1;
-                    RowChange::RetryAt {
-                        at,
-                        attempts: message.attempts.saturating_add(1),
-                        error,
-                    }
-                }
-                Some(Intent::DeadLetter { reason }) => {
-                    report.dead_lettered += 1;
-                    report.settled.push(Settled::of(
-                        &message,
-                        message.attempts.saturating_add(1),
-                        Fate::DeadLettered,
-                        &reason,
-                    ));
-                    dead_letters.push(DeadLetter {
-                        attempts: message.attempts.saturating_add(1),
-                        reason,
-                        first_attempt_at: Some(message.first_failed_at.unwrap_or(self.now)),
-                        last_attempt_at: self.now,
-                        original: message.clone(),
-                    });
-                    RowChange::Remove
-                }
-                Some(Intent::Block { reason }) => {
-                    report.blocked += 1;
-                    report.settled.push(Settled::of(
-                        &message,
-                        message.attempts.saturating_add(1),
-                        Fate::Blocked,
-                        &reason,
-                    ));
-                    RowChange::Block {
-                        attempts: message.attempts.saturating_add(1),
-                        error: reason,
-                    }
-                }
-                Some(Intent::Drop { reason }) => {
-                    report.dropped += 1;
-                    report.settled.push(Settled::of(
-                        &message,
-                        message.attempts.saturating_add(1),
-                        Fate::Dropped,
-                        &reason,
-                    ));
-                    RowChange::Remove
-                }
-                Some(Intent::Expired) => {
-                    report.expired += 1;
-                    report.settled.push(Settled::of(
-                        &message,
-                        message.attempts,
-                        Fate::Expired {
-                            dead_lettered: dead_letter_expired,
-                        },
-                        EXPIRED_REASON,
-                    ));
-                    // A row in retry back-off expired before its retry: the rows held behind
-                    // it until that retry go on now, in their order (not at the retry time,
-                    // when later rows of the target would already have overtaken them).
-                    if let Some(at) = message.message.deliver_after {
-                        if message.attempts > 0 && at > self.now {
-                            release_holds.push(HoldRelease {
-                                target: EntityKey::new(
-                                    &message.message.target_kind,
-                                    &message.message.tenant,
-                                    &message.message.target_id,
-                                ),
-                                until: at,
-                            });
-                        }
-                    }
-                    if dead_letter_expired {
-                        report.dead_lettered += 1;
-                        dead_letters.push(DeadLetter {
-                            attempts: message.attempts,
-                            reason: EXPIRED_REASON.to_owned(),
-                            first_attempt_at: message.first_failed_at,
-                            last_attempt_at: self.now,
-                            original: message.clone(),
-                        });
-                    }
-                    RowChange::Remove
-                }
-                None => {
-                    report.held += 1;
-                    tracing::warn!(
-                        seq = message.seq,
-                        kind = %message.message.target_kind,
-                        status = message.status.as_str(),
-                        "no station claimed the message; holding it for one poll interval"
-                    );
-                    RowChange::Hold {
-                        until: self.now + hold_for,
-                    }
-                }
-            };
-            updates.push(RowUpdate {
-                seq: message.seq,
-                change,
-            });
+            rows.settle(message, intent);
         }
         let commit = StageCommit {
             lease: self.lease,
             now: self.now,
             lease_until,
-            updates,
+            updates: rows.updates,
             states: self.states,
             writes: self.writes,
-            dead_letters,
+            dead_letters: rows.dead_letters,
             purge_delivered: self.purge_delivered,
             catch_ups: self.catch_ups,
             purge_catch_ups_before: self.purge_catch_ups_before,
-            release_holds,
-            outcomes,
-            outcomes_decided,
+            release_holds: rows.release_holds,
+            outcomes: rows.outcomes,
+            outcomes_decided: rows.outcomes_decided,
         };
-        (commit, report)
+        (commit, rows.report)
     }
 }
 
@@ -397,6 +242,8 @@ mod tests {
     use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
     use crate::model::outcome::CommandOutcome;
     use crate::model::strategy::StableHashStrategy;
+    use crate::storage::{RowChange, RowUpdate};
+    use crate::telemetry::fates::{Fate, Settled};
     use crate::telemetry::monitor::NoopMonitor;
     use std::time::Duration;
 

@@ -6,6 +6,9 @@
 //!             └─ StationContext: registry, config, clock, monitor, read-only storage views
 //! ```
 //!
+//! `row_changes` is the per-row half of `into_commit`: what each row's intent becomes in the
+//! commit, with the dead letters, outcomes and counters that settle with it.
+//!
 //! A station reads through its [`StationContext`](context::StationContext) and records on the
 //! [`Conveyor`](conveyor::Conveyor); the context has no write method and the conveyor hands out
 //! no storage, so a station cannot write anything outside the stage's one fenced commit.
@@ -15,4 +18,5 @@
 pub mod context;
 pub mod conveyor;
 pub mod intent;
+pub mod row_changes;
 pub mod station;

@@ -3,7 +3,7 @@
 //! Every method has a default, so a monitor implements only what it needs. The monitor's
 //! answer to a handler failure is authoritative: the live-delivery station obeys it.
 
-use crate::entity::traits::HandlerError;
+use crate::entity::handler_error::HandlerError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex};
 use crate::model::message::InboxMessage;
 use crate::telemetry::fates::Settled;

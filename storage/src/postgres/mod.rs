@@ -22,6 +22,7 @@ mod arrays;
 mod listen;
 mod notify;
 mod options;
+mod own_echo;
 mod stage_statement;
 mod states_by_id;
 
@@ -77,8 +78,8 @@ pub struct PostgresStorage {
     listen: bool,
     notifier: notify::Notifier,
     /// Names this instance's notifications and wakes its own listeners in process (see
-    /// [`listen::OwnEcho`]).
-    echo: listen::OwnEcho,
+    /// [`own_echo::OwnEcho`]).
+    echo: own_echo::OwnEcho,
 }
 
 impl std::fmt::Debug for PostgresStorage {
@@ -217,7 +218,7 @@ fn connect_blocking(
     .connection_customizer(Box::new(search_path))
     .build(Manager::<PgConnection>::new(url.clone()))
     .map_err(|e| classify_connect(e, &name))?;
-    let echo = listen::OwnEcho::new();
+    let echo = own_echo::OwnEcho::new();
     let target = listen::ListenTarget {
         url: url.clone(),
         schema: options.schema.clone(),

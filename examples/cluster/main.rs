@@ -12,60 +12,25 @@
 //! (`shardbox_cluster_<pid>`), dropped at the end. The node processes are this program run
 //! as `cluster --node <i> --schema <schema>`; set `RUST_LOG=info` to see their logs.
 
-use serde::{Deserialize, Serialize};
+//!
+//! ```text
+//!  main.rs  the parent: arguments, the run (nodes, traffic, the table each second, the kill),
+//!           the final check
+//!  node.rs  a node process's main, and the parent's handle on each node process
+//!  app.rs   the counter aggregate and the node's settings, shared by both
+//! ```
+
+mod app;
+mod node;
+
+use app::{shardbox, Counter, Error, Increment, ACCOUNTS, LEASE, POLL, SHARDS};
+use node::{print_nodes, run_node, start_nodes, stop_nodes, NodeProcess};
+use shardbox::core::storage::ShardSession;
 use shardbox::prelude::*;
-use shardbox::storage::{PostgresOptions, PostgresStorage};
-use shardbox::NodeId;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const SHARDS: u32 = 32;
-const ACCOUNTS: usize = 500;
-const LEASE: Duration = Duration::from_secs(2);
-const POLL: Duration = Duration::from_millis(250);
-
-/// A counter per account: the framework keeps its state.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Counter {
-    value: u64,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Increment;
-
-impl Message for Increment {
-    const TYPE: &'static str = "cluster.increment";
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Incremented;
-
-impl Message for Incremented {
-    const TYPE: &'static str = "cluster.incremented";
-}
-
-impl Aggregate for Counter {
-    const KIND: &'static str = "counter";
-    type Command = Increment;
-    type Event = Incremented;
-
-    async fn handle(
-        &self,
-        _: &Increment,
-        _: &Context<'_>,
-    ) -> Result<Vec<Incremented>, HandlerError> {
-        Ok(vec![Incremented])
-    }
-
-    fn apply(&mut self, _: &Incremented) {
-        self.value += 1;
-    }
-}
-
-type Error = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {
     nodes: usize,
@@ -143,104 +108,6 @@ fn main() -> ExitCode {
     }
 }
 
-async fn shardbox(url: String, schema: &str, node: &str) -> Result<Shardbox, Error> {
-    let options = PostgresOptions::default()
-        .schema(schema.to_owned())
-        .pool_size(8);
-    let storage = PostgresStorage::connect_with(url, options).await?;
-    Ok(Shardbox::builder()
-        .storage(storage)
-        .shards(SHARDS)
-        .lease_duration(LEASE)
-        .poll_interval(POLL)
-        .node_id(NodeId(node.into()))
-        .aggregate::<Counter>()
-        .build()
-        .await?)
-}
-
-/// A node process: serves until stdin closes, printing its delivered count four times a
-/// second.
-async fn run_node(url: String, schema: String, i: usize) -> Result<bool, Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let name = format!("node-{i}");
-    let sb = shardbox(url, &schema, &name).await?;
-    let node = sb.start();
-    println!("ready");
-    let reporter = {
-        let sb = sb.clone();
-        tokio::spawn(async move {
-            loop {
-                println!("delivered {}", sb.metrics().delivered);
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
-    tokio::task::spawn_blocking(|| {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            if line.is_err() {
-                break;
-            }
-        }
-    })
-    .await?;
-    reporter.abort();
-    node.shutdown().await?;
-    println!("delivered {}", sb.metrics().delivered);
-    Ok(true)
-}
-
-/// A node process seen from the parent: its latest delivered count.
-struct NodeProcess {
-    name: String,
-    child: Child,
-    delivered: Arc<Mutex<u64>>,
-    ready: std::sync::mpsc::Receiver<()>,
-}
-
-fn spawn_node(i: usize, schema: &str) -> Result<NodeProcess, Error> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["--node", &i.to_string(), "--schema", schema])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let delivered = Arc::new(Mutex::new(0));
-    let (ready_tx, ready) = std::sync::mpsc::channel();
-    let count = delivered.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line == "ready" {
-                let _ = ready_tx.send(());
-            } else if let Some(n) = line.strip_prefix("delivered ") {
-                if let (Ok(n), Ok(mut c)) = (n.parse(), count.lock()) {
-                    *c = n;
-                }
-            }
-        }
-    });
-    Ok(NodeProcess {
-        name: format!("node-{i}"),
-        child,
-        delivered,
-        ready,
-    })
-}
-
-impl NodeProcess {
-    fn delivered(&self) -> u64 {
-        self.delivered.lock().map(|c| *c).unwrap_or(0)
-    }
-}
-
 async fn run_cluster(url: String, args: Args) -> Result<bool, Error> {
     let schema = format!("shardbox_cluster_{}", std::process::id());
     let sender = shardbox(url.clone(), &schema, "sender").await?;
@@ -249,21 +116,15 @@ async fn run_cluster(url: String, args: Args) -> Result<bool, Error> {
     result
 }
 
+/// Runs the cluster: starts the nodes, sends the traffic while printing who serves what every
+/// second (killing node-0 halfway unless `--no-kill`), then checks every command was applied
+/// once.
 async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Error> {
-    let mut nodes = Vec::new();
-    for i in 0..args.nodes {
-        nodes.push(spawn_node(i, schema)?);
-    }
-    for n in &nodes {
-        n.ready
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|_| format!("{} did not start", n.name))?;
-    }
+    let mut nodes = start_nodes(args.nodes, schema)?;
     println!(
         "{} nodes serve {SHARDS} shards (lease {LEASE:?}, poll {POLL:?}); sending {}/s for {}s",
         args.nodes, args.rate, args.seconds
     );
-
     let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let traffic = tokio::spawn(send_traffic(
         sender.clone(),
@@ -272,7 +133,7 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
         sent.clone(),
     ));
     let started = Instant::now();
-    let mut killed: Option<(chrono::DateTime<chrono::Utc>, BTreeMap<u32, i64>)> = None;
+    let mut killed: Option<Kill> = None;
     let mut last: HashMap<String, u64> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
@@ -286,67 +147,13 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
             started.elapsed().as_secs_f64(),
             sent.load(std::sync::atomic::Ordering::Relaxed)
         );
-        println!("  node      holding  last served  delivered    /s");
-        for n in &nodes {
-            let holding = sessions
-                .iter()
-                .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == n.name))
-                .filter(|s| s.lease_until.is_some_and(|u| u > now))
-                .count();
-            let served = sessions
-                .iter()
-                .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == n.name))
-                .count();
-            let delivered = n.delivered();
-            let rate = delivered - last.insert(n.name.clone(), delivered).unwrap_or(0);
-            let dead = if killed.is_some() && n.name == "node-0" {
-                "  (killed)"
-            } else {
-                ""
-            };
-            println!(
-                "  {:<8}  {holding:>7}  {served:>11}  {delivered:>9}  {rate:>5}{dead}",
-                n.name
-            );
-        }
-        if let Some((at, orphaned)) = &mut killed {
-            for s in &sessions {
-                let Some(&before) = orphaned.get(&s.shard.0) else {
-                    continue;
-                };
-                if let (true, Some(by)) = (s.epoch.0 > before, &s.node_id) {
-                    println!(
-                        "  shard {:>2} of node-0: taken over by {by} (epoch {before} → {}) {:.1}s after the kill",
-                        s.shard,
-                        s.epoch,
-                        s.picked_at
-                            .and_then(|p| (p - *at).to_std().ok())
-                            .unwrap_or_default()
-                            .as_secs_f64()
-                    );
-                    orphaned.remove(&s.shard.0);
-                }
-            }
+        print_nodes(&nodes, &sessions, now, &mut last, killed.is_some());
+        if let Some(kill) = &mut killed {
+            kill.report_takeovers(&sessions);
         }
         let half = Duration::from_secs(args.seconds) / 2;
         if args.kill && killed.is_none() && started.elapsed() >= half && !nodes.is_empty() {
-            nodes[0].child.kill()?;
-            let _ = nodes[0].child.wait();
-            let at = chrono::Utc::now();
-            let orphaned: BTreeMap<u32, i64> = sender
-                .storage()
-                .sessions()
-                .await?
-                .into_iter()
-                .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == "node-0"))
-                .filter(|s| s.lease_until.is_some_and(|u| u > at))
-                .map(|s| (s.shard.0, s.epoch.0))
-                .collect();
-            println!(
-                "\n  >>> killed node-0 (SIGKILL) holding shards {:?}; their leases run out within {LEASE:?}",
-                orphaned.keys().collect::<Vec<_>>()
-            );
-            killed = Some((at, orphaned));
+            killed = Some(Kill::first_node(sender, &mut nodes[0]).await?);
         }
         if traffic.is_finished() && pending == 0 {
             break;
@@ -356,13 +163,68 @@ async fn drive(sender: &Shardbox, schema: &str, args: &Args) -> Result<bool, Err
         }
     }
     traffic.await??;
+    stop_nodes(&mut nodes);
+    check_applied(sender, &sent, started, args).await
+}
 
-    for n in nodes.iter_mut() {
-        drop(n.child.stdin.take());
+/// The kill of node-0: when, and the shards it held (with their epochs then) that no other
+/// node has taken over yet.
+struct Kill {
+    at: chrono::DateTime<chrono::Utc>,
+    orphaned: BTreeMap<u32, i64>,
+}
+
+impl Kill {
+    /// Kills `node` (node-0) with SIGKILL and notes the shards whose leases it held.
+    async fn first_node(sender: &Shardbox, node: &mut NodeProcess) -> Result<Kill, Error> {
+        node.child.kill()?;
+        let _ = node.child.wait();
+        let at = chrono::Utc::now();
+        let orphaned: BTreeMap<u32, i64> = sender
+            .storage()
+            .sessions()
+            .await?
+            .into_iter()
+            .filter(|s| s.node_id.as_ref().is_some_and(|id| id.0 == "node-0"))
+            .filter(|s| s.lease_until.is_some_and(|u| u > at))
+            .map(|s| (s.shard.0, s.epoch.0))
+            .collect();
+        println!(
+            "\n  >>> killed node-0 (SIGKILL) holding shards {:?}; their leases run out within {LEASE:?}",
+            orphaned.keys().collect::<Vec<_>>()
+        );
+        Ok(Kill { at, orphaned })
     }
-    for n in nodes.iter_mut() {
-        let _ = n.child.wait();
+
+    /// Prints each orphaned shard another node has picked up since, once.
+    fn report_takeovers(&mut self, sessions: &[ShardSession]) {
+        for s in sessions {
+            let Some(&before) = self.orphaned.get(&s.shard.0) else {
+                continue;
+            };
+            if let (true, Some(by)) = (s.epoch.0 > before, &s.node_id) {
+                println!(
+                    "  shard {:>2} of node-0: taken over by {by} (epoch {before} → {}) {:.1}s after the kill",
+                    s.shard,
+                    s.epoch,
+                    s.picked_at
+                        .and_then(|p| (p - self.at).to_std().ok())
+                        .unwrap_or_default()
+                        .as_secs_f64()
+                );
+                self.orphaned.remove(&s.shard.0);
+            }
+        }
     }
+}
+
+/// Whether the framework-kept counters add up to what was sent (printed either way).
+async fn check_applied(
+    sender: &Shardbox,
+    sent: &std::sync::atomic::AtomicU64,
+    started: Instant,
+    args: &Args,
+) -> Result<bool, Error> {
     // The framework-kept counters must add up to what was sent.
     let keys: Vec<_> = (0..ACCOUNTS)
         .map(|a| shardbox::core::storage::EntityKey {

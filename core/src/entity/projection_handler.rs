@@ -1,0 +1,79 @@
+//! The adapter of a [`Projection`]: a target's events, in `seq` order, applied to its view
+//! loaded once. `apply` changes the view in place, so a failed one is undone by rebuilding the
+//! view from the loaded state and the events before it (apply is deterministic by contract).
+//!
+//! ```text
+//!  batch of one view ─► load state ─► per event, in order: decode ─► apply (guarded)
+//!      err ─► view rebuilt without it, the rest of the batch waits
+//!  ─► state saved if anything was handled
+//! ```
+
+use crate::entity::guard::guarded;
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler_error::HandlerError;
+use crate::entity::target_batch::{
+    all_failed, context, decode, decode_event, finish_state, load_state, settle, subscriber_face,
+};
+use crate::entity::traits::{EventSet, Projection};
+use crate::model::event::NewEvent;
+use crate::model::message::InboxMessage;
+use async_trait::async_trait;
+use std::marker::PhantomData;
+
+/// Adapts a [`Projection`] type.
+pub struct ProjectionHandler<P>(PhantomData<fn() -> P>);
+
+impl<P> Default for ProjectionHandler<P> {
+    fn default() -> Self {
+        ProjectionHandler(PhantomData)
+    }
+}
+
+#[async_trait]
+impl<P: Projection> EntityHandler for ProjectionHandler<P> {
+    subscriber_face!(P, true);
+
+    async fn handle_batch(
+        &self,
+        state: Option<&[u8]>,
+        batch: &[&InboxMessage],
+        run: BatchRun<'_>,
+    ) -> BatchResult {
+        let mut view: P = match load_state(P::KIND, state) {
+            Ok(s) => s,
+            Err(e) => return all_failed(batch.len(), e),
+        };
+        let mut result = BatchResult::default();
+        for (i, m) in batch.iter().enumerate() {
+            let mut step = match decode::<P::Event>(m) {
+                Ok(event) => {
+                    let cx = context(P::KIND, m, &run);
+                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await
+                }
+                Err(e) => Err(e),
+            };
+            if step.is_err() {
+                // `apply` may have half-changed the view: rebuild it from the loaded state
+                // and the messages before this one (apply is deterministic by contract).
+                match load_state::<P>(P::KIND, state) {
+                    Ok(rebuilt) => {
+                        view = rebuilt;
+                        for earlier in &batch[..i] {
+                            if let Ok(event) = decode::<P::Event>(earlier) {
+                                let cx = context(P::KIND, earlier, &run);
+                                let _ =
+                                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await;
+                            }
+                        }
+                    }
+                    Err(e) => step = Err(e),
+                }
+            }
+            if !settle(&mut result, batch.len(), step) {
+                break;
+            }
+        }
+        finish_state(P::KIND, &view, &mut result);
+        result
+    }
+}

@@ -1,0 +1,169 @@
+//! The per-target rules every adapter (aggregate, projection, reactor, process manager)
+//! shares, written once:
+//!
+//! ```text
+//!  context           what a handler sees of its message and of the run
+//!  decode            the message's payload as the kind's command type or event set
+//!  load_state        the stored state, or the default of a fresh entity
+//!  settle            after each message, in `seq` order: Handled, or the first failure
+//!                    stops the batch and the messages after it are NotAttempted
+//!  finish_state      the state saved if anything was handled (or the whole batch failed)
+//!  emitted_commands  what a handler sends, checked, with ids derived from its message
+//!  subscriber_face   the EntityHandler methods every event subscriber has alike
+//! ```
+//!
+//! These are plain functions over one target's batch: no I/O and no timers (a handler call's
+//! timeout and panic guard are `guard`'s).
+
+use crate::entity::context::Context;
+use crate::entity::handler::{BatchResult, BatchRun, MessageOutcome};
+use crate::entity::handler_error::HandlerError;
+use crate::entity::traits::{EventSet, Outgoing};
+use crate::model::event::NewEvent;
+use crate::model::ids::validate_address;
+use crate::model::message::{InboxMessage, NewMessage};
+use chrono::{DateTime, Utc};
+
+/// What a handler sees of message `m` of a batch of `kind` in `run`.
+pub(crate) fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>) -> Context<'a> {
+    Context {
+        kind,
+        target_id: &m.message.target_id,
+        tenant: &m.message.tenant,
+        signal_id: &m.message.signal_id,
+        metadata: &m.message.metadata,
+        received_at: m.message.received_at,
+        now: run.now,
+        attempts: m.attempts,
+        services: run.services,
+    }
+}
+
+/// The message's payload as `T`: a command type (a [`Message`], a set of one) or the event
+/// set of a subscriber; an error names the type refused.
+pub(crate) fn decode<T: EventSet>(m: &InboxMessage) -> Result<T, HandlerError> {
+    T::decode(&m.message.payload_type, &m.message.payload)
+}
+
+pub(crate) fn load_state<S: serde::de::DeserializeOwned + Default>(
+    kind: &str,
+    state: Option<&[u8]>,
+) -> Result<S, HandlerError> {
+    match state {
+        None => Ok(S::default()),
+        Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
+            HandlerError::new(format!(
+                "stored state of `{kind}` does not deserialize: {e}; fix or reset the state"
+            ))
+        }),
+    }
+}
+
+fn save_state<S: serde::Serialize>(kind: &str, state: &S) -> Result<Vec<u8>, HandlerError> {
+    serde_json::to_vec(state)
+        .map_err(|e| HandlerError::new(format!("state of `{kind}` does not serialize: {e}")))
+}
+
+/// Fills `outcomes` for a batch that failed at `failed` (index) with `error`.
+fn fail_from(outcomes: &mut Vec<MessageOutcome>, len: usize, error: HandlerError) {
+    outcomes.push(MessageOutcome::Failed(error));
+    while outcomes.len() < len {
+        outcomes.push(MessageOutcome::NotAttempted);
+    }
+}
+
+/// The per-target rule every adapter shares, applied after each message of a batch of `len`
+/// handled in order: a message whose step succeeded is `Handled`; the first that fails stops
+/// the batch, and the messages after it are `NotAttempted` (they wait behind it). Returns
+/// whether the batch goes on.
+pub(crate) fn settle(result: &mut BatchResult, len: usize, step: Result<(), HandlerError>) -> bool {
+    match step {
+        Ok(()) => {
+            result.outcomes.push(MessageOutcome::Handled);
+            true
+        }
+        Err(e) => {
+            fail_from(&mut result.outcomes, len, e);
+            false
+        }
+    }
+}
+
+pub(crate) fn all_failed(len: usize, error: HandlerError) -> BatchResult {
+    let mut outcomes = Vec::with_capacity(len);
+    fail_from(&mut outcomes, len, error);
+    BatchResult {
+        outcomes,
+        ..BatchResult::default()
+    }
+}
+
+pub(crate) fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerError> {
+    E::decode(&event.event_type, &event.payload)
+}
+
+/// The commands a handler sends while handling `m`, addressed and checked, all before any is
+/// kept: one invalid command (an id outside the limits, a delay out of range) fails the
+/// handling whole, and its failure policy decides. The n-th command's signal id is derived
+/// from `m`'s signal and its target (`NewMessage::emitted_id`), so a redelivery sends the same
+/// ids and they deduplicate while two targets handling one signal never collide; this is the
+/// one place emitted command ids are made (reactors and process managers alike).
+pub(crate) fn emitted_commands(
+    m: &InboxMessage,
+    outgoing: Vec<Outgoing>,
+    now: DateTime<Utc>,
+) -> Result<Vec<NewMessage>, HandlerError> {
+    outgoing
+        .into_iter()
+        .enumerate()
+        .map(|(n, out)| {
+            let id = m.message.emitted_id("command", n);
+            let c = out.into_message(id, &m.message.tenant, &m.message.metadata, now)?;
+            validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
+                .map(|()| c)
+                .map_err(|e| HandlerError::new(format!("reacted with an invalid command: {e}")))
+        })
+        .collect()
+}
+
+/// Saves the state into the result if any message was handled.
+pub(crate) fn finish_state<S: serde::Serialize>(kind: &str, state: &S, result: &mut BatchResult) {
+    if !result.outcomes.contains(&MessageOutcome::Handled) {
+        return;
+    }
+    match save_state(kind, state) {
+        Ok(bytes) => result.state = Some(bytes),
+        Err(e) => {
+            // Nothing of the batch may commit without its state: fail all of it.
+            let len = result.outcomes.len();
+            *result = all_failed(len, e);
+        }
+    }
+}
+
+/// The part of [`EntityHandler`] that every event subscriber (projection, reactor, process
+/// manager) has alike: its kind, whether it keeps state, its command type (none but a process
+/// manager's), its event set's types, and its routing function (`route` by default).
+macro_rules! subscriber_face {
+    ($t:ident, $stateful:expr) => {
+        subscriber_face!($t, $stateful, None, $t::route);
+    };
+    ($t:ident, $stateful:expr, $command:expr, $route:expr) => {
+        fn kind(&self) -> &'static str {
+            $t::KIND
+        }
+        fn is_stateful(&self) -> bool {
+            $stateful
+        }
+        fn command_type(&self) -> Option<&'static str> {
+            $command
+        }
+        fn event_types(&self) -> &'static [&'static str] {
+            <$t::Event as EventSet>::TYPES
+        }
+        fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
+            Ok($route(&decode_event::<$t::Event>(event)?, &event.source))
+        }
+    };
+}
+pub(crate) use subscriber_face;

@@ -1,0 +1,274 @@
+//! One replay step of a catch-up job, driven by its tick row: read the next page of history
+//! after the job's cursor, route it to the job's targets, apply it (directly, or as rows for
+//! live delivery), and record the job's next row and its next tick.
+//!
+//! ```text
+//!  tick row ─► job gone or not running? consumed
+//!           ─► not replaying (history done, cancel asked)? wait for the replayed rows to settle
+//!           ─► projection not registered here? held a poll interval
+//!           ─► replay_page: read ─► page_rows ─► direct replay, or rows written (spilled)
+//!           ─► finish_step: next tick, the job's new row, the tick row consumed
+//! ```
+//!
+//! What a step does to the job (the status machine, the cursor) is decided in
+//! `shardbox_core::catch_up` (`decide_step`, `apply_step`); this module only reads and writes
+//! what they decide, all on the Conveyor, so a step commits with the stage.
+
+use super::direct::apply_directly;
+use super::CatchUpStation;
+use chrono::{DateTime, Utc};
+use shardbox_core::catch_up::{
+    apply_step, covers, decide_step, needs_estimate, replay_signal, replays, tick, StepDecision,
+};
+use shardbox_core::storage::CatchUpJob;
+use shardbox_core::sync::lock;
+use shardbox_core::{
+    Conveyor, DeliveryError, EntityHandler, EntityRegistry, InboxWrite, Intent, MessageKind,
+    MessageStatus, NewMessage, SignalId, StationContext, StoredEvent,
+};
+use std::sync::Arc;
+use tracing::Instrument;
+
+/// The control row that makes job `job` take its next replay step at `due`.
+pub fn tick_message(
+    env: &StationContext,
+    job: &CatchUpJob,
+    due: Option<DateTime<Utc>>,
+) -> InboxWrite {
+    env.registry().address(tick(job, env.clock().now(), due))
+}
+
+/// What one page of a replay did: the step it leads to, how many events it read, and the
+/// estimate of the job's total (read on its first page only).
+struct ReplayedPage {
+    decision: StepDecision,
+    replayed: usize,
+    estimate: Option<i64>,
+}
+
+/// The rows that replay `events` to the targets of `job` that `handler` routes them to: one
+/// per covered target, with a signal unique to the job and the event. An event that cannot be
+/// routed is logged and skipped.
+fn page_rows(
+    registry: &EntityRegistry,
+    job: &CatchUpJob,
+    handler: &Arc<dyn EntityHandler>,
+    events: &[StoredEvent],
+    now: DateTime<Utc>,
+) -> Vec<InboxWrite> {
+    let kind = &job.spec.projection_kind;
+    let mut rows = Vec::new();
+    for stored in events {
+        let ids = match handler.route(&stored.event) {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::error!(job = job.id, event = %stored.event.id, error = %e, "replayed event could not be routed; skipped");
+                continue;
+            }
+        };
+        for id in ids {
+            if !covers(job, &stored.event.tenant, &id) {
+                continue;
+            }
+            rows.push(registry.address(NewMessage {
+                signal_id: SignalId(replay_signal(job.id, &stored.event.id.0)),
+                kind: MessageKind::CatchUp,
+                target_kind: kind.clone(),
+                target_id: id,
+                tenant: stored.event.tenant.clone(),
+                payload: stored.event.payload.clone(),
+                payload_type: stored.event.event_type.clone(),
+                metadata: stored.event.metadata.clone(),
+                received_at: now,
+                deliver_after: None,
+                expires_at: None,
+            }));
+        }
+    }
+    rows
+}
+
+impl CatchUpStation {
+    /// One replay step of job `job_id`, driven by the tick row at `index`.
+    pub(super) async fn tick(
+        &self,
+        conveyor: &mut Conveyor,
+        index: usize,
+        job_id: i64,
+    ) -> Result<(), DeliveryError> {
+        let env = conveyor.context().clone();
+        let now = conveyor.now();
+        let Some(job) = env.catch_up(job_id).await? else {
+            conveyor.record(index, Intent::Delivered { keep_until: None });
+            return Ok(());
+        };
+        if !job.status.is_running() {
+            conveyor.record(index, Intent::Delivered { keep_until: None });
+            return Ok(());
+        }
+        let kind = job.spec.projection_kind.clone();
+        let page_size = env.config().catch_up_page_size;
+        if !replays(&job) {
+            // History replayed, or a cancel requested: only wait for the replayed rows (and
+            // the live rows the replay covered) to be settled. Needs no handler, so a job of
+            // a projection no running node has can still be cancelled.
+            let pending = env
+                .has_pending_replay(
+                    &kind,
+                    &job.spec.tenant,
+                    &job.spec.affected_shards,
+                    job.cursor,
+                )
+                .await?;
+            let decision = decide_step(&job, &[], page_size, u64::from(pending));
+            self.finish_step(conveyor, &env, index, &job, decision, 0, now);
+            return Ok(());
+        }
+        let Some(handler) = env.registry().handler(&kind).cloned() else {
+            let poll = env.config().poll_span();
+            tracing::warn!(job = job.id, %kind, "projection of a catch-up is not registered on this node; waiting for a node that has it");
+            conveyor.record(index, Intent::Hold { until: now + poll });
+            return Ok(());
+        };
+        let page = self
+            .replay_page(conveyor, &env, &job, &handler, page_size, now)
+            .await?;
+        let mut job = job;
+        if let Some(total) = page.estimate {
+            // Stored with this step's job row (the row is stored whole).
+            job.spec.total_estimate = total;
+        }
+        self.finish_step(
+            conveyor,
+            &env,
+            index,
+            &job,
+            page.decision,
+            page.replayed,
+            now,
+        );
+        Ok(())
+    }
+
+    /// Replays the page of history after `job`'s cursor: the rows of its events applied
+    /// straight to the targets' states, or written for live delivery (and remembered as
+    /// spilled) when they cannot be.
+    async fn replay_page(
+        &self,
+        conveyor: &mut Conveyor,
+        env: &Arc<StationContext>,
+        job: &CatchUpJob,
+        handler: &Arc<dyn EntityHandler>,
+        page_size: usize,
+        now: DateTime<Utc>,
+    ) -> Result<ReplayedPage, DeliveryError> {
+        let kind = &job.spec.projection_kind;
+        // Every type of the projection's set, in one `seq`-ordered read.
+        let types: Vec<String> = handler
+            .event_types()
+            .iter()
+            .map(|t| (*t).to_owned())
+            .collect();
+        let events = env
+            .read_events(job.cursor, &types, job.spec.since, page_size)
+            .await?;
+        let estimate = if needs_estimate(job) {
+            Some(env.count_events(&types, job.spec.since).await?)
+        } else {
+            None
+        };
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        let rows = page_rows(env.registry(), job, handler, &events, now);
+        let span = tracing::info_span!("catch-up page", job = job.id, %kind, after = job.cursor, events = events.len(), rows = rows.len());
+        async {
+            tracing::debug!("replaying");
+        }
+        .instrument(span)
+        .await;
+        let rows = if !rows.is_empty() && self.may_apply_directly(conveyor, env, job).await? {
+            apply_directly(conveyor, env, &self.in_flight, handler, rows, now)
+                .await?
+                .unwrap_or_default()
+        } else {
+            rows
+        };
+        if !rows.is_empty() {
+            lock(&self.spilled).insert(job.id, (conveyor.lease().epoch, true));
+            conveyor.emit_messages(rows);
+        }
+        Ok(ReplayedPage {
+            decision: decide_step(job, &seqs, page_size, 0),
+            replayed: events.len(),
+            estimate,
+        })
+    }
+
+    /// Whether this page of job `job` may be applied straight to the projections' states: only
+    /// when none of its replayed rows (written by an earlier page that could not be applied
+    /// directly) is left, so that each target still sees its events in order.
+    async fn may_apply_directly(
+        &self,
+        conveyor: &Conveyor,
+        env: &StationContext,
+        job: &CatchUpJob,
+    ) -> Result<bool, DeliveryError> {
+        let kind = &job.spec.projection_kind;
+        if conveyor
+            .open_with_status(MessageStatus::ToCatchUp)
+            .any(|(_, m)| &m.message.target_kind == kind)
+        {
+            return Ok(false);
+        }
+        let epoch = conveyor.lease().epoch;
+        let known = lock(&self.spilled).get(&job.id).copied();
+        if known == Some((epoch, false)) {
+            return Ok(true);
+        }
+        // Cursor 0: replayed rows only (no live row carries an event seq <= 0).
+        let pending = env
+            .has_pending_replay(kind, &job.spec.tenant, &job.spec.affected_shards, 0)
+            .await?;
+        lock(&self.spilled).insert(job.id, (epoch, pending));
+        Ok(!pending)
+    }
+
+    /// Records what step `decision` does to `job`: the next tick, the job's new row, and the
+    /// consumed tick row at `index`.
+    #[allow(clippy::too_many_arguments)] // one step's parts, all needed
+    fn finish_step(
+        &self,
+        conveyor: &mut Conveyor,
+        env: &StationContext,
+        index: usize,
+        job: &CatchUpJob,
+        decision: StepDecision,
+        replayed: usize,
+        now: DateTime<Utc>,
+    ) {
+        let kind = &job.spec.projection_kind;
+        let next = apply_step(job, &decision, replayed, now);
+        match decision {
+            StepDecision::Replay { .. } => {
+                conveyor.emit_messages(vec![tick_message(env, &next, None)]);
+            }
+            StepDecision::AwaitDelivery => {
+                let poll = env.config().poll_span();
+                conveyor.emit_messages(vec![tick_message(env, &next, Some(now + poll))]);
+            }
+            StepDecision::Complete => {
+                lock(&self.spilled).remove(&job.id);
+                tracing::info!(job = job.id, %kind, replayed = next.replayed, "catch-up completed");
+            }
+            StepDecision::Cancel => {
+                lock(&self.spilled).remove(&job.id);
+                tracing::info!(job = job.id, %kind, replayed = next.replayed, cursor = next.cursor, "catch-up cancelled; its targets are back on live delivery");
+            }
+        }
+        if next != *job {
+            conveyor.update_catch_up(next);
+        }
+        // Removed (not kept) so that the next tick, which may carry the same signal, can be
+        // written in the same commit.
+        conveyor.record(index, Intent::Delivered { keep_until: None });
+    }
+}
