@@ -156,6 +156,10 @@ async fn a_panicking_take_over_is_counted_and_its_shard_retried(storage: Arc<dyn
         .await
         .expect("pick up")
         .expect("the shard is free");
+    // Two lease-watch rounds, so that the node has marked the shard held elsewhere before the
+    // send: its wake-up is then left to the take-over (a wake-up that found the lease held
+    // would retry the shard with the worker's own turn after the lease runs out).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     sb.send::<Tally>("t-1", &TallyCommand::Add(1))
         .await
         .expect("send");

@@ -185,7 +185,10 @@ async fn operate(storage: Arc<dyn Storage>, db: &str, schema: Option<&str>) {
     assert_eq!(pending_in(&sb, SHARDS - 1).await, 1);
     sb.deliver_all().await.expect("deliver");
 
-    // Mounted in the application: its strategy places the rows.
+    // Mounted in the application: its strategy places the rows. (The second dead letter is
+    // made before the node runs: `deliver_all` beside a running node may find its shard
+    // leased.)
+    let second = dead_letter(&sb, "l-2").await;
     let node = sb.start();
     let admin = {
         let app = shardbox::admin::router(sb.admin_state(&node).allow_actions(true));
@@ -196,7 +199,6 @@ async fn operate(storage: Arc<dyn Storage>, db: &str, schema: Option<&str>) {
         tokio::spawn(async move { shardbox::admin::axum::serve(listener, app).await });
         addr
     };
-    let second = dead_letter(&sb, "l-2").await;
     let reply = post(
         &admin,
         "/api/dead-letters/requeue",
