@@ -63,6 +63,26 @@ pub struct BatchRun<'a> {
     pub services: &'a Services,
     /// How long one handler call may take before it fails (`handler_timeout` of the kind).
     pub timeout: Duration,
+    /// The largest payload an emitted event or command may carry (`max_payload_bytes`): a
+    /// larger one fails its message permanently ([`emitted_payload`]).
+    pub max_payload_bytes: usize,
+}
+
+/// Checks the payload a handler emits while handling `m` against the limit: over it, the
+/// message fails permanently (the handler would emit the same again; the kind's failure
+/// policy decides, a dead letter by default, requeued once the limit is raised).
+pub(crate) fn emitted_payload(
+    m: &InboxMessage,
+    payload_type: &str,
+    payload: &[u8],
+    limit: usize,
+) -> Result<(), HandlerError> {
+    crate::model::payload_limit::check_payload(payload_type, payload, limit).map_err(|e| {
+        HandlerError::permanent(format!(
+            "handling `{}` emitted a payload too large to write: {e}",
+            m.message.signal_id
+        ))
+    })
 }
 
 /// An entity kind as delivery sees it.
@@ -243,14 +263,15 @@ pub(crate) fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerEr
 pub(crate) fn emitted_commands(
     m: &InboxMessage,
     outgoing: Vec<Outgoing>,
-    now: DateTime<Utc>,
+    run: &BatchRun<'_>,
 ) -> Result<Vec<NewMessage>, HandlerError> {
     outgoing
         .into_iter()
         .enumerate()
         .map(|(n, out)| {
+            emitted_payload(m, &out.payload_type, &out.payload, run.max_payload_bytes)?;
             let id = m.message.emitted_id("command", n);
-            let c = out.into_message(id, &m.message.tenant, &m.message.metadata, now)?;
+            let c = out.into_message(id, &m.message.tenant, &m.message.metadata, run.now)?;
             validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
                 .map(|()| c)
                 .map_err(|e| HandlerError::new(format!("reacted with an invalid command: {e}")))
@@ -284,6 +305,12 @@ impl<A: Aggregate> AggregateHandler<A> {
                     <A::Event as Message>::TYPE
                 ))
             })?;
+            emitted_payload(
+                m,
+                <A::Event as Message>::TYPE,
+                &payload,
+                run.max_payload_bytes,
+            )?;
             stored.push(NewEvent {
                 id: m.message.emitted_id("event", n),
                 event_type: <A::Event as Message>::TYPE.to_owned(),
@@ -494,9 +521,7 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
                     guarded(R::KIND, run.timeout, self.0.react(&event, &cx))
                         .await
                         .and_then(|outgoing| {
-                            result
-                                .commands
-                                .extend(emitted_commands(m, outgoing, run.now)?);
+                            result.commands.extend(emitted_commands(m, outgoing, &run)?);
                             Ok(())
                         })
                 }

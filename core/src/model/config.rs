@@ -4,6 +4,9 @@
 use crate::model::error::ConfigError;
 use crate::model::failure::FailurePolicy;
 use crate::model::ids::{validate as validate_id, IdField, NodeId};
+use crate::model::payload_limit::{
+    DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, MIN_PAYLOAD_LIMIT,
+};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -74,6 +77,12 @@ pub struct DeliveryConfig {
     pub handler_timeout: Duration,
     /// `handler_timeout` per entity kind.
     pub kind_handler_timeouts: HashMap<String, Duration>,
+    /// The largest serialized payload a send, a post or a handler's emitted event or
+    /// command may carry (256 B..=256 MiB). Default 1 MiB ([`DEFAULT_MAX_PAYLOAD_BYTES`]).
+    /// A send or post over it is refused with `DeliveryError::PayloadTooLarge` and writes
+    /// nothing; a handler that emits one fails its message permanently, and the kind's
+    /// failure policy decides (see [`crate::model::payload_limit`]).
+    pub max_payload_bytes: usize,
 }
 
 impl Default for DeliveryConfig {
@@ -99,6 +108,7 @@ impl Default for DeliveryConfig {
             max_in_flight_handlers: 1_024,
             handler_timeout: Duration::from_secs(60),
             kind_handler_timeouts: HashMap::new(),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
         }
     }
 }
@@ -255,6 +265,13 @@ impl DeliveryConfig {
                 return Err(invalid("handler_timeout", timeout, "must be 1ms..=24h"));
             }
         }
+        if !(MIN_PAYLOAD_LIMIT..=MAX_PAYLOAD_LIMIT).contains(&self.max_payload_bytes) {
+            return Err(invalid(
+                "max_payload_bytes",
+                self.max_payload_bytes,
+                "must be 256..=268435456 (256 B to 256 MiB)",
+            ));
+        }
         self.failure_policy.validate("failure_policy")?;
         // Named as the builder method, with the kind (the first at fault in name order, so the
         // same one every time): a bare "invalid policy" would not say which call to fix.
@@ -354,6 +371,8 @@ impl DeliveryConfigBuilder {
         max_in_flight_handlers: usize);
     setter!(/// Sets [`DeliveryConfig::handler_timeout`].
         handler_timeout: Duration);
+    setter!(/// Sets [`DeliveryConfig::max_payload_bytes`].
+        max_payload_bytes: usize);
 
     /// Gives `kind` its own `handler_timeout`.
     pub fn kind_handler_timeout(mut self, kind: &str, timeout: Duration) -> Self {
@@ -424,6 +443,7 @@ mod tests {
         assert_eq!(c.handler_concurrency, 16);
         assert_eq!(c.max_in_flight_handlers, 1_024);
         assert_eq!(c.handler_timeout, Duration::from_secs(60));
+        assert_eq!(c.max_payload_bytes, 1 << 20);
     }
 
     #[test]
@@ -485,6 +505,8 @@ mod tests {
             (b().max_in_flight_handlers(0), "max_in_flight_handlers"),
             (b().handler_timeout(Duration::ZERO), "handler_timeout"),
             (b().handler_timeout(Duration::MAX), "handler_timeout"),
+            (b().max_payload_bytes(255), "max_payload_bytes"),
+            (b().max_payload_bytes((256 << 20) + 1), "max_payload_bytes"),
             (
                 b().kind_handler_timeout("k", Duration::from_secs(25 * 3600)),
                 "handler_timeout",
