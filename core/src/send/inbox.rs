@@ -390,7 +390,12 @@ impl Inbox {
     pub async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
         let report = self
             .writes
-            .write(&self.env.storage, &self.env.registry, batch)
+            .write(
+                &self.env.storage,
+                &self.env.registry,
+                &self.env.metrics,
+                batch,
+            )
             .await?;
         self.env.metrics.record_write(&report);
         self.env.notify(&report.shards);
