@@ -115,6 +115,9 @@ config_setters! {
     max_in_flight_handlers => max_in_flight_handlers: usize;
     /// How long one handler call may take before it fails (default 60 s).
     handler_timeout => handler_timeout: Duration;
+    /// The largest serialized payload a send, a post or a handler's emission may carry
+    /// (default 1 MiB; 256 B..=256 MiB).
+    max_payload_bytes => max_payload_bytes: usize;
 }
 
 /// `err` naming the builder method instead of the core's field.
@@ -318,6 +321,7 @@ mod tests {
                 "lease_duration",
             ),
             (b().workers(0), "workers"),
+            (b().max_payload_bytes(0), "max_payload_bytes"),
             (b().failure_policy(bad_policy), "failure_policy"),
             (b().kind_policy("payment", bad_policy), "kind_policy"),
         ];

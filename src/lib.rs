@@ -115,6 +115,7 @@ pub use shardbox_core::{
     StorageError, StrategyRecord, SystemClock, MAX_DELIVER_STAGES, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
+pub use shardbox_core::{PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES};
 
 /// The names most applications need.
 pub mod prelude {

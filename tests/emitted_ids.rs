@@ -8,6 +8,10 @@
 //! - one caller-chosen signal id sent to two aggregates: both emitted events got one id, the
 //!   event store kept one, and a catch-up of a projection (or any reader of the store) missed
 //!   the other.
+//!
+//! And one that stood after it, until issue 37: an emitted id too long to be readable was a
+//! digest that callers could make collide (two FNV-1a hashes), so two target ids crafted for
+//! one long signal id lost an event the same way.
 
 mod common;
 
@@ -225,7 +229,56 @@ async fn one_signal_to_two_aggregates_stores_two_events(storage: Arc<dyn Storage
     assert_eq!(views(sb.clone()).await, [Some(view(1)), Some(view(2))]);
 }
 
+/// Two tally ids crafted so that, for the signal `"s" × 400`, the digest used until issue 37
+/// (two unkeyed FNV-1a hashes) gave their events one id (found in seconds; see
+/// `crafted_targets_that_collided_under_the_fnv_digest_emit_distinct_ids` in
+/// core/src/model/ids.rs, which also checks that the old digests of the two are equal).
+const CRAFTED_TARGETS: [&str; 2] = [
+    "t-dI0\u{170}\u{f1}\u{471}\u{b3}B0C1\u{b0}B1\u{f0}\u{f0}C1D1\u{f3}\u{b0}\u{b0}\u{2f0}E0\u{f1}Q1\u{b3}\u{b0}C1B0\u{b1}C0\u{f0}C1\u{131}\u{f3}B0B0K0\u{170}C1Q1\u{b3}\u{b0}C1\u{b0}B1C0\u{f0}\u{f1}\u{131}\u{f3}\u{b0}B0\u{2f0}E0\u{f1}Q1B3\u{b0}C1B0",
+    "t-d\u{270}E0\u{f1}\u{471}\u{b3}\u{b0}C1B0B1\u{f0}C0\u{f1}\u{131}C3B0B0K0E0\u{f1}\u{471}B3\u{b0}C1\u{b0}B1\u{f0}\u{f0}\u{f1}\u{131}C3\u{b0}B0K0\u{170}C1\u{471}\u{b3}\u{b0}\u{f1}B0\u{b1}\u{f0}C0C1D1\u{f3}B0\u{b0}K0\u{170}\u{f1}Q1B3B0\u{f1}\u{b0}",
+];
+
+/// A caller who chooses the signal id and the target ids cannot make two aggregates emit one
+/// event id (defect 12 of issue 37): the crafted pair, sent one long signal id, stores two
+/// events, each applied by the projection.
+async fn crafted_targets_store_two_events(storage: Arc<dyn Storage>) {
+    let sb = Shardbox::builder()
+        .shared_storage(storage)
+        .shards(4)
+        .aggregate::<Tally>()
+        .projection::<TallyView>()
+        .build()
+        .await
+        .expect("build");
+    let same = SendOptions::default().signal_id("s".repeat(400));
+    for (n, id) in CRAFTED_TARGETS.iter().enumerate() {
+        sb.send_with::<Tally>(id, &TallyCommand::Add(n as i64 + 1), same.clone())
+            .await
+            .expect("send");
+    }
+    deliver_until_idle(&sb).await;
+
+    let stored = sb
+        .storage()
+        .read_events(0, &["tally.event".to_owned()], None, 100)
+        .await
+        .expect("read events");
+    assert_eq!(stored.len(), 2, "both events stored: {stored:#?}");
+    assert_ne!(stored[0].event.id, stored[1].event.id);
+    for (n, id) in CRAFTED_TARGETS.iter().enumerate() {
+        assert_eq!(
+            sb.projection_state::<TallyView>(id).await.expect("state"),
+            Some(TallyView {
+                events: 1,
+                sum: n as i64 + 1
+            }),
+            "{id}"
+        );
+    }
+}
+
 common::on_every_backend!("emitted_ids";
     commands_of_two_reactors_to_one_target_are_all_applied,
     one_signal_to_two_aggregates_stores_two_events,
+    crafted_targets_store_two_events,
 );

@@ -242,5 +242,5 @@ async fn gauges_show_a_seeded_database() {
     ] {
         assert!(described.contains(name), "{name} is described");
     }
-    assert_eq!(described.len(), 28, "18 counters, 9 gauges, 1 histogram");
+    assert_eq!(described.len(), 29, "19 counters, 9 gauges, 1 histogram");
 }

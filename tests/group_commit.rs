@@ -5,7 +5,8 @@
 //! refuses almost nothing a send can carry, so a trigger stands in for a constraint there). To
 //! make sure the refused send shares a group with others, the test holds the database's write
 //! lock while a first send leads, so that the next 19 queue behind it and are written as one
-//! group when the lock is let go.
+//! group when the lock is let go — and checks that they were: the node's `write_groups`
+//! counter grows by exactly two (the leader's group, then the 19), not by 20.
 
 mod common;
 
@@ -87,9 +88,18 @@ async fn one_refused_send_fails_alone(storage: Arc<dyn Storage>, mut db: Databas
                 .map(|_| target)
         })
     };
-    // The first send leads and waits for the lock; the 19 next queue behind it meanwhile.
+    // The first send leads and waits for the lock (its group is counted when it is taken);
+    // the 19 next queue behind it meanwhile.
+    let groups_before = sb.metrics().write_groups;
     let first = send("good-0".into(), 0);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sb.metrics().write_groups == groups_before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first send leads"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut sends = vec![first];
     for i in 1..20u64 {
         let target = if i == 7 {
@@ -116,6 +126,12 @@ async fn one_refused_send_fails_alone(storage: Arc<dyn Storage>, mut db: Databas
         }
     }
     assert_eq!(good.len(), 19, "every send but the refused one is written");
+    assert_eq!(
+        sb.metrics().write_groups - groups_before,
+        2,
+        "the first send alone, then the 19 that queued behind it as one group (a refused one \
+         among them, written apart only by the bisection of that group)"
+    );
     let counts = storage.counts(None).await.expect("counts");
     assert_eq!(counts.pending(), 19, "{counts:?}");
 

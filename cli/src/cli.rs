@@ -86,6 +86,13 @@ pub enum Command {
         /// refused with 403 and the dashboard is read-only.
         #[arg(long)]
         allow_actions: bool,
+        /// Also answer requests addressed to this name or address (their Host header; the
+        /// port is ignored); repeat for several. The loopback names and the address listened
+        /// on are answered anyway; every other name gets 403, so that a web page cannot reach
+        /// the server through a name of its own (DNS rebinding). "*" answers every name: only
+        /// behind a proxy that checks the name itself.
+        #[arg(long = "allowed-host", value_name = "NAME")]
+        allowed_hosts: Vec<String>,
     },
 }
 

@@ -7,7 +7,7 @@
 //!                                    catch-up start|list|progress [--follow]|cancel
 //!                                    reshard --shards N [--timeout-secs S]
 //!                                    migrate [--check]
-//!                                    serve [--listen ADDR] [--allow-actions]
+//!                                    serve [--listen ADDR] [--allow-actions] [--allowed-host NAME]…
 //! ```
 //!
 //! Each command opens the database (see [`db`]), calls the storage traits of
@@ -94,6 +94,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve {
             listen,
             allow_actions,
-        } => serve::run(verified().await?, listen, allow_actions).await,
+            allowed_hosts,
+        } => serve::run(verified().await?, listen, allow_actions, allowed_hosts).await,
     }
 }

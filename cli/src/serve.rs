@@ -11,21 +11,30 @@ use shardbox_core::Storage;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Serves `storage` on `listen` until interrupted.
+/// Serves `storage` on `listen` until interrupted, answering requests addressed to the
+/// loopback names, the address listened on (unless it is the unspecified one, 0.0.0.0 or
+/// ::, which no request is addressed to) and `allowed_hosts`.
 pub async fn run(
     storage: Arc<dyn Storage>,
     listen: SocketAddr,
     allow_actions: bool,
+    allowed_hosts: Vec<String>,
 ) -> Result<(), CliError> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| CliError::Usage(format!("cannot listen on {listen}: {e}")))?;
     let bound = listener.local_addr().map_err(CliError::Output)?;
     let database = storage.describe();
-    let app = router(AdminState::new(storage).allow_actions(allow_actions));
+    let listened = (!bound.ip().is_unspecified()).then(|| bound.ip().to_string());
+    let state = AdminState::new(storage)
+        .allow_actions(allow_actions)
+        .allow_hosts(listened)
+        .allow_hosts(allowed_hosts);
+    let hosts = state.allowed_hosts().join(", ");
+    let app = router(state);
     println!("listening on http://{bound}/");
     eprintln!(
-        "serving {database}; operator actions {}",
+        "serving {database}; operator actions {}; answering the hosts {hosts} (--allowed-host to add)",
         if allow_actions {
             "enabled"
         } else {

@@ -1,7 +1,8 @@
 //! The admin HTTP surface without a browser: `shardbox serve` run as a process over a
 //! seeded database (read-only, then with --allow-actions), and the router mounted beside a
 //! running node; on SQLite, and on PostgreSQL when SHARDBOX_PG_URL is set (skipped loudly
-//! without).
+//! without). The client is a tool's: `Host` the address, a JSON content type, no `Origin`;
+//! the guard's tests send what a browser on another site would.
 
 mod support;
 
@@ -14,7 +15,7 @@ use shardbox_storage::test_schema::{pg_url, TestSchema};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use support::http::{call, Reply};
+use support::http::{call, call_with, Reply};
 use support::seed::{self, Ledger};
 use support::serve::Served;
 
@@ -533,4 +534,220 @@ async fn mounted_router_on_postgres() {
         .await
         .expect("connect");
     mounted(Arc::new(storage)).await;
+}
+
+/// A router with actions over a fresh SQLite database, served on loopback, with a running
+/// catch-up (job id returned) to cancel; `hosts` are allowed besides the loopback names.
+async fn guarded(dir: &tempfile::TempDir, hosts: &[&str]) -> (String, i64) {
+    let storage: Arc<dyn Storage> = Arc::new(
+        SqliteStorage::open(dir.path().join("guarded.db"))
+            .await
+            .expect("open"),
+    );
+    // A node records the shard count, which a catch-up start places its rows by.
+    Shardbox::builder()
+        .shared_storage(storage.clone())
+        .shards(4)
+        .build()
+        .await
+        .expect("build");
+    let state = shardbox::admin::AdminState::new(storage)
+        .allow_actions(true)
+        .allow_hosts(hosts.iter().copied());
+    let addr = mount(shardbox::admin::router(state)).await;
+    let started = post(
+        &addr,
+        "/api/catch-ups",
+        json!({ "projection_kind": "guarded", "ids": ["a"] }),
+    )
+    .await;
+    assert_eq!(started.status, 200, "{}", started.body);
+    (addr, started.json()["id"].as_i64().expect("job id"))
+}
+
+/// Defect 4 of issue 37: a web page the operator visits cannot act or read through the
+/// operator's browser. A cross-site form or "simple" fetch (no JSON content type: the cancel
+/// took no body, so nothing refused it), a POST from another origin, and any request through
+/// a name of another site that resolves to the loopback server (DNS rebinding) are refused,
+/// and the catch-up keeps running; the dashboard's own POST (same origin, JSON) cancels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_site_requests_are_refused_and_the_dashboard_s_own_are_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (addr, job) = guarded(&dir, &[]).await;
+    let cancel = format!("/api/catch-ups/{job}/cancel");
+    let port = addr.rsplit_once(':').expect("host:port").1;
+
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+    ] {
+        let reply = call_with(
+            &addr,
+            "POST",
+            &cancel,
+            &[
+                ("content-type", content_type),
+                ("origin", Some("http://evil.example")),
+            ],
+            Some(""),
+        )
+        .await;
+        // Refused whichever check comes first: a browser sends the Origin of the page.
+        assert!(
+            [403, 415].contains(&reply.status),
+            "{content_type:?}: {} {}",
+            reply.status,
+            reply.body
+        );
+        // A tool's request without the type is refused too, naming the header to send.
+        refused(
+            &call_with(
+                &addr,
+                "POST",
+                &cancel,
+                &[("content-type", content_type)],
+                None,
+            )
+            .await,
+            415,
+            "Content-Type: application/json",
+        );
+    }
+    // From another origin, even with the JSON type (which a browser would not send without a
+    // preflight this server never grants).
+    for origin in [
+        "http://evil.example",
+        &format!("http://localhost:{port}"),
+        "null",
+    ] {
+        refused(
+            &call_with(
+                &addr,
+                "POST",
+                &cancel,
+                &[("origin", Some(origin))],
+                Some("{}"),
+            )
+            .await,
+            403,
+            "cross-origin",
+        );
+    }
+    // DNS rebinding: the browser believes it talks to evil.example; reads and actions alike.
+    let rebound = format!("evil.example:{port}");
+    for (method, path) in [
+        ("GET", "/api/dead-letters"),
+        ("GET", "/api/dead-letters/1"),
+        ("GET", "/api/status"),
+        ("GET", "/"),
+        ("POST", cancel.as_str()),
+    ] {
+        let reply = call_with(
+            &addr,
+            method,
+            path,
+            &[
+                ("host", Some(&rebound)),
+                ("origin", Some(&format!("http://{rebound}"))),
+            ],
+            (method == "POST").then_some("{}"),
+        )
+        .await;
+        refused(&reply, 403, "--allowed-host");
+        refused(&reply, 403, "AdminState::allow_hosts");
+    }
+    let view = get(&addr, &format!("/api/catch-ups/{job}")).await.json();
+    assert_eq!(
+        (&view["status"], &view["cancel_requested"]),
+        (&json!("started"), &json!(false)),
+        "nothing was cancelled: {view}"
+    );
+
+    // The dashboard's own request: same origin, JSON content type, a `{}` body.
+    let own = call_with(
+        &addr,
+        "POST",
+        &cancel,
+        &[("origin", Some(&format!("http://{addr}")))],
+        Some("{}"),
+    )
+    .await;
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(own.json()["status"], "cancelling");
+    let page = get(&addr, "/").await.body;
+    assert!(
+        page.contains(r#"headers: { "content-type": "application/json" }"#),
+        "the dashboard's POSTs declare JSON"
+    );
+}
+
+/// The names an operator configures are answered (with any port), mounted and by `shardbox
+/// serve --allowed-host`; others are still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_host_names_are_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (addr, _) = guarded(&dir, &["admin.example"]).await;
+    let as_host = |host: &'static str| {
+        let addr = addr.clone();
+        async move { call_with(&addr, "GET", "/api/status", &[("host", Some(host))], None).await }
+    };
+    assert_eq!(as_host("admin.example:443").await.status, 200);
+    assert_eq!(as_host("localhost").await.status, 200);
+    assert_eq!(as_host("[::1]:9187").await.status, 200);
+    refused(&as_host("other.example").await, 403, "admin.example");
+
+    let path = dir.path().join("guarded.db");
+    let served = Served::start(
+        path.to_str().expect("utf-8"),
+        None,
+        &[
+            "--allowed-host",
+            "admin.example",
+            "--allowed-host",
+            "10.1.2.3",
+        ],
+    );
+    for host in ["admin.example", "10.1.2.3:9187", "127.0.0.1"] {
+        let reply = call_with(
+            &served.addr,
+            "GET",
+            "/health/ready",
+            &[("host", Some(host))],
+            None,
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{host}: {}", reply.body);
+    }
+    refused(
+        &call_with(
+            &served.addr,
+            "GET",
+            "/api/status",
+            &[("host", Some("other.example"))],
+            None,
+        )
+        .await,
+        403,
+        "--allowed-host",
+    );
+}
+
+/// A list's `limit` is bounded: one answer is read and sent whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_limit_above_the_bound_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (addr, _) = guarded(&dir, &[]).await;
+    for path in [
+        "/api/dead-letters?limit=1001",
+        "/api/dead-letters?kind=k&limit=18446744073709551615",
+        "/api/blocked?limit=1001",
+    ] {
+        refused(&get(&addr, path).await, 400, "at most 1000 rows");
+    }
+    for path in ["/api/dead-letters?limit=1000", "/api/blocked?limit=1000"] {
+        let reply = get(&addr, path).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    }
 }

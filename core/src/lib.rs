@@ -88,6 +88,9 @@ pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };
 pub use model::outcome::{handled_events, CommandOutcome, OutcomeLookup, OutcomeRecord};
+pub use model::payload_limit::{
+    check_payload, PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, MIN_PAYLOAD_LIMIT,
+};
 pub use model::strategy::{ShardStrategy, StableHashStrategy, StrategyRecord};
 pub use model::time_limits::{InvalidTime, TimeField, MAX_SPAN};
 #[doc(hidden)]

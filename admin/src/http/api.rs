@@ -19,9 +19,14 @@
 //!  POST /api/catch-ups/{id}/cancel    → the job, `cancelling` until its next step
 //! ```
 //!
+//! A list answers at most [`MAX_LIST`] rows (`limit` above it is a 400). Every request passes
+//! the guard first ([`crate::http::guard`]): a POST needs `Content-Type: application/json`,
+//! a body-less one (cancel) too.
+//!
 //! Errors are `{"error": "…"}`: 400 for a request that is refused or does not parse (the
-//! text names the field), 403 for an action while actions are off, 404 for nothing
-//! matched, 409 for a catch-up that overlaps a running one or is no longer running, 503 for
+//! text names the field), 403 for an action while actions are off (or a request the guard
+//! refuses: an unknown Host, a foreign Origin), 415 for a POST without a JSON content type,
+//! 404 for nothing matched, 409 for a catch-up that overlaps a running one or is no longer running, 503 for
 //! a database that cannot be reached, 500 for another storage failure.
 
 use crate::error::AdminError;
@@ -44,6 +49,21 @@ use shardbox_core::StorageError;
 const DEFAULT_LIST: usize = 50;
 /// Blocked targets listed when no limit is given.
 const DEFAULT_BLOCKED: usize = 100;
+/// The most rows one list answers (`limit` of `GET /api/dead-letters` and `GET
+/// /api/blocked`): one answer is read whole into memory and sent whole; page on for more.
+pub const MAX_LIST: usize = 1_000;
+
+/// `limit`, or why it is refused: above [`MAX_LIST`].
+fn bounded(limit: Option<usize>, default: usize, paging: &str) -> Result<usize, ApiError> {
+    match limit {
+        Some(n) if n > MAX_LIST => Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("limit {n} is too large: a list answers at most {MAX_LIST} rows; {paging}"),
+        )),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
 
 /// An API failure as a response.
 #[derive(Debug)]
@@ -128,7 +148,11 @@ pub async fn dead_letters(
     query: Result<Query<DeadLetterQuery>, QueryRejection>,
 ) -> ApiResult {
     let Query(mut query) = query?;
-    query.limit = Some(query.limit.unwrap_or(DEFAULT_LIST));
+    query.limit = Some(bounded(
+        query.limit,
+        DEFAULT_LIST,
+        "page on with after=<the last id listed>",
+    )?);
     ok(dead_letters::list(&*state.storage, &query, Utc::now()).await?)
 }
 
@@ -192,7 +216,12 @@ pub async fn blocked(
     query: Result<Query<Limit>, QueryRejection>,
 ) -> ApiResult {
     let Query(Limit { limit }) = query?;
-    ok(blocked::list(&*state.storage, limit.unwrap_or(DEFAULT_BLOCKED)).await?)
+    let limit = bounded(
+        limit,
+        DEFAULT_BLOCKED,
+        "GET /api/status counts them all (blocked_targets)",
+    )?;
+    ok(blocked::list(&*state.storage, limit).await?)
 }
 
 /// `POST /api/blocked/unblock`.

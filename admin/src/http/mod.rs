@@ -9,16 +9,22 @@
 //!  /api/*          the JSON API (api): views, and actions when allowed
 //! ```
 //!
+//! Every request passes the guard first ([`guard`]): a `Host` the surface answers, and for
+//! a POST no foreign `Origin` and a JSON content type, so that no web page an operator
+//! visits can read or act through the operator's browser.
+//!
 //! Nothing here decides what to show: the views do (see [`crate::views`]).
 
 pub mod api;
 mod dashboard;
+pub mod guard;
 pub mod health;
 pub mod prometheus;
 pub mod state;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
+use axum::middleware;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -47,6 +53,7 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/api/catch-ups/{id}", get(api::catch_up))
         .route("/api/catch-ups/{id}/cancel", post(api::cancel_catch_up))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::check))
         .with_state(state)
 }
 

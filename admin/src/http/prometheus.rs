@@ -127,11 +127,12 @@ pub fn render_gauges(out: &mut String, status: &Status) {
 /// The counters of a node's snapshot.
 pub fn render_counters(out: &mut String, node: &str, m: &MetricsSnapshot) {
     let node = label(node);
-    let counters: [(&str, u64); 18] = [
+    let counters: [(&str, u64); 19] = [
         ("delivered", m.delivered),
         ("duplicates", m.duplicates),
         ("write_duplicates", m.write_duplicates),
         ("written", m.written),
+        ("write_groups", m.write_groups),
         ("retries", m.retries),
         ("dead_lettered", m.dead_lettered),
         ("dropped", m.dropped),
@@ -182,7 +183,7 @@ mod tests {
         let mut out = String::new();
         render_counters(&mut out, "n-1", &MetricsSnapshot::default());
         let helps: Vec<&str> = out.lines().filter(|l| l.starts_with("# HELP ")).collect();
-        assert_eq!(helps.len(), 19);
+        assert_eq!(helps.len(), 20);
         for line in helps {
             let (name, help) = line["# HELP ".len()..]
                 .split_once(' ')

@@ -8,6 +8,7 @@
 //! requeue and a catch-up start, counts the action in its counters and wakes its workers at
 //! once.
 
+use crate::http::guard::LOOPBACK_HOSTS;
 use shardbox_core::storage::StorageReads;
 use shardbox_core::{Addressing, Liveness, MetricsSnapshot, ShardIndex, Storage};
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub struct AdminState {
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) actions: bool,
     pub(crate) node: Option<Arc<dyn RunningNode>>,
+    /// The names requests may be addressed to (their `Host`), see [`crate::http::guard`].
+    pub(crate) allowed_hosts: Vec<String>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -44,18 +47,21 @@ impl std::fmt::Debug for AdminState {
             .field("storage", &self.storage.describe())
             .field("actions", &self.actions)
             .field("node", &self.node.as_ref().map(|n| n.node_id()))
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
 
 impl AdminState {
     /// A read-only surface over `storage`: operator actions are refused (403) until
-    /// [`allow_actions`](Self::allow_actions).
+    /// [`allow_actions`](Self::allow_actions). It answers requests addressed to the loopback
+    /// names only ([`LOOPBACK_HOSTS`]) until [`allow_hosts`](Self::allow_hosts) adds others.
     pub fn new(storage: Arc<dyn Storage>) -> Self {
         AdminState {
             storage,
             actions: false,
             node: None,
+            allowed_hosts: LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect(),
         }
     }
 
@@ -63,6 +69,40 @@ impl AdminState {
     pub fn allow_actions(mut self, allowed: bool) -> Self {
         self.actions = allowed;
         self
+    }
+
+    /// Also answers requests addressed to `hosts` (their `Host` header; a port is ignored):
+    /// the names or addresses operators and scrapers reach the surface by when it listens on
+    /// another address than loopback, e.g. `["admin.example", "10.0.0.5"]`. Every other
+    /// name is refused with 403, so that a web page cannot reach the surface through a name
+    /// of its own that resolves here (DNS rebinding). `"*"` ([`ANY_HOST`](crate::http::guard::ANY_HOST)) turns the check
+    /// off: only for a surface behind a proxy that checks the name itself.
+    ///
+    /// ```
+    /// # fn state(storage: std::sync::Arc<dyn shardbox_core::Storage>) {
+    /// use shardbox_admin::AdminState;
+    /// let state = AdminState::new(storage).allow_hosts(["admin.example"]);
+    /// assert!(state.allowed_hosts().iter().any(|h| h == "admin.example"));
+    /// assert!(state.allowed_hosts().iter().any(|h| h == "localhost"));
+    /// # }
+    /// ```
+    pub fn allow_hosts<I, H>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = H>,
+        H: Into<String>,
+    {
+        for host in hosts {
+            let host = host.into();
+            if !self.allowed_hosts.contains(&host) {
+                self.allowed_hosts.push(host);
+            }
+        }
+        self
+    }
+
+    /// The names requests may be addressed to.
+    pub fn allowed_hosts(&self) -> &[String] {
+        &self.allowed_hosts
     }
 
     /// The running node beside which the router is mounted.

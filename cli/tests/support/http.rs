@@ -32,17 +32,44 @@ impl Reply {
     }
 }
 
-/// Sends `method path` to `addr` (host:port) with an optional JSON `body`.
+/// Sends `method path` to `addr` (host:port) with an optional JSON `body`, as a tool does:
+/// `Host: addr`, `Content-Type: application/json`, no `Origin`.
 pub fn request(addr: &str, method: &str, path: &str, body: Option<&str>) -> Reply {
+    request_with(addr, method, path, &[], body)
+}
+
+/// [`request`] with `headers` (lower-case names) replacing its own: a name with `None` is
+/// not sent at all (`("content-type", None)`), one with a value is sent with it (`("host",
+/// Some("evil.example"))`, `("origin", Some("http://evil.example"))`).
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, Option<&str>)],
+    body: Option<&str>,
+) -> Reply {
     let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
     let body = body.unwrap_or("");
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
+    let mut lines: Vec<(String, String)> = vec![
+        ("host".into(), addr.into()),
+        ("connection".into(), "close".into()),
+        ("accept".into(), "*/*".into()),
+        ("content-type".into(), "application/json".into()),
+    ];
+    for (name, value) in headers {
+        lines.retain(|(n, _)| n != name);
+        if let Some(value) = value {
+            lines.push(((*name).into(), (*value).into()));
+        }
+    }
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    for (name, value) in lines {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
     stream.write_all(head.as_bytes()).expect("write");
     stream.write_all(body.as_bytes()).expect("write");
     let raw = read_response(&mut stream);
@@ -117,9 +144,30 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
 
 /// `request` on the blocking pool, for async tests whose runtime also serves the request.
 pub async fn call(addr: &str, method: &str, path: &str, body: Option<&str>) -> Reply {
+    call_with(addr, method, path, &[], body).await
+}
+
+/// `request_with` on the blocking pool.
+pub async fn call_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, Option<&str>)],
+    body: Option<&str>,
+) -> Reply {
     let (addr, method, path) = (addr.to_owned(), method.to_owned(), path.to_owned());
+    let headers: Vec<(String, Option<String>)> = headers
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), v.map(str::to_owned)))
+        .collect();
     let body = body.map(str::to_owned);
-    tokio::task::spawn_blocking(move || request(&addr, &method, &path, body.as_deref()))
-        .await
-        .expect("request task")
+    tokio::task::spawn_blocking(move || {
+        let headers: Vec<(&str, Option<&str>)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_deref()))
+            .collect();
+        request_with(&addr, &method, &path, &headers, body.as_deref())
+    })
+    .await
+    .expect("request task")
 }

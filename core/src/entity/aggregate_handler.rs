@@ -12,7 +12,9 @@
 use crate::entity::guard::{guarded, panicked};
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
 use crate::entity::handler_error::HandlerError;
-use crate::entity::target_batch::{all_failed, context, decode, finish_state, load_state, settle};
+use crate::entity::target_batch::{
+    all_failed, context, decode, emitted_payload, finish_state, load_state, settle,
+};
 use crate::entity::traits::{Aggregate, Message};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::InboxMessage;
@@ -46,6 +48,12 @@ impl<A: Aggregate> AggregateHandler<A> {
                     <A::Event as Message>::TYPE
                 ))
             })?;
+            emitted_payload(
+                m,
+                <A::Event as Message>::TYPE,
+                &payload,
+                run.max_payload_bytes,
+            )?;
             stored.push(NewEvent {
                 id: m.message.emitted_id("event", n),
                 event_type: <A::Event as Message>::TYPE.to_owned(),

@@ -67,6 +67,9 @@ pub struct BatchRun<'a> {
     pub services: &'a Services,
     /// How long one handler call may take before it fails (`handler_timeout` of the kind).
     pub timeout: Duration,
+    /// The largest payload an emitted event or command may carry (`max_payload_bytes`): a
+    /// larger one fails its message permanently (`target_batch::emitted_payload`).
+    pub max_payload_bytes: usize,
 }
 
 /// An entity kind as delivery sees it.

@@ -56,7 +56,7 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
             guarded(P::KIND, run.timeout, flow.on_event(&event, &cx)).await?
         };
         let (outgoing, finished) = actions.into_parts();
-        Ok((emitted_commands(m, outgoing, run.now)?, finished))
+        Ok((emitted_commands(m, outgoing, run)?, finished))
     }
 }
 

@@ -34,9 +34,7 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
                     guarded(R::KIND, run.timeout, self.0.react(&event, &cx))
                         .await
                         .and_then(|outgoing| {
-                            result
-                                .commands
-                                .extend(emitted_commands(m, outgoing, run.now)?);
+                            result.commands.extend(emitted_commands(m, outgoing, &run)?);
                             Ok(())
                         })
                 }

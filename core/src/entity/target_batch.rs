@@ -22,7 +22,6 @@ use crate::entity::traits::{EventSet, Outgoing};
 use crate::model::event::NewEvent;
 use crate::model::ids::validate_address;
 use crate::model::message::{InboxMessage, NewMessage};
-use chrono::{DateTime, Utc};
 
 /// What a handler sees of message `m` of a batch of `kind` in `run`.
 pub(crate) fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>) -> Context<'a> {
@@ -111,19 +110,37 @@ pub(crate) fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerEr
 pub(crate) fn emitted_commands(
     m: &InboxMessage,
     outgoing: Vec<Outgoing>,
-    now: DateTime<Utc>,
+    run: &BatchRun<'_>,
 ) -> Result<Vec<NewMessage>, HandlerError> {
     outgoing
         .into_iter()
         .enumerate()
         .map(|(n, out)| {
             let id = m.message.emitted_id("command", n);
-            let c = out.into_message(id, &m.message.tenant, &m.message.metadata, now)?;
+            emitted_payload(m, &out.payload_type, &out.payload, run.max_payload_bytes)?;
+            let c = out.into_message(id, &m.message.tenant, &m.message.metadata, run.now)?;
             validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
                 .map(|()| c)
                 .map_err(|e| HandlerError::new(format!("reacted with an invalid command: {e}")))
         })
         .collect()
+}
+
+/// Checks the payload a handler emits while handling `m` against the limit: over it, the
+/// message fails permanently (the handler would emit the same again; the kind's failure
+/// policy decides, a dead letter by default, requeued once the limit is raised).
+pub(crate) fn emitted_payload(
+    m: &InboxMessage,
+    payload_type: &str,
+    payload: &[u8],
+    limit: usize,
+) -> Result<(), HandlerError> {
+    crate::model::payload_limit::check_payload(payload_type, payload, limit).map_err(|e| {
+        HandlerError::permanent(format!(
+            "handling `{}` emitted a payload too large to write: {e}",
+            m.message.signal_id
+        ))
+    })
 }
 
 /// Saves the state into the result if any message was handled.

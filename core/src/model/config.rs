@@ -4,6 +4,7 @@
 use crate::model::error::ConfigError;
 use crate::model::failure::FailurePolicy;
 use crate::model::ids::NodeId;
+use crate::model::payload_limit::DEFAULT_MAX_PAYLOAD_BYTES;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -74,6 +75,12 @@ pub struct DeliveryConfig {
     pub handler_timeout: Duration,
     /// `handler_timeout` per entity kind.
     pub kind_handler_timeouts: HashMap<String, Duration>,
+    /// The largest serialized payload a send, a post or a handler's emitted event or
+    /// command may carry (256 B..=256 MiB). Default 1 MiB ([`DEFAULT_MAX_PAYLOAD_BYTES`]).
+    /// A send or post over it is refused with `DeliveryError::PayloadTooLarge` and writes
+    /// nothing; a handler that emits one fails its message permanently, and the kind's
+    /// failure policy decides (see [`crate::model::payload_limit`]).
+    pub max_payload_bytes: usize,
 }
 
 impl Default for DeliveryConfig {
@@ -99,6 +106,7 @@ impl Default for DeliveryConfig {
             max_in_flight_handlers: 1_024,
             handler_timeout: Duration::from_secs(60),
             kind_handler_timeouts: HashMap::new(),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
         }
     }
 }
@@ -216,6 +224,8 @@ impl DeliveryConfigBuilder {
         max_in_flight_handlers: usize);
     setter!(/// Sets [`DeliveryConfig::handler_timeout`].
         handler_timeout: Duration);
+    setter!(/// Sets [`DeliveryConfig::max_payload_bytes`].
+        max_payload_bytes: usize);
 
     /// Gives `kind` its own `handler_timeout`.
     pub fn kind_handler_timeout(mut self, kind: &str, timeout: Duration) -> Self {
@@ -286,6 +296,7 @@ mod tests {
         assert_eq!(c.handler_concurrency, 16);
         assert_eq!(c.max_in_flight_handlers, 1_024);
         assert_eq!(c.handler_timeout, Duration::from_secs(60));
+        assert_eq!(c.max_payload_bytes, 1 << 20);
     }
 
     #[test]
@@ -347,6 +358,8 @@ mod tests {
             (b().max_in_flight_handlers(0), "max_in_flight_handlers"),
             (b().handler_timeout(Duration::ZERO), "handler_timeout"),
             (b().handler_timeout(Duration::MAX), "handler_timeout"),
+            (b().max_payload_bytes(255), "max_payload_bytes"),
+            (b().max_payload_bytes((256 << 20) + 1), "max_payload_bytes"),
             (
                 b().kind_handler_timeout("k", Duration::from_secs(25 * 3600)),
                 "handler_timeout",

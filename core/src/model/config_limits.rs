@@ -8,6 +8,7 @@
 use crate::model::config::{DeliveryConfig, MAX_SHARDS};
 use crate::model::error::ConfigError;
 use crate::model::ids::{validate as validate_id, IdField};
+use crate::model::payload_limit::{MAX_PAYLOAD_LIMIT, MIN_PAYLOAD_LIMIT};
 use std::time::Duration;
 
 /// The longest `catch_up_retention` (ten years).
@@ -35,7 +36,7 @@ impl DeliveryConfig {
         self.validate_policies()
     }
 
-    /// The shard count and the page sizes.
+    /// The shard count, the page sizes and the payload limit.
     fn validate_sizes(&self) -> Result<(), ConfigError> {
         if !(1..=MAX_SHARDS).contains(&self.shard_count) {
             return Err(invalid(
@@ -52,6 +53,13 @@ impl DeliveryConfig {
                 "catch_up_page_size",
                 self.catch_up_page_size,
                 "must be 1..=100000",
+            ));
+        }
+        if !(MIN_PAYLOAD_LIMIT..=MAX_PAYLOAD_LIMIT).contains(&self.max_payload_bytes) {
+            return Err(invalid(
+                "max_payload_bytes",
+                self.max_payload_bytes,
+                "must be 256..=268435456 (256 B to 256 MiB)",
             ));
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! The errors of shardbox-core. Each message says what went wrong and what to do about it.
 
 use crate::model::ids::{IdField, IdProblem, InvalidId, LeaseEpoch, ShardIndex};
+use crate::model::payload_limit::PayloadTooLarge;
 use crate::model::time_limits::InvalidTime;
 use std::sync::Arc;
 use thiserror::Error;
@@ -312,6 +313,10 @@ pub enum DeliveryError {
     /// limits (see [`crate::model::time_limits`]); nothing was written.
     #[error("invalid input, nothing was written: {0}")]
     InvalidTime(#[from] InvalidTime),
+    /// A payload given to a send or a post is larger than `max_payload_bytes` (see
+    /// [`crate::model::payload_limit`]); nothing was written.
+    #[error("payload too large, nothing was written: {0}")]
+    PayloadTooLarge(#[from] PayloadTooLarge),
     /// A message was sent to an entity kind that nobody registered.
     #[error("entity kind `{kind}` is not registered; register it with the builder (`.aggregate::<T>()`, `.projection::<T>()` or `.reactor::<T>()`) before sending to it")]
     UnknownKind {

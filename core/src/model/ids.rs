@@ -26,8 +26,12 @@
 //! handler emits ([`SignalId::emitted`]) keep within the limit however long the chain.
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::fmt;
 use thiserror::Error;
+
+/// Lower-case hex digits, for the digest form of an emitted id.
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The longest id a caller may give, in bytes (UTF-8), for each [`IdField`] but the node id.
 pub const MAX_ID_BYTES: usize = 512;
@@ -256,10 +260,14 @@ impl SignalId {
     ///
     /// `"{parent}/{kind}:{id}/{part}/{n}"` (`…:{id}@{tenant}/…` when the tenant is not
     /// empty), each of kind, id, tenant and part with `%`, `/`, `:` and `@` percent-escaped so
-    /// that no two inputs give one id. When that would pass [`MAX_ID_BYTES`] (long ids, or a
-    /// long chain of handlers, each emitting from the last) the part before `/{part}/{n}` is
-    /// replaced by a stable 128-bit digest of it, `"~{32 hex digits}/{part}/{n}"`, so that
-    /// ids stay within the limit however long the chain.
+    /// that no two inputs give one id: the parts themselves, readable. When that would pass
+    /// [`MAX_ID_BYTES`] (long ids, or a long chain of handlers, each emitting from the last)
+    /// the part before `/{part}/{n}` is replaced by its SHA-256 digest,
+    /// `"~{64 hex digits}/{part}/{n}"`, so that ids stay within the limit however long the
+    /// chain. The digest is a cryptographic one because the parts are chosen by callers (a
+    /// signal id, a target id): no one can make two heads share a digest, as one could with
+    /// the unkeyed FNV-1a pair that was used here until issue 37 (see docs/guarantees.md for
+    /// ids derived that way).
     ///
     /// ```
     /// use shardbox_core::{Emitter, SignalId};
@@ -286,16 +294,19 @@ impl SignalId {
         if head.len() + tail.len() <= MAX_ID_BYTES {
             return SignalId(head + &tail);
         }
-        // Two FNV-1a hashes apart (the stable hash of shard routing, seeded differently):
-        // the same on every platform and version, as an emitted id must be. The digested
-        // head is itself unambiguous (escaped), and a digest form has exactly two `/`, a
-        // readable form at least three, so the two forms never meet.
-        let h = head.as_bytes();
-        let (a, b) = (
-            crate::model::hash::fnv1a64(&[b"derived-a", h]),
-            crate::model::hash::fnv1a64(&[b"derived-b", h]),
-        );
-        SignalId(format!("~{a:016x}{b:016x}{tail}"))
+        // SHA-256: the same on every platform and version, as an emitted id must be, and
+        // collision-resistant against callers who choose the parts. The digested head is
+        // itself unambiguous (escaped), and a digest form has exactly two `/`, a readable
+        // form at least three, so the two forms never meet.
+        let digest = Sha256::digest(head.as_bytes());
+        let mut id = String::with_capacity(1 + 2 * digest.len() + tail.len());
+        id.push('~');
+        for byte in digest {
+            id.push(char::from(HEX[usize::from(byte >> 4)]));
+            id.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+        id.push_str(&tail);
+        SignalId(id)
     }
 }
 
@@ -346,6 +357,14 @@ impl From<String> for SignalId {
 mod tests {
     use super::*;
 
+    /// Two target ids of kind `tally` whose emitted ids for signal `"s" × 400` collided under
+    /// the FNV-1a digest used until issue 37 (see the test that uses them; tests/emitted_ids.rs
+    /// sends to them end to end).
+    const CRAFTED_TARGETS: [&str; 2] = [
+        "t-dI0\u{170}\u{f1}\u{471}\u{b3}B0C1\u{b0}B1\u{f0}\u{f0}C1D1\u{f3}\u{b0}\u{b0}\u{2f0}E0\u{f1}Q1\u{b3}\u{b0}C1B0\u{b1}C0\u{f0}C1\u{131}\u{f3}B0B0K0\u{170}C1Q1\u{b3}\u{b0}C1\u{b0}B1C0\u{f0}\u{f1}\u{131}\u{f3}\u{b0}B0\u{2f0}E0\u{f1}Q1B3\u{b0}C1B0",
+        "t-d\u{270}E0\u{f1}\u{471}\u{b3}\u{b0}C1B0B1\u{f0}C0\u{f1}\u{131}C3B0B0K0E0\u{f1}\u{471}B3\u{b0}C1\u{b0}B1\u{f0}\u{f0}\u{f1}\u{131}C3\u{b0}B0K0\u{170}C1\u{471}\u{b3}\u{b0}\u{f1}B0\u{b1}\u{f0}C0C1D1\u{f3}B0\u{b0}K0\u{170}\u{f1}Q1B3B0\u{f1}\u{b0}",
+    ];
+
     fn by<'a>(kind: &'a str, tenant: &'a str, id: &'a str) -> Emitter<'a> {
         Emitter { kind, tenant, id }
     }
@@ -369,11 +388,13 @@ mod tests {
         );
         // A fixed function: the id of a known input never changes between versions (a
         // redelivery after an upgrade must emit what the first delivery emitted). The digest
-        // was computed independently (FNV-1a 64 of "derived-a"/"derived-b", 0xff, the head).
+        // was computed independently (`sha256sum` of the head, `"x" × 512 + "/account:acc-1"`).
+        // Until issue 37 it was a pair of FNV-1a hashes, `~295e4ee665c4e2d03d7f5fa49c5c33af`
+        // here (docs/guarantees.md says what became of ids derived so).
         let long = SignalId("x".repeat(MAX_ID_BYTES));
         assert_eq!(
             SignalId::emitted(&long, acc, "event", 3).0,
-            "~295e4ee665c4e2d03d7f5fa49c5c33af/event/3"
+            "~6a2e6fc93d9f06f547231be095711610ce51df26a590efcd1003774ed1cac96c/event/3"
         );
     }
 
@@ -497,5 +518,42 @@ mod tests {
         let a = NodeId::generate();
         assert!(a.0.starts_with("node-") && a.0.len() == 13, "{a}");
         assert_ne!(a, NodeId::generate());
+    }
+
+    /// Two target ids crafted so that the emitted ids of one signal collided under the
+    /// digest used until issue 37 (two unkeyed FNV-1a 64 hashes of the head, `"derived-a"`
+    /// and `"derived-b"` first): a caller who chose the signal id and the target ids made two
+    /// aggregates emit one event id, and the event store kept one of the two events. Found
+    /// in seconds: toggling bit 7 of two neighbouring bytes (`"B0"` ↔ `"°"`) changes FNV-1a's
+    /// state by an amount that depends on two bits of its low byte only, the same under both
+    /// seeds where those bits agree; a rho search over 56 such toggles found two sets whose
+    /// changes sum alike. The SHA-256 digest keeps them apart.
+    #[test]
+    fn crafted_targets_that_collided_under_the_fnv_digest_emit_distinct_ids() {
+        let parent = SignalId("s".repeat(400));
+        let (one, two) = (CRAFTED_TARGETS[0], CRAFTED_TARGETS[1]);
+        assert_ne!(one, two);
+        // The collision is real: the old digest of both heads is one value.
+        let head = |id: &str| format!("{parent}/tally:{id}");
+        let (h1, h2) = (head(one), head(two));
+        assert!(h1.len() + "/event/0".len() > MAX_ID_BYTES, "digested");
+        for seed in [&b"derived-a"[..], b"derived-b"] {
+            assert_eq!(
+                crate::model::hash::fnv1a64(&[seed, h1.as_bytes()]),
+                crate::model::hash::fnv1a64(&[seed, h2.as_bytes()]),
+            );
+        }
+        for part in ["event", "command"] {
+            for n in [0, 1] {
+                assert_ne!(
+                    SignalId::emitted(&parent, by("tally", "", one), part, n),
+                    SignalId::emitted(&parent, by("tally", "", two), part, n),
+                    "{part} {n}"
+                );
+            }
+        }
+        for id in CRAFTED_TARGETS {
+            assert_eq!(validate(IdField::TargetId, id), Ok(()));
+        }
     }
 }

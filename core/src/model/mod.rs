@@ -4,6 +4,7 @@
 //! ```text
 //!  ids ◄── message ◄── event        error ◄── config ──► failure ──► backoff
 //!                                   config_limits (what each config field may be)
+//!  time_limits, payload_limit (what a send may carry) ◄── error, config
 //!  outcome (what became of a command)
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
 //! ```
@@ -23,5 +24,6 @@ pub mod ids;
 pub mod message;
 pub mod outcome;
 pub mod parked;
+pub mod payload_limit;
 pub mod strategy;
 pub mod time_limits;

@@ -7,7 +7,9 @@
 //! an event to) is checked against the id limits of [`crate::model::ids`] before anything is
 //! written: a bad one is [`DeliveryError::InvalidInput`] naming the field. So are the delay,
 //! due time and TTL, against the limits of [`crate::model::time_limits`]: an out-of-range one
-//! is [`DeliveryError::InvalidTime`] naming the field.
+//! is [`DeliveryError::InvalidTime`] naming the field. So is every payload, against
+//! `max_payload_bytes` ([`crate::model::payload_limit`]): a larger one is
+//! [`DeliveryError::PayloadTooLarge`] naming its size and the limit.
 
 use crate::entity::traits::{Aggregate, Message};
 use crate::model::error::DeliveryError;
@@ -15,6 +17,7 @@ use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::ShardIndex;
 use crate::model::ids::{validate, validate_address, IdField, SignalId};
 use crate::model::message::{InboxWrite, MessageKind, NewMessage};
+use crate::model::payload_limit::check_payload;
 use crate::runner::env::DeliveryEnv;
 use crate::send::options::{validate_times, SendOptions};
 use crate::send::write_queue::WriteQueue;
@@ -34,13 +37,28 @@ pub struct SendReceipt {
     pub target: Option<(EntityKey, ShardIndex)>,
 }
 
-/// Checks the ids of a posted event: its id (the signal id of every copy), tenant and source.
-fn validate_event(event: &NewEvent) -> Result<(), DeliveryError> {
+/// Checks the ids of a posted event — its id (the signal id of every copy), tenant and
+/// source — and its payload's size against `max_payload_bytes`.
+fn validate_event(event: &NewEvent, max_payload_bytes: usize) -> Result<(), DeliveryError> {
     validate(IdField::SignalId, &event.id.0)?;
     validate(IdField::Tenant, &event.tenant)?;
     validate(IdField::SourceKind, &event.source.kind)?;
     validate(IdField::SourceId, &event.source.id)?;
     validate(IdField::EventType, &event.event_type)?;
+    check_payload(&event.event_type, &event.payload, max_payload_bytes)?;
+    Ok(())
+}
+
+/// Checks a command's ids and its payload's size against `max_payload_bytes`.
+fn validate_command(message: &NewMessage, max_payload_bytes: usize) -> Result<(), DeliveryError> {
+    validate_address(
+        &message.tenant,
+        &message.target_kind,
+        &message.target_id,
+        &message.signal_id,
+    )?;
+    validate(IdField::PayloadType, &message.payload_type)?;
+    check_payload(&message.payload_type, &message.payload, max_payload_bytes)?;
     Ok(())
 }
 
@@ -139,13 +157,7 @@ impl Inbox {
         let mut messages = Vec::with_capacity(commands.len());
         for (n, (id, command)) in commands.iter().enumerate() {
             let message = new_command::<A>(id, command, &options, options.signal(Some(n)), now)?;
-            validate_address(
-                &message.tenant,
-                &message.target_kind,
-                &message.target_id,
-                &message.signal_id,
-            )?;
-            validate(IdField::PayloadType, &message.payload_type)?;
+            validate_command(&message, self.env.config.max_payload_bytes)?;
             messages.push(self.env.registry.address(message));
         }
         self.write_batch(WriteBatch {
@@ -158,13 +170,7 @@ impl Inbox {
     /// Sends an already serialized command. The target kind must be registered.
     pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
         validate_times(&message)?;
-        validate_address(
-            &message.tenant,
-            &message.target_kind,
-            &message.target_id,
-            &message.signal_id,
-        )?;
-        validate(IdField::PayloadType, &message.payload_type)?;
+        validate_command(&message, self.env.config.max_payload_bytes)?;
         if self.env.registry.handler(&message.target_kind).is_none() {
             return Err(DeliveryError::UnknownKind {
                 kind: message.target_kind,
@@ -222,7 +228,7 @@ impl Inbox {
                 options.signal(Some(n)),
                 now,
             )?;
-            validate_event(&event)?;
+            validate_event(&event, self.env.config.max_payload_bytes)?;
             self.fan_out(&event, &options, now, &mut batch.messages)?;
             batch.events.push(event);
         }
@@ -236,7 +242,7 @@ impl Inbox {
         event: NewEvent,
         options: SendOptions,
     ) -> Result<SendReceipt, DeliveryError> {
-        validate_event(&event)?;
+        validate_event(&event, self.env.config.max_payload_bytes)?;
         let now = self.env.clock.now();
         let mut messages = Vec::new();
         self.fan_out(&event, &options, now, &mut messages)?;
@@ -282,7 +288,12 @@ impl Inbox {
     pub async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
         let report = self
             .writes
-            .write(&self.env.storage, &self.env.registry, batch)
+            .write(
+                &self.env.storage,
+                &self.env.registry,
+                &self.env.metrics,
+                batch,
+            )
             .await?;
         self.env.metrics.record_write(&report);
         self.env.notify(&report.shards);

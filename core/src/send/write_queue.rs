@@ -29,6 +29,7 @@ use crate::entity::registry::EntityRegistry;
 use crate::model::error::StorageError;
 use crate::storage::{InboxStore, WriteBatch, WriteReport};
 use crate::sync::lock;
+use crate::telemetry::metrics::DeliveryMetrics;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
@@ -49,8 +50,6 @@ pub(crate) struct WriteQueue {
     leader: tokio::sync::Mutex<()>,
     /// Told when a leader lets go (or its send is cancelled).
     released: tokio::sync::Notify,
-    /// Groups written so far.
-    groups: std::sync::atomic::AtomicU64,
 }
 
 impl WriteQueue {
@@ -58,11 +57,14 @@ impl WriteQueue {
         lock(&self.queued)
     }
 
-    /// Writes `batch` to `storage`, grouped with the batches of concurrent callers.
+    /// Writes `batch` to `storage`, grouped with the batches of concurrent callers; each
+    /// group a caller leads is counted in `metrics` (`write_groups`: fewer than the sends
+    /// when sends were grouped).
     pub(crate) async fn write<S: InboxStore + ?Sized>(
         &self,
         storage: &Arc<S>,
         registry: &Arc<EntityRegistry>,
+        metrics: &DeliveryMetrics,
         batch: WriteBatch,
     ) -> Result<WriteReport, StorageError> {
         let (done, mut report) = oneshot::channel();
@@ -85,8 +87,7 @@ impl WriteQueue {
                     if group.is_empty() {
                         break;
                     }
-                    self.groups
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    metrics.record_write_group();
                     // On a task of its own: a leader whose send is cancelled does not abandon
                     // the batches it took.
                     if tokio::spawn(write_group(storage.clone(), registry.clone(), group))
@@ -275,6 +276,10 @@ mod tests {
     }
 
     /// The routing of the tests: 4 shards, as [`batch`] addresses its rows.
+    fn counters() -> Arc<DeliveryMetrics> {
+        Arc::new(DeliveryMetrics::new(&crate::model::ids::NodeId("n".into())))
+    }
+
     fn registry() -> Arc<EntityRegistry> {
         Arc::new(EntityRegistry::new(
             Arc::new(crate::model::strategy::StableHashStrategy::new()),
@@ -291,7 +296,7 @@ mod tests {
         let registry = registry();
         let queue = Arc::new(WriteQueue::default());
         let report = queue
-            .write(&storage, &registry, batch(1))
+            .write(&storage, &registry, &counters(), batch(1))
             .await
             .expect("the write goes through");
         assert_eq!(registry.shard_count(), 8, "the process learned the count");
@@ -323,7 +328,7 @@ mod tests {
         registry.set_shard_count(8);
         let queue = Arc::new(WriteQueue::default());
         queue
-            .write(&storage, &registry, stale)
+            .write(&storage, &registry, &counters(), stale)
             .await
             .expect("the write goes through");
         let row = &memory.rows()[0];
@@ -339,12 +344,15 @@ mod tests {
     async fn queue_sends(
         queue: &Arc<WriteQueue>,
         storage: &Arc<dyn Storage>,
+        metrics: &Arc<DeliveryMetrics>,
         n: usize,
     ) -> Vec<tokio::task::JoinHandle<Result<WriteReport, StorageError>>> {
         let sends = (0..n)
             .map(|i| {
-                let (queue, storage) = (queue.clone(), storage.clone());
-                tokio::spawn(async move { queue.write(&storage, &registry(), batch(i)).await })
+                let (queue, storage, metrics) = (queue.clone(), storage.clone(), metrics.clone());
+                tokio::spawn(
+                    async move { queue.write(&storage, &registry(), &metrics, batch(i)).await },
+                )
             })
             .collect();
         while queue.queued().len() < n {
@@ -360,13 +368,14 @@ mod tests {
         let memory = Arc::new(MemoryStorage::new());
         let storage: Arc<dyn Storage> = memory.clone();
         let queue = Arc::new(WriteQueue::default());
+        let metrics = counters();
         // A write in flight: the test holds the leader's place while 50 sends queue.
         let in_flight = queue.leader.lock().await;
-        let sends = queue_sends(&queue, &storage, 50).await;
+        let sends = queue_sends(&queue, &storage, &metrics, 50).await;
         drop(in_flight);
         // The next send leads and takes every queued batch with its own.
         let last = queue
-            .write(&storage, &registry(), batch(50))
+            .write(&storage, &registry(), &metrics, batch(50))
             .await
             .expect("last send");
         assert_eq!((last.written, last.duplicates), (1, 0));
@@ -375,7 +384,7 @@ mod tests {
             assert_eq!((report.written, report.duplicates), (1, 0));
             assert_eq!(report.shards.len(), 1);
         }
-        assert_eq!(queue.groups.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(metrics.snapshot().write_groups, 1);
         assert_eq!(memory.rows().len(), 51);
     }
 
@@ -385,13 +394,14 @@ mod tests {
         let memory = Arc::new(MemoryStorage::new());
         let storage: Arc<dyn Storage> = memory.clone();
         let queue = Arc::new(WriteQueue::default());
+        let metrics = counters();
         let mut sends = Vec::new();
         for task in 0..8 {
-            let (queue, storage) = (queue.clone(), storage.clone());
+            let (queue, storage, metrics) = (queue.clone(), storage.clone(), metrics.clone());
             sends.push(tokio::spawn(async move {
                 for i in 0..200 {
                     let report = queue
-                        .write(&storage, &registry(), batch(task * 1000 + i))
+                        .write(&storage, &registry(), &metrics, batch(task * 1000 + i))
                         .await?;
                     assert_eq!(report.written, 1);
                 }
@@ -418,7 +428,7 @@ mod tests {
             guard: Some(queue.leader.lock().await),
             released: &queue.released,
         };
-        let sends = queue_sends(&queue, &storage, 10).await;
+        let sends = queue_sends(&queue, &storage, &counters(), 10).await;
         drop(leading);
         for send in sends {
             let report = tokio::time::timeout(std::time::Duration::from_secs(5), send)
@@ -581,7 +591,7 @@ mod tests {
                 let (queue, storage) = (queue.clone(), storage.clone());
                 tokio::spawn(async move {
                     queue
-                        .write(&storage, &registry(), maybe_refused(i, i == 7))
+                        .write(&storage, &registry(), &counters(), maybe_refused(i, i == 7))
                         .await
                 })
             })

@@ -11,11 +11,12 @@
 use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 
 /// Counters: (name, help).
-pub const COUNTERS: [(&str, &str); 18] = [
+pub const COUNTERS: [(&str, &str); 19] = [
     ("shardbox_delivered_total", "Messages handled and marked delivered."),
     ("shardbox_duplicates_total", "Duplicate messages dropped by the stations (same target and signal within the dedup window)."),
     ("shardbox_write_duplicates_total", "Duplicate writes ignored by the Inbox's unique key."),
     ("shardbox_written_total", "Inbox rows written by sends, posts and fan-out."),
+    ("shardbox_write_groups_total", "Transactions that wrote sends and posts (concurrent ones are committed together, so this grows slower than the sends under load)."),
     ("shardbox_retries_total", "Failed attempts scheduled for a retry."),
     ("shardbox_dead_lettered_total", "Messages moved to the dead letters."),
     ("shardbox_dropped_total", "Messages dropped by the failure policy."),

@@ -41,6 +41,9 @@ pub struct MetricsSnapshot {
     pub write_duplicates: u64,
     /// Rows written by sends, posts and fan-out.
     pub written: u64,
+    /// Transactions that wrote sends and posts: concurrent ones are grouped into one (group
+    /// commit), so under concurrent sends this grows slower than the sends.
+    pub write_groups: u64,
     /// Failed attempts scheduled for a retry.
     pub retries: u64,
     /// Messages moved to the dead letters.
@@ -95,6 +98,7 @@ pub struct DeliveryMetrics {
     duplicates: AtomicU64,
     write_duplicates: AtomicU64,
     written: AtomicU64,
+    write_groups: AtomicU64,
     retries: AtomicU64,
     dead_lettered: AtomicU64,
     dropped: AtomicU64,
@@ -130,6 +134,7 @@ impl DeliveryMetrics {
             duplicates: AtomicU64::new(0),
             write_duplicates: AtomicU64::new(0),
             written: AtomicU64::new(0),
+            write_groups: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
@@ -196,6 +201,16 @@ impl DeliveryMetrics {
             "shardbox_write_duplicates_total",
             n,
             w.duplicates as u64,
+        );
+    }
+
+    /// Counts one group of sends and posts written in one transaction.
+    pub fn record_write_group(&self) {
+        add(
+            &self.write_groups,
+            "shardbox_write_groups_total",
+            &self.node,
+            1,
         );
     }
 
@@ -276,6 +291,7 @@ impl DeliveryMetrics {
             duplicates: get(&self.duplicates),
             write_duplicates: get(&self.write_duplicates),
             written: get(&self.written),
+            write_groups: get(&self.write_groups),
             retries: get(&self.retries),
             dead_lettered: get(&self.dead_lettered),
             dropped: get(&self.dropped),
