@@ -198,37 +198,6 @@ macro_rules! commit_units {
             Ok(())
         }
 
-        /// Renews `lease` to `until` if its epoch and node still hold the shard, else
-        /// `LeaseLost` (which rolls the transaction back).
-        pub(crate) fn fence(
-            conn: &mut Conn,
-            lease: &Lease,
-            until: DateTime<Utc>,
-        ) -> Result<(), Failure> {
-            use $crate::schema::shard_sessions::dsl as ss;
-            let shard = lease.shard.as_i32();
-            let renewed = SetLease {
-                shard,
-                epoch: lease.epoch.0,
-                node_id: &lease.node_id.0,
-                until: Some(micros(until)),
-            }
-            .execute(conn)?;
-            if renewed == 1 {
-                return Ok(());
-            }
-            let current: Option<i64> = ss::shard_sessions
-                .find(shard)
-                .select(ss::epoch)
-                .first(conn)
-                .optional()?;
-            Err(Failure::Storage(StorageError::LeaseLost {
-                shard: lease.shard,
-                held: lease.epoch,
-                current: current.map(LeaseEpoch),
-            }))
-        }
-
         /// Applies the row changes, grouped into few statements; every change must hit
         /// exactly one row of `shard`.
         fn update_rows(

@@ -6,6 +6,10 @@
 //!  sql::storage_impls!(S,m) ─► the async storage traits for S, each method one
 //!                              `db.run(|conn| m::unit(conn, …))` on the blocking pool
 //!  Dialect                  ─► what differs: transaction kinds, advisory locks
+//!  fn unit<C: Dialect>      ─► a unit written as a plain function generic over the connection
+//!                              (`registry`): its statements run through `run::RunSql`, which
+//!                              checks each against every backend compiled in, so the
+//!                              function needs no where-clause; `units!()` re-exports it
 //! ```
 //!
 //! Diesel's query builder is typed per backend, and a function generic over "any diesel
@@ -29,6 +33,7 @@ pub(crate) mod prelude;
 pub(crate) mod prepared;
 pub(crate) mod registry;
 pub(crate) mod reshard;
+pub(crate) mod run;
 pub(crate) mod stage_statement;
 pub(crate) mod traits;
 
@@ -97,7 +102,7 @@ pub(crate) type AddressedRow = (
 );
 
 /// What differs between the backends, implemented by their connection types.
-pub(crate) trait Dialect: diesel::Connection + Sized {
+pub(crate) trait Dialect: run::SharedConnection {
     /// Runs `work` in a transaction that writes. SQLite: `BEGIN IMMEDIATE`, so that the
     /// write lock is taken up front (waiting up to `busy_timeout`) instead of failing with
     /// "database is locked" when a reader upgrades. PostgreSQL: `READ COMMITTED`.
@@ -230,7 +235,12 @@ macro_rules! units {
         use $crate::sql::prelude::*;
         $crate::sql::inbox::inbox_units!();
         $crate::sql::commit::commit_units!();
-        $crate::sql::registry::registry_units!();
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::registry::{
+            beat, claim_shard_count, clock_now, fence, leave, members, pick_up,
+            record_shard_strategy, recorded_shard_count, recorded_shard_strategy, release, renew,
+            sessions,
+        };
         $crate::sql::reshard::reshard_units!();
         $crate::sql::events::event_units!();
         $crate::sql::entities::entity_units!();

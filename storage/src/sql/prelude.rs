@@ -3,7 +3,7 @@
 pub(crate) use crate::error::Failure;
 pub(crate) use crate::rows::{
     self, micros, CatchUpRow, DeadLetterRow, EventRow, InboxRow, NewCatchUpRow, NewEntityStateRow,
-    NewEventRow, NewInboxRow, SessionRow, StoredDeadLetterRow,
+    NewEventRow, NewInboxRow, StoredDeadLetterRow,
 };
 pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
 pub(crate) use crate::sql::page_read::{PagePart, PageRead};
@@ -18,11 +18,10 @@ pub(crate) use diesel::prelude::*;
 pub(crate) use diesel::sql_types::{BigInt, Bool};
 pub(crate) use shardbox_core::storage::{
     CatchUpJob, CatchUpStatus, CommitReport, DeadLetter, EntityKey, EntityState, EntityStateWrite,
-    InboxCounts, Lease, NewCatchUp, Page, RowChange, RowUpdate, ShardSession, StageCommit,
-    WriteBatch, WriteReport,
+    InboxCounts, Lease, NewCatchUp, Page, RowChange, RowUpdate, StageCommit, WriteBatch,
+    WriteReport,
 };
 pub(crate) use shardbox_core::{
     InboxMessage, LeaseEpoch, MessageStatus, NodeId, ShardIndex, StorageError, StoredEvent,
-    WorkerId,
 };
 pub(crate) use std::collections::BTreeMap;
