@@ -232,6 +232,8 @@ pub(crate) trait Dialect: run::SharedConnection {
 macro_rules! units {
     () => {
         #[allow(unused_imports)]
+        use diesel::RunQueryDsl;
+        #[allow(unused_imports)]
         use $crate::sql::prelude::*;
         $crate::sql::inbox::inbox_units!();
         $crate::sql::commit::commit_units!();
@@ -242,8 +244,9 @@ macro_rules! units {
             sessions,
         };
         $crate::sql::reshard::reshard_units!();
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::entities::load_states;
         $crate::sql::events::event_units!();
-        $crate::sql::entities::entity_units!();
         $crate::sql::catch_up::catch_up_units!();
         $crate::sql::dead_letters::dead_letter_units!();
         $crate::sql::outcomes::outcome_units!();

@@ -1,4 +1,6 @@
-//! Names the unit-of-work macros use, imported once into each backend's `units` module.
+//! Names the units of work use: imported by each file of generic units (with
+//! [`RunSql`](crate::sql::run::RunSql)) and into each backend's `units` module for the units
+//! still stamped by macros (with diesel's `RunQueryDsl`).
 
 pub(crate) use crate::error::Failure;
 pub(crate) use crate::rows::{
@@ -14,8 +16,9 @@ pub(crate) use crate::sql::prepared::SetLease;
 pub(crate) use crate::sql::{Dialect, INSERT_CHUNK, IN_CHUNK};
 pub(crate) use chrono::{DateTime, Utc};
 pub(crate) use diesel::dsl::sql;
-pub(crate) use diesel::prelude::*;
+pub(crate) use diesel::expression_methods::*;
 pub(crate) use diesel::sql_types::{BigInt, Bool};
+pub(crate) use diesel::{JoinOnDsl, OptionalExtension, QueryDsl, SelectableHelper};
 pub(crate) use shardbox_core::storage::{
     CatchUpJob, CatchUpStatus, CommitReport, DeadLetter, EntityKey, EntityState, EntityStateWrite,
     InboxCounts, Lease, NewCatchUp, Page, RowChange, RowUpdate, StageCommit, WriteBatch,

@@ -140,7 +140,7 @@ impl SharedConnection for PgConnection {
 /// checked against every backend compiled in.
 pub(crate) trait RunSql: Sized {
     /// Executes the statement: the rows it touched.
-    fn execute<C: SharedConnection>(self, conn: &mut C) -> QueryResult<usize>
+    fn execute(self, conn: &mut impl SharedConnection) -> QueryResult<usize>
     where
         Self: Executable,
     {
@@ -148,7 +148,7 @@ pub(crate) trait RunSql: Sized {
     }
 
     /// Every row of the query.
-    fn load<'q, U, C: SharedConnection>(self, conn: &mut C) -> QueryResult<Vec<U>>
+    fn load<'q, U>(self, conn: &mut impl SharedConnection) -> QueryResult<Vec<U>>
     where
         Self: Loadable<'q, U>,
     {
@@ -156,7 +156,7 @@ pub(crate) trait RunSql: Sized {
     }
 
     /// The one row of the query (`NotFound` if none).
-    fn get_result<'q, U, C: SharedConnection>(self, conn: &mut C) -> QueryResult<U>
+    fn get_result<'q, U>(self, conn: &mut impl SharedConnection) -> QueryResult<U>
     where
         Self: Loadable<'q, U>,
     {
@@ -164,7 +164,7 @@ pub(crate) trait RunSql: Sized {
     }
 
     /// The first row of the query (`LIMIT 1`; `NotFound` if none).
-    fn first<'q, U, C: SharedConnection>(self, conn: &mut C) -> QueryResult<U>
+    fn first<'q, U>(self, conn: &mut impl SharedConnection) -> QueryResult<U>
     where
         Self: LimitDsl,
         diesel::dsl::Limit<Self>: Loadable<'q, U>,
