@@ -246,7 +246,10 @@ macro_rules! units {
         $crate::sql::reshard::reshard_units!();
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::entities::load_states;
-        $crate::sql::events::event_units!();
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::events::{
+            count_events, event_seqs, last_event_seq, read_events, read_source_events,
+        };
         $crate::sql::catch_up::catch_up_units!();
         $crate::sql::dead_letters::dead_letter_units!();
         $crate::sql::outcomes::outcome_units!();

@@ -10,7 +10,7 @@ pub(crate) use crate::rows::{
 pub(crate) use crate::schema::{catch_ups, dead_letters, events, inbox_messages, shard_sessions};
 pub(crate) use crate::sql::page_read::{PagePart, PageRead};
 pub(crate) use crate::sql::predicate::{
-    BLOCKED, CATCHING_UP, DELAYED, EXPIRING, IMMEDIATE, NOT_DELIVERED,
+    Maybe, BLOCKED, CATCHING_UP, DELAYED, EXPIRING, IMMEDIATE, NOT_DELIVERED,
 };
 pub(crate) use crate::sql::prepared::SetLease;
 pub(crate) use crate::sql::{Dialect, INSERT_CHUNK, IN_CHUNK};
