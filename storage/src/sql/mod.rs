@@ -252,7 +252,8 @@ macro_rules! units {
         };
         $crate::sql::catch_up::catch_up_units!();
         $crate::sql::dead_letters::dead_letter_units!();
-        $crate::sql::outcomes::outcome_units!();
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::outcomes::{purge_outcomes, read_outcome, store_outcomes};
     };
 }
 pub(crate) use traits::storage_impls;
