@@ -238,19 +238,26 @@ macro_rules! units {
         $crate::sql::inbox::inbox_units!();
         $crate::sql::commit::commit_units!();
         #[allow(unused_imports)]
-        pub(crate) use $crate::sql::registry::{
-            beat, claim_shard_count, clock_now, fence, leave, members, pick_up,
-            record_shard_strategy, recorded_shard_count, recorded_shard_strategy, release, renew,
-            sessions,
+        pub(crate) use $crate::sql::catch_up::{
+            cancel_catch_up, catch_up, delete_completed_catch_ups, has_pending_replay,
+            purge_catch_ups, running_catch_ups, start_catch_up, store_catch_up, update_catch_up,
         };
-        $crate::sql::reshard::reshard_units!();
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::entities::load_states;
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::events::{
             count_events, event_seqs, last_event_seq, read_events, read_source_events,
         };
-        $crate::sql::catch_up::catch_up_units!();
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::registry::{
+            beat, claim_shard_count, clock_now, fence, leave, members, pick_up,
+            record_shard_strategy, recorded_shard_count, recorded_shard_strategy, release, renew,
+            sessions,
+        };
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::reshard::{
+            announce_reshard, check_shard_count, layout, reshard, withdraw_reshard,
+        };
         $crate::sql::dead_letters::dead_letter_units!();
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::outcomes::{purge_outcomes, read_outcome, store_outcomes};
