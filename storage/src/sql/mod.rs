@@ -234,8 +234,13 @@ macro_rules! units {
         #[allow(unused_imports)]
         use diesel::RunQueryDsl;
         #[allow(unused_imports)]
+        pub(crate) use $crate::sql::inbox::{
+            append_events, counts, dead_letters, depths, expired_shards, finish_report,
+            insert_messages, insert_rows, next_due, purge_due_shards, read_expired, read_page,
+            rows, write_addressed,
+        };
+        #[allow(unused_imports)]
         use $crate::sql::prelude::*;
-        $crate::sql::inbox::inbox_units!();
         $crate::sql::commit::commit_units!();
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::catch_up::{

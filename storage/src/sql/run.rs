@@ -173,7 +173,9 @@ pub(crate) trait RunSql: Sized {
     }
 }
 
-impl<T> RunSql for T {}
+// Only for diesel's statements and query sources (all have a query id): on any type, the
+// by-value `first` would shadow a slice's `first` on a `Vec`.
+impl<T: diesel::query_builder::QueryId> RunSql for T {}
 
 /// A backend whose `Selectable` impls name the columns of a row type; a derived
 /// `Selectable` names the same columns for every backend.
