@@ -248,11 +248,18 @@ macro_rules! units {
             purge_catch_ups, running_catch_ups, start_catch_up, store_catch_up, update_catch_up,
         };
         #[allow(unused_imports)]
+        pub(crate) use $crate::sql::dead_letters::{
+            blocked_targets, count_dead_letters, list_dead_letters, purge_dead_letters,
+            requeue_dead_letters, unblock_target,
+        };
+        #[allow(unused_imports)]
         pub(crate) use $crate::sql::entities::load_states;
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::events::{
             count_events, event_seqs, last_event_seq, read_events, read_source_events,
         };
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::outcomes::{purge_outcomes, read_outcome, store_outcomes};
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::registry::{
             beat, claim_shard_count, clock_now, fence, leave, members, pick_up,
@@ -263,9 +270,6 @@ macro_rules! units {
         pub(crate) use $crate::sql::reshard::{
             announce_reshard, check_shard_count, layout, reshard, withdraw_reshard,
         };
-        $crate::sql::dead_letters::dead_letter_units!();
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::outcomes::{purge_outcomes, read_outcome, store_outcomes};
     };
 }
 pub(crate) use traits::storage_impls;

@@ -18,7 +18,7 @@ pub(crate) use chrono::{DateTime, Utc};
 pub(crate) use diesel::dsl::sql;
 pub(crate) use diesel::expression_methods::*;
 pub(crate) use diesel::sql_types::{BigInt, Bool};
-pub(crate) use diesel::{JoinOnDsl, OptionalExtension, QueryDsl, SelectableHelper};
+pub(crate) use diesel::{JoinOnDsl, OptionalExtension, QueryDsl};
 pub(crate) use shardbox_core::storage::{
     CatchUpJob, CatchUpStatus, CommitReport, DeadLetter, EntityKey, EntityState, EntityStateWrite,
     InboxCounts, Lease, NewCatchUp, Page, RowChange, RowUpdate, StageCommit, WriteBatch,

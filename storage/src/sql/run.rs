@@ -155,6 +155,14 @@ pub(crate) trait RunSql: Sized {
         conn.load_rows(self)
     }
 
+    /// Every row of the query (a statement's `RETURNING` rows).
+    fn get_results<'q, U>(self, conn: &mut impl SharedConnection) -> QueryResult<Vec<U>>
+    where
+        Self: Loadable<'q, U>,
+    {
+        conn.load_rows(self)
+    }
+
     /// The one row of the query (`NotFound` if none).
     fn get_result<'q, U>(self, conn: &mut impl SharedConnection) -> QueryResult<U>
     where
