@@ -227,26 +227,17 @@ pub(crate) trait Dialect: run::SharedConnection {
     ) -> Result<Vec<crate::rows::EntityStateRow>, Failure>;
 }
 
-/// Stamps every unit of work into the invoking module, over its type alias `Conn` (a
-/// connection type implementing [`Dialect`]).
+/// Names every unit of work in the invoking module (a backend's `units`, which
+/// `storage_impls!` calls); each is a function generic over the connection.
 macro_rules! units {
     () => {
-        #[allow(unused_imports)]
-        use diesel::RunQueryDsl;
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::inbox::{
-            append_events, counts, dead_letters, depths, expired_shards, finish_report,
-            insert_messages, insert_rows, next_due, purge_due_shards, read_expired, read_page,
-            rows, write_addressed,
-        };
-        #[allow(unused_imports)]
-        use $crate::sql::prelude::*;
-        $crate::sql::commit::commit_units!();
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::catch_up::{
             cancel_catch_up, catch_up, delete_completed_catch_ups, has_pending_replay,
             purge_catch_ups, running_catch_ups, start_catch_up, store_catch_up, update_catch_up,
         };
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::commit::commit_stage;
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::dead_letters::{
             blocked_targets, count_dead_letters, list_dead_letters, purge_dead_letters,
@@ -257,6 +248,12 @@ macro_rules! units {
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::events::{
             count_events, event_seqs, last_event_seq, read_events, read_source_events,
+        };
+        #[allow(unused_imports)]
+        pub(crate) use $crate::sql::inbox::{
+            append_events, counts, dead_letters, depths, expired_shards, finish_report,
+            insert_messages, insert_rows, next_due, purge_due_shards, read_expired, read_page,
+            rows, write_addressed,
         };
         #[allow(unused_imports)]
         pub(crate) use $crate::sql::outcomes::{purge_outcomes, read_outcome, store_outcomes};
