@@ -312,7 +312,6 @@ impl Dialect for SqliteConnection {
 
 /// The units of work over [`SqliteConnection`].
 mod units {
-    type Conn = diesel::SqliteConnection;
     crate::sql::units!();
 }
 
