@@ -397,6 +397,7 @@ fn several<T>(rows: &[T]) -> bool {
 
 /// The units of work over [`PgConnection`].
 mod units {
+    type Conn = diesel::PgConnection;
     crate::sql::units!();
 }
 

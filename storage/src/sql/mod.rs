@@ -6,10 +6,6 @@
 //!  sql::storage_impls!(S,m) ─► the async storage traits for S, each method one
 //!                              `db.run(|conn| m::unit(conn, …))` on the blocking pool
 //!  Dialect                  ─► what differs: transaction kinds, advisory locks
-//!  fn unit<C: Dialect>      ─► a unit written as a plain function generic over the connection
-//!                              (`registry`): its statements run through `run::RunSql`, which
-//!                              checks each against every backend compiled in, so the
-//!                              function needs no where-clause; `units!()` re-exports it
 //! ```
 //!
 //! Diesel's query builder is typed per backend, and a function generic over "any diesel
@@ -33,7 +29,6 @@ pub(crate) mod prelude;
 pub(crate) mod prepared;
 pub(crate) mod registry;
 pub(crate) mod reshard;
-pub(crate) mod run;
 pub(crate) mod stage_statement;
 pub(crate) mod traits;
 
@@ -102,7 +97,7 @@ pub(crate) type AddressedRow = (
 );
 
 /// What differs between the backends, implemented by their connection types.
-pub(crate) trait Dialect: run::SharedConnection {
+pub(crate) trait Dialect: diesel::Connection + Sized {
     /// Runs `work` in a transaction that writes. SQLite: `BEGIN IMMEDIATE`, so that the
     /// write lock is taken up front (waiting up to `busy_timeout`) instead of failing with
     /// "database is locked" when a reader upgrades. PostgreSQL: `READ COMMITTED`.
@@ -227,46 +222,21 @@ pub(crate) trait Dialect: run::SharedConnection {
     ) -> Result<Vec<crate::rows::EntityStateRow>, Failure>;
 }
 
-/// Names every unit of work in the invoking module (a backend's `units`, which
-/// `storage_impls!` calls); each is a function generic over the connection.
+/// Stamps every unit of work into the invoking module, over its type alias `Conn` (a
+/// connection type implementing [`Dialect`]).
 macro_rules! units {
     () => {
         #[allow(unused_imports)]
-        pub(crate) use $crate::sql::catch_up::{
-            cancel_catch_up, catch_up, delete_completed_catch_ups, has_pending_replay,
-            purge_catch_ups, running_catch_ups, start_catch_up, store_catch_up, update_catch_up,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::commit::commit_stage;
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::dead_letters::{
-            blocked_targets, count_dead_letters, list_dead_letters, purge_dead_letters,
-            requeue_dead_letters, unblock_target,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::entities::load_states;
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::events::{
-            count_events, event_seqs, last_event_seq, read_events, read_source_events,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::inbox::{
-            append_events, counts, dead_letters, depths, expired_shards, finish_report,
-            insert_messages, insert_rows, next_due, purge_due_shards, read_expired, read_page,
-            rows, write_addressed,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::outcomes::{purge_outcomes, read_outcome, store_outcomes};
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::registry::{
-            beat, claim_shard_count, clock_now, fence, leave, members, pick_up,
-            record_shard_strategy, recorded_shard_count, recorded_shard_strategy, release, renew,
-            sessions,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::reshard::{
-            announce_reshard, check_shard_count, layout, reshard, withdraw_reshard,
-        };
+        use $crate::sql::prelude::*;
+        $crate::sql::inbox::inbox_units!();
+        $crate::sql::commit::commit_units!();
+        $crate::sql::registry::registry_units!();
+        $crate::sql::reshard::reshard_units!();
+        $crate::sql::events::event_units!();
+        $crate::sql::entities::entity_units!();
+        $crate::sql::catch_up::catch_up_units!();
+        $crate::sql::dead_letters::dead_letter_units!();
+        $crate::sql::outcomes::outcome_units!();
     };
 }
 pub(crate) use traits::storage_impls;

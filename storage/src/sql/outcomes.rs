@@ -17,14 +17,12 @@
 //! The row is read before the outcome: the commit that decides removes or marks the row and
 //! writes the outcome together, so a commit between the two reads shows as decided.
 
-use crate::sql::prelude::*;
 use crate::sql::prepared::OrFail;
-use crate::sql::run::RunSql;
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::serialize::ToSql;
 use diesel::sql_types::{BigInt, HasSqlType, Integer, Nullable, Text};
-use diesel::QueryResult;
+use diesel::{QueryResult, RunQueryDsl};
 use shardbox_core::OutcomeRecord;
 
 /// An outcome as written.
@@ -119,111 +117,123 @@ impl<const N: usize> QueryId for UpsertOutcomes<'_, N> {
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<Conn, const N: usize> diesel::RunQueryDsl<Conn> for UpsertOutcomes<'_, N> {}
+impl<Conn, const N: usize> RunQueryDsl<Conn> for UpsertOutcomes<'_, N> {}
 
-/// Writes a stage's outcomes (inside its transaction).
-pub(crate) fn store_outcomes<C: Dialect>(conn: &mut C, rows: &[OutcomeRow]) -> Result<(), Failure> {
-    crate::sql::ladder!(rows, |rows| {
-        UpsertOutcomes(rows).execute(conn)?;
-    });
-    Ok(())
-}
-
-/// Deletes up to `limit` outcomes of `shard` forgotten at `now` (two statements, as
-/// the delivered rows' purge).
-pub(crate) fn purge_outcomes<C: Dialect>(
-    conn: &mut C,
-    shard: ShardIndex,
-    now: DateTime<Utc>,
-    limit: usize,
-) -> Result<(), Failure> {
-    use crate::schema::command_outcomes::dsl as co;
-    if limit == 0 {
-        return Ok(());
-    }
-    let forgotten: Vec<(String, String, String, String)> = co::command_outcomes
-        .filter(co::shard.eq(shard.as_i32()))
-        .filter(co::keep_until.le(micros(now)))
-        .order(co::keep_until.asc())
-        .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-        .select((co::tenant, co::target_kind, co::target_id, co::signal_id))
-        .load(conn)?;
-    for (tenant, kind, id, signal) in forgotten {
-        diesel::delete(co::command_outcomes.find((tenant, kind, id, signal))).execute(conn)?;
-    }
-    Ok(())
-}
-
-/// `InboxStore::outcome`.
-pub(crate) fn read_outcome<C: Dialect>(
-    conn: &mut C,
-    key: &shardbox_core::DedupKey,
-    now: DateTime<Utc>,
-) -> Result<shardbox_core::OutcomeLookup, Failure> {
-    use crate::schema::command_outcomes::dsl as co;
-    use crate::schema::inbox_messages::dsl as im;
-    use shardbox_core::{CommandOutcome, OutcomeLookup};
-    let row: Option<(String, Option<i64>, Option<i64>)> = im::inbox_messages
-        .filter(im::tenant.eq(&key.tenant))
-        .filter(im::target_kind.eq(&key.target_kind))
-        .filter(im::target_id.eq(&key.target_id))
-        .filter(im::signal_id.eq(&key.signal_id.0))
-        .select((im::status, im::delivered_at, im::keep_until))
-        .first(conn)
-        .optional()?;
-    match row {
-        Some((status, _, _))
-            if status == MessageStatus::ToDeliver.as_str()
-                || status == MessageStatus::ToCatchUp.as_str() =>
-        {
-            return Ok(OutcomeLookup::Pending);
-        }
-        // Handled: the delivered row is the outcome (rows delivered before
-        // `delivered_at` existed fall through to their record).
-        Some((status, Some(at), Some(keep_until)))
-            if status == MessageStatus::Delivered.as_str() && keep_until > micros(now) =>
-        {
-            let events = shardbox_core::handled_events(key, |ids| {
-                use crate::schema::events::dsl as ev;
-                let ids: Vec<&str> = ids.iter().map(|id| id.0.as_str()).collect();
-                let found: i64 = ev::events
-                    .filter(ev::id.eq_any(ids))
-                    .count()
-                    .get_result(conn)?;
-                Ok::<_, Failure>(usize::try_from(found).unwrap_or(0))
-            })?;
-            return Ok(OutcomeLookup::Decided {
-                outcome: CommandOutcome::Handled { events },
-                decided_at: rows::time(at)?,
+/// Stamps the outcome units; see [`crate::sql`].
+macro_rules! outcome_units {
+    () => {
+        /// Writes a stage's outcomes (inside its transaction).
+        fn store_outcomes(
+            conn: &mut Conn,
+            rows: &[$crate::sql::outcomes::OutcomeRow],
+        ) -> Result<(), Failure> {
+            $crate::sql::ladder!(rows, |rows| {
+                $crate::sql::outcomes::UpsertOutcomes(rows).execute(conn)?;
             });
+            Ok(())
         }
-        _ => {}
-    }
-    let row: Option<(String, Option<String>, String, i64, i64)> = co::command_outcomes
-        .find((
-            &key.tenant,
-            &key.target_kind,
-            &key.target_id,
-            &key.signal_id.0,
-        ))
-        .select((
-            co::outcome,
-            co::detail,
-            co::event_ids,
-            co::decided_at,
-            co::keep_until,
-        ))
-        .first(conn)
-        .optional()?;
-    match row {
-        Some((name, detail, events, decided_at, keep_until)) if keep_until > micros(now) => {
-            let outcome = CommandOutcome::from_stored(&name, detail, &events)
-                .map_err(|e| Failure::corrupt(format!("outcome of {key}: {e}")))?;
-            Ok(OutcomeLookup::Decided {
-                outcome,
-                decided_at: rows::time(decided_at)?,
-            })
+
+        /// Deletes up to `limit` outcomes of `shard` forgotten at `now` (two statements, as
+        /// the delivered rows' purge).
+        fn purge_outcomes(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            now: DateTime<Utc>,
+            limit: usize,
+        ) -> Result<(), Failure> {
+            use $crate::schema::command_outcomes::dsl as co;
+            if limit == 0 {
+                return Ok(());
+            }
+            let forgotten: Vec<(String, String, String, String)> = co::command_outcomes
+                .filter(co::shard.eq(shard.as_i32()))
+                .filter(co::keep_until.le(micros(now)))
+                .order(co::keep_until.asc())
+                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+                .select((co::tenant, co::target_kind, co::target_id, co::signal_id))
+                .load(conn)?;
+            for (tenant, kind, id, signal) in forgotten {
+                diesel::delete(co::command_outcomes.find((tenant, kind, id, signal)))
+                    .execute(conn)?;
+            }
+            Ok(())
         }
-        _ => Ok(OutcomeLookup::Unknown),
-    }
+
+        /// `InboxStore::outcome`.
+        pub(crate) fn read_outcome(
+            conn: &mut Conn,
+            key: &shardbox_core::DedupKey,
+            now: DateTime<Utc>,
+        ) -> Result<shardbox_core::OutcomeLookup, Failure> {
+            use shardbox_core::{CommandOutcome, OutcomeLookup};
+            use $crate::schema::command_outcomes::dsl as co;
+            use $crate::schema::inbox_messages::dsl as im;
+            let row: Option<(String, Option<i64>, Option<i64>)> = im::inbox_messages
+                .filter(im::tenant.eq(&key.tenant))
+                .filter(im::target_kind.eq(&key.target_kind))
+                .filter(im::target_id.eq(&key.target_id))
+                .filter(im::signal_id.eq(&key.signal_id.0))
+                .select((im::status, im::delivered_at, im::keep_until))
+                .first(conn)
+                .optional()?;
+            match row {
+                Some((status, _, _))
+                    if status == MessageStatus::ToDeliver.as_str()
+                        || status == MessageStatus::ToCatchUp.as_str() =>
+                {
+                    return Ok(OutcomeLookup::Pending);
+                }
+                // Handled: the delivered row is the outcome (rows delivered before
+                // `delivered_at` existed fall through to their record).
+                Some((status, Some(at), Some(keep_until)))
+                    if status == MessageStatus::Delivered.as_str() && keep_until > micros(now) =>
+                {
+                    let events = shardbox_core::handled_events(key, |ids| {
+                        use $crate::schema::events::dsl as ev;
+                        let ids: Vec<&str> = ids.iter().map(|id| id.0.as_str()).collect();
+                        let found: i64 = ev::events
+                            .filter(ev::id.eq_any(ids))
+                            .count()
+                            .get_result(conn)?;
+                        Ok::<_, Failure>(usize::try_from(found).unwrap_or(0))
+                    })?;
+                    return Ok(OutcomeLookup::Decided {
+                        outcome: CommandOutcome::Handled { events },
+                        decided_at: rows::time(at)?,
+                    });
+                }
+                _ => {}
+            }
+            let row: Option<(String, Option<String>, String, i64, i64)> = co::command_outcomes
+                .find((
+                    &key.tenant,
+                    &key.target_kind,
+                    &key.target_id,
+                    &key.signal_id.0,
+                ))
+                .select((
+                    co::outcome,
+                    co::detail,
+                    co::event_ids,
+                    co::decided_at,
+                    co::keep_until,
+                ))
+                .first(conn)
+                .optional()?;
+            match row {
+                Some((name, detail, events, decided_at, keep_until))
+                    if keep_until > micros(now) =>
+                {
+                    let outcome = CommandOutcome::from_stored(&name, detail, &events)
+                        .map_err(|e| Failure::corrupt(format!("outcome of {key}: {e}")))?;
+                    Ok(OutcomeLookup::Decided {
+                        outcome,
+                        decided_at: rows::time(decided_at)?,
+                    })
+                }
+                _ => Ok(OutcomeLookup::Unknown),
+            }
+        }
+    };
 }
+pub(crate) use outcome_units;

@@ -1,5 +1,4 @@
-//! [`Predicate`]: a condition written as constant SQL text that keeps its statement cacheable;
-//! [`Maybe`]: a condition applied only if set.
+//! [`Predicate`]: a condition written as constant SQL text that keeps its statement cacheable.
 //!
 //! ```text
 //!  diesel::dsl::sql("status <> 'delivered'")  ─► marks the statement unsafe to cache: it is
@@ -76,44 +75,6 @@ pub(crate) const KEPT: Predicate = Predicate("keep_until IS NOT NULL");
 /// The predicate of the partial index over rows with a TTL not yet delivered.
 pub(crate) const EXPIRING: Predicate =
     Predicate("expires_at IS NOT NULL AND status <> 'delivered'");
-
-/// A condition applied only if set: `P`, or `1 = 1` (true) if `None`. For the filters a
-/// caller may leave out (an event type, a time range, a dead letter's target): a boxed query
-/// would name the backend in its type, which a unit generic over the connection does not
-/// know (see `sql::run`); a `Maybe` keeps the statement's type the same on every backend.
-#[derive(Debug, Clone)]
-pub(crate) struct Maybe<P>(pub(crate) Option<P>);
-
-impl<P: Expression<SqlType = Bool>> Expression for Maybe<P> {
-    type SqlType = Bool;
-}
-
-impl<P: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for Maybe<P> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        match &self.0 {
-            Some(condition) => condition.walk_ast(out),
-            None => {
-                out.push_sql("1 = 1");
-                Ok(())
-            }
-        }
-    }
-}
-
-impl<P> QueryId for Maybe<P> {
-    type QueryId = ();
-    // Not static: the text differs with the condition set or not, so the statement cache
-    // keys a query holding one by its SQL text (as it does a boxed query).
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<P: AppearsOnTable<QS>, QS> AppearsOnTable<QS> for Maybe<P> where Self: Expression {}
-
-impl<P: SelectableExpression<QS>, QS> SelectableExpression<QS> for Maybe<P> where Self: Expression {}
-
-impl<P: ValidGrouping<G>, G> ValidGrouping<G> for Maybe<P> {
-    type IsAggregate = P::IsAggregate;
-}
 
 diesel::define_sql_function! {
     /// `COALESCE(value, otherwise)` over big integers: a condition on a nullable column that

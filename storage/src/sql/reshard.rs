@@ -13,241 +13,250 @@
 //!
 //! The settings row `resharding` holds `<to>;<until µs>;<by>`.
 
-use crate::sql::catch_up::running_catch_ups;
-use crate::sql::prelude::*;
-use crate::sql::registry::recorded_shard_count;
-use crate::sql::run::RunSql;
+/// Stamps the re-sharding units; see [`crate::sql`].
+macro_rules! reshard_units {
+    () => {
+        /// The `resharding` setting, parsed.
+        fn read_announcement(
+            conn: &mut Conn,
+        ) -> Result<Option<shardbox_core::storage::ReshardAnnouncement>, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            let value: Option<String> = st::shardbox_settings
+                .filter(st::name.eq("resharding"))
+                .select(st::value)
+                .first(conn)
+                .optional()?;
+            value
+                .map(|v| $crate::sql::reshard::parse_announcement(&v))
+                .transpose()
+        }
+
+        /// Inside a write transaction: refuses rows addressed by `expected` if another count
+        /// is recorded, under the shared lock a re-sharding's switch waits for (see
+        /// `Dialect::read_shard_count_locked`).
+        pub(crate) fn check_shard_count(conn: &mut Conn, expected: u32) -> Result<(), Failure> {
+            let recorded = <Conn as Dialect>::read_shard_count_locked(conn, false)?;
+            $crate::sql::reshard::refuse_other_count(recorded.as_deref(), expected)
+        }
+
+        /// `WorkRegistry::layout`.
+        pub(crate) fn layout(
+            conn: &mut Conn,
+        ) -> Result<shardbox_core::storage::ShardLayout, Failure> {
+            Ok(shardbox_core::storage::ShardLayout {
+                shard_count: recorded_shard_count(conn)?,
+                resharding: read_announcement(conn)?,
+            })
+        }
+
+        /// `WorkRegistry::announce_reshard`: in one write transaction, so that of two
+        /// operators announcing at once one sees the other's.
+        pub(crate) fn announce_reshard(
+            conn: &mut Conn,
+            announcement: shardbox_core::storage::ReshardAnnouncement,
+            now: DateTime<Utc>,
+        ) -> Result<shardbox_core::storage::ReshardAnnouncement, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                <Conn as Dialect>::read_shard_count_locked(conn, true)?;
+                if let Some(other) = read_announcement(conn)? {
+                    if other.by != announcement.by && other.until > now {
+                        return Ok(other);
+                    }
+                }
+                let value = $crate::sql::reshard::format_announcement(&announcement);
+                diesel::insert_into(st::shardbox_settings)
+                    .values((st::name.eq("resharding"), st::value.eq(&value)))
+                    .on_conflict(st::name)
+                    .do_update()
+                    .set(st::value.eq(&value))
+                    .execute(conn)?;
+                Ok(announcement)
+            })
+        }
+
+        /// `WorkRegistry::withdraw_reshard`.
+        pub(crate) fn withdraw_reshard(conn: &mut Conn, by: NodeId) -> Result<(), Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                <Conn as Dialect>::read_shard_count_locked(conn, true)?;
+                if read_announcement(conn)?.is_some_and(|a| a.by == by) {
+                    diesel::delete(st::shardbox_settings.filter(st::name.eq("resharding")))
+                        .execute(conn)?;
+                }
+                Ok(())
+            })
+        }
+
+        /// `WorkRegistry::reshard`: the switch, in one write transaction (see the module doc).
+        pub(crate) fn reshard(
+            conn: &mut Conn,
+            switch: shardbox_core::storage::ReshardSwitch,
+        ) -> Result<shardbox_core::storage::ReshardMoves, Failure> {
+            use $crate::schema::command_outcomes::dsl as co;
+            use $crate::schema::shardbox_settings::dsl as st;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                let recorded = <Conn as Dialect>::read_shard_count_locked(conn, true)?
+                    .map(|v| $crate::sql::reshard::parse_count(&v))
+                    .transpose()?
+                    .unwrap_or(switch.from);
+                if recorded != switch.from {
+                    return Err(Failure::from(StorageError::ShardCountChanged {
+                        expected: switch.from,
+                        recorded,
+                    }));
+                }
+                let mut shards: Vec<i32> = switch.leases.iter().map(|l| l.shard.as_i32()).collect();
+                shards.sort_unstable();
+                shards.dedup();
+                if shards.len() != switch.from as usize
+                    || shards.iter().enumerate().any(|(i, s)| *s != i as i32)
+                {
+                    return Err(Failure::from(StorageError::ReshardRefused {
+                        reason: format!(
+                            "the switch must hold the lease of every shard 0..{}, it holds {}",
+                            switch.from,
+                            shards.len()
+                        ),
+                    }));
+                }
+                <Conn as Dialect>::lock_sessions_in_order(conn, &shards)?;
+                for lease in &switch.leases {
+                    let freed = SetLease {
+                        shard: lease.shard.as_i32(),
+                        epoch: lease.epoch.0,
+                        node_id: &lease.node_id.0,
+                        until: None,
+                    }
+                    .execute(conn)?;
+                    if freed != 1 {
+                        let current: Option<i64> = shard_sessions::table
+                            .filter(shard_sessions::shard.eq(lease.shard.as_i32()))
+                            .select(shard_sessions::epoch)
+                            .first(conn)
+                            .optional()?;
+                        return Err(Failure::from(StorageError::LeaseLost {
+                            shard: lease.shard,
+                            held: lease.epoch,
+                            current: current.map(LeaseEpoch),
+                        }));
+                    }
+                }
+                let route = |kind: &str, id: &str| switch.route.as_ref()(kind, id).as_i32();
+                let mut moves = shardbox_core::storage::ReshardMoves::default();
+                // Inbox rows of every status, by seq.
+                let rows: Vec<(i64, i32, String, String)> = inbox_messages::table
+                    .select((
+                        inbox_messages::seq,
+                        inbox_messages::shard,
+                        inbox_messages::target_kind,
+                        inbox_messages::target_id,
+                    ))
+                    .load(conn)?;
+                moves.inbox_rows = rows.len() as u64;
+                let mut by_shard: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+                for (seq, shard, kind, id) in &rows {
+                    let to = route(kind, id);
+                    if to != *shard {
+                        by_shard.entry(to).or_default().push(*seq);
+                    }
+                }
+                drop(rows);
+                for (to, seqs) in &by_shard {
+                    moves.inbox_moved += seqs.len() as u64;
+                    for chunk in seqs.chunks(IN_CHUNK) {
+                        diesel::update(
+                            inbox_messages::table.filter(inbox_messages::seq.eq_any(chunk)),
+                        )
+                        .set(inbox_messages::shard.eq(*to))
+                        .execute(conn)?;
+                    }
+                }
+                // Dead letters keep the shard of their target (a requeue addresses it again).
+                let letters: Vec<(i64, i32, String, String)> = dead_letters::table
+                    .select((
+                        dead_letters::id,
+                        dead_letters::shard,
+                        dead_letters::target_kind,
+                        dead_letters::target_id,
+                    ))
+                    .load(conn)?;
+                for (id, shard, kind, target) in letters {
+                    let to = route(&kind, &target);
+                    if to != shard {
+                        diesel::update(dead_letters::table.filter(dead_letters::id.eq(id)))
+                            .set(dead_letters::shard.eq(to))
+                            .execute(conn)?;
+                        moves.records_moved += 1;
+                    }
+                }
+                // Kept outcomes are purged per shard: each goes with its target.
+                let targets: Vec<(String, String, i32)> = co::command_outcomes
+                    .select((co::target_kind, co::target_id, co::shard))
+                    .distinct()
+                    .load(conn)?;
+                for (kind, target, shard) in targets {
+                    let to = route(&kind, &target);
+                    if to != shard {
+                        moves.records_moved += diesel::update(
+                            co::command_outcomes
+                                .filter(co::target_kind.eq(&kind))
+                                .filter(co::target_id.eq(&target))
+                                .filter(co::shard.eq(shard)),
+                        )
+                        .set(co::shard.eq(to))
+                        .execute(conn)? as u64;
+                    }
+                }
+                for job in running_catch_ups(conn)? {
+                    let affected = shardbox_core::catch_up::affected_shards(
+                        &job.spec.targets,
+                        &job.spec.projection_kind,
+                        switch.to,
+                        |kind, id| switch.route.as_ref()(kind, id),
+                    );
+                    let json =
+                        serde_json::to_string(&affected.iter().map(|s| s.0).collect::<Vec<u32>>())
+                            .map_err(|e| Failure::corrupt(format!("affected shards: {e}")))?;
+                    diesel::update(catch_ups::table.filter(catch_ups::id.eq(job.id)))
+                        .set(catch_ups::affected_shards.eq(json))
+                        .execute(conn)?;
+                    moves.catch_ups += 1;
+                }
+                // The lock table: shards >= to go; new ones start above every epoch handed
+                // out, so that no lease of the old layout can ever match one of them.
+                let top: Option<i64> = shard_sessions::table
+                    .select(diesel::dsl::max(shard_sessions::epoch))
+                    .first(conn)?;
+                let to = i32::try_from(switch.to)
+                    .map_err(|_| Failure::corrupt(format!("shard count {}", switch.to)))?;
+                // Rows at or above `from` belong to no layout (a stale pick-up's): they go too.
+                let keep = to.min(switch.from as i32);
+                diesel::delete(shard_sessions::table.filter(shard_sessions::shard.ge(keep)))
+                    .execute(conn)?;
+                for shard in (switch.from as i32)..to {
+                    diesel::insert_into(shard_sessions::table)
+                        .values((
+                            shard_sessions::shard.eq(shard),
+                            shard_sessions::epoch.eq(top.unwrap_or(0) + 1),
+                        ))
+                        .execute(conn)?;
+                }
+                diesel::update(st::shardbox_settings.filter(st::name.eq("shard_count")))
+                    .set(st::value.eq(switch.to.to_string()))
+                    .execute(conn)?;
+                diesel::delete(st::shardbox_settings.filter(st::name.eq("resharding")))
+                    .execute(conn)?;
+                Ok(moves)
+            })
+        }
+    };
+}
+pub(crate) use reshard_units;
+
+use crate::error::Failure;
 use shardbox_core::storage::ReshardAnnouncement;
-
-/// The `resharding` setting, parsed.
-fn read_announcement<C: Dialect>(
-    conn: &mut C,
-) -> Result<Option<shardbox_core::storage::ReshardAnnouncement>, Failure> {
-    use crate::schema::shardbox_settings::dsl as st;
-    let value: Option<String> = st::shardbox_settings
-        .filter(st::name.eq("resharding"))
-        .select(st::value)
-        .first(conn)
-        .optional()?;
-    value.map(|v| parse_announcement(&v)).transpose()
-}
-
-/// Inside a write transaction: refuses rows addressed by `expected` if another count
-/// is recorded, under the shared lock a re-sharding's switch waits for (see
-/// `Dialect::read_shard_count_locked`).
-pub(crate) fn check_shard_count<C: Dialect>(conn: &mut C, expected: u32) -> Result<(), Failure> {
-    let recorded = conn.read_shard_count_locked(false)?;
-    refuse_other_count(recorded.as_deref(), expected)
-}
-
-/// `WorkRegistry::layout`.
-pub(crate) fn layout<C: Dialect>(
-    conn: &mut C,
-) -> Result<shardbox_core::storage::ShardLayout, Failure> {
-    Ok(shardbox_core::storage::ShardLayout {
-        shard_count: recorded_shard_count(conn)?,
-        resharding: read_announcement(conn)?,
-    })
-}
-
-/// `WorkRegistry::announce_reshard`: in one write transaction, so that of two
-/// operators announcing at once one sees the other's.
-pub(crate) fn announce_reshard<C: Dialect>(
-    conn: &mut C,
-    announcement: shardbox_core::storage::ReshardAnnouncement,
-    now: DateTime<Utc>,
-) -> Result<shardbox_core::storage::ReshardAnnouncement, Failure> {
-    use crate::schema::shardbox_settings::dsl as st;
-    conn.write_transaction(|conn| {
-        conn.read_shard_count_locked(true)?;
-        if let Some(other) = read_announcement(conn)? {
-            if other.by != announcement.by && other.until > now {
-                return Ok(other);
-            }
-        }
-        let value = format_announcement(&announcement);
-        diesel::insert_into(st::shardbox_settings)
-            .values((st::name.eq("resharding"), st::value.eq(&value)))
-            .on_conflict(st::name)
-            .do_update()
-            .set(st::value.eq(&value))
-            .execute(conn)?;
-        Ok(announcement)
-    })
-}
-
-/// `WorkRegistry::withdraw_reshard`.
-pub(crate) fn withdraw_reshard<C: Dialect>(conn: &mut C, by: NodeId) -> Result<(), Failure> {
-    use crate::schema::shardbox_settings::dsl as st;
-    conn.write_transaction(|conn| {
-        conn.read_shard_count_locked(true)?;
-        if read_announcement(conn)?.is_some_and(|a| a.by == by) {
-            diesel::delete(st::shardbox_settings.filter(st::name.eq("resharding")))
-                .execute(conn)?;
-        }
-        Ok(())
-    })
-}
-
-/// `WorkRegistry::reshard`: the switch, in one write transaction (see the module doc).
-pub(crate) fn reshard<C: Dialect>(
-    conn: &mut C,
-    switch: shardbox_core::storage::ReshardSwitch,
-) -> Result<shardbox_core::storage::ReshardMoves, Failure> {
-    use crate::schema::command_outcomes::dsl as co;
-    use crate::schema::shardbox_settings::dsl as st;
-    conn.write_transaction(|conn| {
-        let recorded = conn
-            .read_shard_count_locked(true)?
-            .map(|v| parse_count(&v))
-            .transpose()?
-            .unwrap_or(switch.from);
-        if recorded != switch.from {
-            return Err(Failure::from(StorageError::ShardCountChanged {
-                expected: switch.from,
-                recorded,
-            }));
-        }
-        let mut shards: Vec<i32> = switch.leases.iter().map(|l| l.shard.as_i32()).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        if shards.len() != switch.from as usize
-            || shards.iter().enumerate().any(|(i, s)| *s != i as i32)
-        {
-            return Err(Failure::from(StorageError::ReshardRefused {
-                reason: format!(
-                    "the switch must hold the lease of every shard 0..{}, it holds {}",
-                    switch.from,
-                    shards.len()
-                ),
-            }));
-        }
-        conn.lock_sessions_in_order(&shards)?;
-        for lease in &switch.leases {
-            let freed = SetLease {
-                shard: lease.shard.as_i32(),
-                epoch: lease.epoch.0,
-                node_id: &lease.node_id.0,
-                until: None,
-            }
-            .execute(conn)?;
-            if freed != 1 {
-                let current: Option<i64> = shard_sessions::table
-                    .filter(shard_sessions::shard.eq(lease.shard.as_i32()))
-                    .select(shard_sessions::epoch)
-                    .first(conn)
-                    .optional()?;
-                return Err(Failure::from(StorageError::LeaseLost {
-                    shard: lease.shard,
-                    held: lease.epoch,
-                    current: current.map(LeaseEpoch),
-                }));
-            }
-        }
-        let route = |kind: &str, id: &str| switch.route.as_ref()(kind, id).as_i32();
-        let mut moves = shardbox_core::storage::ReshardMoves::default();
-        // Inbox rows of every status, by seq.
-        let rows: Vec<(i64, i32, String, String)> = inbox_messages::table
-            .select((
-                inbox_messages::seq,
-                inbox_messages::shard,
-                inbox_messages::target_kind,
-                inbox_messages::target_id,
-            ))
-            .load(conn)?;
-        moves.inbox_rows = rows.len() as u64;
-        let mut by_shard: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-        for (seq, shard, kind, id) in &rows {
-            let to = route(kind, id);
-            if to != *shard {
-                by_shard.entry(to).or_default().push(*seq);
-            }
-        }
-        drop(rows);
-        for (to, seqs) in &by_shard {
-            moves.inbox_moved += seqs.len() as u64;
-            for chunk in seqs.chunks(IN_CHUNK) {
-                diesel::update(inbox_messages::table.filter(inbox_messages::seq.eq_any(chunk)))
-                    .set(inbox_messages::shard.eq(*to))
-                    .execute(conn)?;
-            }
-        }
-        // Dead letters keep the shard of their target (a requeue addresses it again).
-        let letters: Vec<(i64, i32, String, String)> = dead_letters::table
-            .select((
-                dead_letters::id,
-                dead_letters::shard,
-                dead_letters::target_kind,
-                dead_letters::target_id,
-            ))
-            .load(conn)?;
-        for (id, shard, kind, target) in letters {
-            let to = route(&kind, &target);
-            if to != shard {
-                diesel::update(dead_letters::table.filter(dead_letters::id.eq(id)))
-                    .set(dead_letters::shard.eq(to))
-                    .execute(conn)?;
-                moves.records_moved += 1;
-            }
-        }
-        // Kept outcomes are purged per shard: each goes with its target.
-        let targets: Vec<(String, String, i32)> = co::command_outcomes
-            .select((co::target_kind, co::target_id, co::shard))
-            .distinct()
-            .load(conn)?;
-        for (kind, target, shard) in targets {
-            let to = route(&kind, &target);
-            if to != shard {
-                moves.records_moved += diesel::update(
-                    co::command_outcomes
-                        .filter(co::target_kind.eq(&kind))
-                        .filter(co::target_id.eq(&target))
-                        .filter(co::shard.eq(shard)),
-                )
-                .set(co::shard.eq(to))
-                .execute(conn)? as u64;
-            }
-        }
-        for job in running_catch_ups(conn)? {
-            let affected = shardbox_core::catch_up::affected_shards(
-                &job.spec.targets,
-                &job.spec.projection_kind,
-                switch.to,
-                |kind, id| switch.route.as_ref()(kind, id),
-            );
-            let json = serde_json::to_string(&affected.iter().map(|s| s.0).collect::<Vec<u32>>())
-                .map_err(|e| Failure::corrupt(format!("affected shards: {e}")))?;
-            diesel::update(catch_ups::table.filter(catch_ups::id.eq(job.id)))
-                .set(catch_ups::affected_shards.eq(json))
-                .execute(conn)?;
-            moves.catch_ups += 1;
-        }
-        // The lock table: shards >= to go; new ones start above every epoch handed
-        // out, so that no lease of the old layout can ever match one of them.
-        let top: Option<i64> = shard_sessions::table
-            .select(diesel::dsl::max(shard_sessions::epoch))
-            .first(conn)?;
-        let to = i32::try_from(switch.to)
-            .map_err(|_| Failure::corrupt(format!("shard count {}", switch.to)))?;
-        // Rows at or above `from` belong to no layout (a stale pick-up's): they go too.
-        let keep = to.min(switch.from as i32);
-        diesel::delete(shard_sessions::table.filter(shard_sessions::shard.ge(keep)))
-            .execute(conn)?;
-        for shard in (switch.from as i32)..to {
-            diesel::insert_into(shard_sessions::table)
-                .values((
-                    shard_sessions::shard.eq(shard),
-                    shard_sessions::epoch.eq(top.unwrap_or(0) + 1),
-                ))
-                .execute(conn)?;
-        }
-        diesel::update(st::shardbox_settings.filter(st::name.eq("shard_count")))
-            .set(st::value.eq(switch.to.to_string()))
-            .execute(conn)?;
-        diesel::delete(st::shardbox_settings.filter(st::name.eq("resharding"))).execute(conn)?;
-        Ok(moves)
-    })
-}
+use shardbox_core::NodeId;
 
 /// One setting's value, as a raw query reads it (PostgreSQL's locked read).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]

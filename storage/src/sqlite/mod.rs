@@ -312,6 +312,7 @@ impl Dialect for SqliteConnection {
 
 /// The units of work over [`SqliteConnection`].
 mod units {
+    type Conn = diesel::SqliteConnection;
     crate::sql::units!();
 }
 
