@@ -10,8 +10,8 @@
 //! backend — core's in-memory one included — must pass.
 //!
 //! ```text
-//!  SqliteStorage ─┐                      ┌─ sql::*      the queries, written once (macros
-//!                 ├─ sql::storage_impls ─┤               over the concrete connection type)
+//!  SqliteStorage ─┐                      ┌─ sql::*      the queries, written once (functions
+//!                 ├─ sql::SqlStorage ────┤               generic over the connection)
 //!  PostgresStorage┘   (async traits)     ├─ rows::*     row structs ⇄ core types
 //!                                        ├─ pool::Db    spawn_blocking + r2d2 checkout
 //!                                        ├─ migrate     embedded migrations, version checks
@@ -56,5 +56,6 @@ pub use migrate::MigrationMode;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStorage, POSTGRES_MIGRATIONS};
 pub use redact::{redact, RedactedError};
+pub use sql::traits::SqlStorage;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStorage, SQLITE_MIGRATIONS};

@@ -430,7 +430,10 @@ pub(super) mod tests {
         assert_eq!(second_heard.take(), [6]);
 
         drop(second);
-        until("the second listener to stop", || own.echo.lock().len() == 1).await;
+        until("the second listener to stop", || {
+            own.backend.echo.lock().len() == 1
+        })
+        .await;
         let before = first.stats().notifications;
         own.write(messages(vec![command(7, "d", "s4")]))
             .await

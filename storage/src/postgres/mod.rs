@@ -35,6 +35,7 @@ use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::UpsertStates;
 use crate::sql::stage_statement::{StageCounts, StageStatement};
+use crate::sql::traits::{SqlStorage, StorageBackend};
 use crate::sql::{ladder, AddressedRow, Dialect};
 use arrays::{AddressedInboxRows, DeliveredRows, EventRows, InboxRows, StateRows};
 use diesel::connection::{Connection, SimpleConnection};
@@ -69,8 +70,11 @@ const LOCK_EVENT_APPEND: i32 = 0x5342_0003;
 /// .await?;
 /// # Ok(()) }
 /// ```
-pub struct PostgresStorage {
-    db: Db<PgConnection>,
+pub type PostgresStorage = SqlStorage<PgConnection, PostgresBackend>;
+
+/// What [`PostgresStorage`] keeps besides its pool: the schema, the URL for the listener's
+/// connection, and the notifications it sends.
+pub struct PostgresBackend {
     schema: Option<String>,
     /// For the listener's own connection; holds the password, so never printed.
     url: String,
@@ -86,7 +90,7 @@ impl std::fmt::Debug for PostgresStorage {
         let state = self.db.state();
         f.debug_struct("PostgresStorage")
             .field("database", &self.db.name())
-            .field("schema", &self.schema)
+            .field("schema", &self.backend.schema)
             .field("connections", &state.connections)
             .field("idle", &state.idle_connections)
             .finish()
@@ -119,33 +123,42 @@ impl PostgresStorage {
 
     /// The schema the tables live in, if one was chosen.
     pub fn schema(&self) -> Option<&str> {
-        self.schema.as_deref()
+        self.backend.schema.as_deref()
     }
+}
 
-    fn describe_backend(&self) -> String {
+#[async_trait::async_trait]
+impl StorageBackend for PostgresBackend {
+    type Conn = PgConnection;
+
+    const MIGRATIONS: EmbeddedMigrations = POSTGRES_MIGRATIONS;
+
+    fn describe(&self, db: &Db<PgConnection>) -> String {
         match &self.schema {
-            Some(schema) => format!("postgres {} (schema {schema})", self.db.name()),
-            None => format!("postgres {}", self.db.name()),
+            Some(schema) => format!("postgres {} (schema {schema})", db.name()),
+            None => format!("postgres {}", db.name()),
         }
     }
 
-    fn written_backend(&self, shards: &[ShardIndex]) {
+    fn written(&self, shards: &[ShardIndex]) {
         self.echo.written(shards);
         self.notifier.written(shards);
     }
 
-    fn decided_backend(&self, shards: &[ShardIndex]) {
+    fn decided(&self, shards: &[ShardIndex]) {
         self.echo.decided(shards);
         self.notifier.decided(shards);
     }
 
-    fn write_listener_backend(&self) -> Option<&dyn shardbox_core::WriteListener> {
-        self.listen
-            .then_some(self as &dyn shardbox_core::WriteListener)
+    fn write_listener(storage: &PostgresStorage) -> Option<&dyn shardbox_core::WriteListener> {
+        storage
+            .backend
+            .listen
+            .then_some(storage as &dyn shardbox_core::WriteListener)
     }
 
     /// Nothing to tidy: the server keeps its own files.
-    async fn node_stopped_backend(&self) -> Result<(), StorageError> {
+    async fn node_stopped(&self, _db: &Db<PgConnection>) -> Result<(), StorageError> {
         Ok(())
     }
 }
@@ -160,10 +173,10 @@ impl shardbox_core::WriteListener for PostgresStorage {
         observer: Arc<dyn ShardObserver>,
     ) -> Result<ListenerHandle, StorageError> {
         let target = listen::ListenTarget {
-            url: self.url.clone(),
-            schema: self.schema.clone(),
+            url: self.backend.url.clone(),
+            schema: self.backend.schema.clone(),
             database: self.db.db_name().clone(),
-            echo: self.echo.clone(),
+            echo: self.backend.echo.clone(),
         };
         listen::start(target, node_id, shard_count, observer)
     }
@@ -226,13 +239,15 @@ fn connect_blocking(
     };
     let notifier = notify::Notifier::start(target, echo.origin())
         .map_err(|e| StorageError::Task(format!("could not start the notifier thread: {e}")))?;
-    Ok(PostgresStorage {
-        notifier,
-        echo,
+    Ok(SqlStorage {
         db: Db::new(pool, name),
-        schema: options.schema,
-        url,
-        listen: options.listen,
+        backend: PostgresBackend {
+            notifier,
+            echo,
+            schema: options.schema,
+            url,
+            listen: options.listen,
+        },
     })
 }
 
@@ -393,30 +408,3 @@ impl Dialect for PgConnection {
 fn several<T>(rows: &[T]) -> bool {
     rows.len() > 1
 }
-
-/// The units of work over [`PgConnection`].
-mod units {
-    crate::sql::units!();
-}
-
-/// The schema check of a readiness probe: the migrations applied, read on a pooled
-/// connection, against those this binary embeds (no migration is run).
-#[async_trait::async_trait]
-impl shardbox_core::storage::SchemaCheck for PostgresStorage {
-    async fn check_schema(&self) -> Result<(), StorageError> {
-        let name = self.db.name().to_owned();
-        self.db
-            .run(move |conn| {
-                migrate(
-                    conn,
-                    &POSTGRES_MIGRATIONS,
-                    crate::MigrationMode::Verify,
-                    &name,
-                )
-                .map(drop)
-            })
-            .await
-    }
-}
-
-crate::sql::storage_impls!(PostgresStorage, units);

@@ -374,23 +374,23 @@ mod tests {
         // the two calls, and then the outcomes rightly go alone.
         let mut together = Vec::new();
         for _ in 0..5 {
-            let before = own.notifier.rounds();
-            own.notifier.decided(&[ShardIndex(3)]);
-            own.notifier.written(&[ShardIndex(5)]);
+            let before = own.backend.notifier.rounds();
+            own.backend.notifier.decided(&[ShardIndex(3)]);
+            own.backend.notifier.written(&[ShardIndex(5)]);
             assert_eq!(hears(&heard, 5).await, [5]);
             until("the outcome of shard 3", || {
                 std::mem::take(&mut *decided.0.lock().unwrap()).contains(&3)
             })
             .await;
-            together.push(own.notifier.rounds() - before);
+            together.push(own.backend.notifier.rounds() - before);
         }
         assert!(
             together.contains(&1),
             "the outcomes never went with the writes: rounds per try {together:?}"
         );
-        let before = own.notifier.rounds();
+        let before = own.backend.notifier.rounds();
         let started = Instant::now();
-        own.notifier.decided(&[ShardIndex(7)]);
+        own.backend.notifier.decided(&[ShardIndex(7)]);
         until("the outcome of shard 7 alone", || {
             decided.0.lock().unwrap().contains(&7)
         })
@@ -400,7 +400,7 @@ mod tests {
             heard_after >= OUTCOME_DELAY,
             "heard alone after {heard_after:?}, sent before waiting for writes"
         );
-        assert_eq!(own.notifier.rounds() - before, 1);
+        assert_eq!(own.backend.notifier.rounds() - before, 1);
     }
 
     /// The notifier has a connection of its own: a node whose pooled connections are all
@@ -434,7 +434,7 @@ mod tests {
             .expect("task")
             .expect("the pool's only connection is held");
         let started = Instant::now();
-        busy.notifier.written(&[ShardIndex(9)]);
+        busy.backend.notifier.written(&[ShardIndex(9)]);
         assert_eq!(hears(&heard, 9).await, [9]);
         assert!(
             started.elapsed() < Duration::from_secs(2),
@@ -457,7 +457,7 @@ mod tests {
             url: url.clone(),
             schema: Some(schema.name.clone()),
             database: storage.db.db_name().clone(),
-            echo: storage.echo.clone(),
+            echo: storage.backend.echo.clone(),
         };
         let mut conn = connect(&target).expect("connect");
         #[derive(diesel::QueryableByName)]

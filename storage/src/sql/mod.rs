@@ -1,24 +1,33 @@
 //! The SQL of every storage operation, written once for SQLite and PostgreSQL.
 //!
 //! ```text
-//!  sql::units!()            ─► free functions `fn(&mut Conn, …) -> Result<_, Failure>`, one
-//!                              per unit of work, stamped into a backend's `units` module
-//!  sql::storage_impls!(S,m) ─► the async storage traits for S, each method one
-//!                              `db.run(|conn| m::unit(conn, …))` on the blocking pool
-//!  Dialect                  ─► what differs: transaction kinds, advisory locks
-//!  fn unit<C: Dialect>      ─► a unit written as a plain function generic over the connection
-//!                              (`registry`): its statements run through `run::RunSql`, which
-//!                              checks each against every backend compiled in, so the
-//!                              function needs no where-clause; `units!()` re-exports it
+//!  fn unit<C: Dialect>(conn: &mut C, …)   one plain function per unit of work, one file
+//!                                         per concept (registry, inbox, commit, …), compiled
+//!                                         for each backend's connection type
+//!    diesel::update(…).execute(conn)      run::RunSql: the statement's type is concrete, so
+//!                                         it is checked once, here, against every backend
+//!                                         compiled in; the unit needs no where-clause
+//!  Dialect                                what differs: transaction kinds, advisory locks,
+//!                                         how rows are written in numbers
+//!  traits::SqlStorage<C, B>               the async storage traits, once for both backends:
+//!                                         each method one `db.run(|conn| unit(conn, …))` on
+//!                                         the blocking pool; B: what the backend adds
 //! ```
 //!
-//! Diesel's query builder is typed per backend, and a function generic over "any diesel
-//! connection" needs a where-clause per query shape. Instead the query code lives in macros
-//! (one file per concept) that expand to ordinary functions over the concrete connection type
-//! `Conn` of the module they are invoked in. Each backend supplies the few things that really
-//! differ through [`Dialect`]: SQLite writes in `BEGIN IMMEDIATE` transactions and needs no
-//! extra locks (writers are serialised by the database); PostgreSQL takes transaction-level
-//! advisory locks where a check-then-insert must be atomic or where commit order matters.
+//! Diesel's query builder is typed per backend: a function generic over "any diesel
+//! connection" would need a where-clause per statement shape, most of which cannot even be
+//! named. The bound is turned around instead (see [`run`]): a statement built from the
+//! schema's tables has a concrete type, and [`run::RunSql`] requires that type to run on
+//! SQLite and on PostgreSQL (as compiled in), so a unit only needs `C: Dialect`. After
+//! monomorphisation each unit is the same diesel code on the concrete connection as before.
+//! Two things name the backend in their type and are avoided in units: `Row::as_select()`
+//! (units select [`run::columns_of`]`::<Row>()`, the same columns) and boxed queries (optional
+//! filters are [`predicate::Maybe`] conditions).
+//!
+//! Each backend supplies the few things that really differ through [`Dialect`]: SQLite
+//! writes in `BEGIN IMMEDIATE` transactions and needs no extra locks (writers are serialised
+//! by the database); PostgreSQL takes transaction-level advisory locks where a
+//! check-then-insert must be atomic or where commit order matters.
 
 pub(crate) mod catch_up;
 pub(crate) mod commit;
@@ -226,48 +235,3 @@ pub(crate) trait Dialect: run::SharedConnection {
         ids: &[String],
     ) -> Result<Vec<crate::rows::EntityStateRow>, Failure>;
 }
-
-/// Names every unit of work in the invoking module (a backend's `units`, which
-/// `storage_impls!` calls); each is a function generic over the connection.
-macro_rules! units {
-    () => {
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::catch_up::{
-            cancel_catch_up, catch_up, delete_completed_catch_ups, has_pending_replay,
-            purge_catch_ups, running_catch_ups, start_catch_up, store_catch_up, update_catch_up,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::commit::commit_stage;
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::dead_letters::{
-            blocked_targets, count_dead_letters, list_dead_letters, purge_dead_letters,
-            requeue_dead_letters, unblock_target,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::entities::load_states;
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::events::{
-            count_events, event_seqs, last_event_seq, read_events, read_source_events,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::inbox::{
-            append_events, counts, dead_letters, depths, expired_shards, finish_report,
-            insert_messages, insert_rows, next_due, purge_due_shards, read_expired, read_page,
-            rows, write_addressed,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::outcomes::{purge_outcomes, read_outcome, store_outcomes};
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::registry::{
-            beat, claim_shard_count, clock_now, fence, leave, members, pick_up,
-            record_shard_strategy, recorded_shard_count, recorded_shard_strategy, release, renew,
-            sessions,
-        };
-        #[allow(unused_imports)]
-        pub(crate) use $crate::sql::reshard::{
-            announce_reshard, check_shard_count, layout, reshard, withdraw_reshard,
-        };
-    };
-}
-pub(crate) use traits::storage_impls;
-pub(crate) use units;

@@ -1,6 +1,6 @@
-//! Names the units of work use: imported by each file of generic units (with
-//! [`RunSql`](crate::sql::run::RunSql)) and into each backend's `units` module for the units
-//! still stamped by macros (with diesel's `RunQueryDsl`).
+//! Names the units of work use, imported by each file of units. Not diesel's `RunQueryDsl`:
+//! a unit runs its statements through [`RunSql`](crate::sql::run::RunSql), whose methods have
+//! the same names (each file imports it).
 
 pub(crate) use crate::error::Failure;
 pub(crate) use crate::rows::{

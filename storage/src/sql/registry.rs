@@ -9,10 +9,6 @@
 //! and re-checks the `WHERE` against the new row, so exactly one wins; on SQLite the
 //! immediate transaction serialises them. Renew and release are fenced by epoch and node;
 //! [`fence`] is also the first statement of every stage commit (`sql::commit`).
-//!
-//! Each unit is one function generic over the connection (`C: Dialect`), compiled for each
-//! backend; the statements run through [`RunSql`](crate::sql::run::RunSql), which checks
-//! each against every backend compiled in (see `sql::run`).
 
 use crate::error::Failure;
 use crate::rows::{self, micros, SessionRow};

@@ -30,6 +30,7 @@ use crate::pool::{blocking, pool_builder, Db};
 use crate::redact::DbName;
 use crate::rows::{EntityStateRow, NewEntityStateRow, NewEventRow, NewInboxRow};
 use crate::sql::prepared::{MarkDelivered, UpsertStates};
+use crate::sql::traits::{SqlStorage, StorageBackend};
 use crate::sql::{ladder, AddressedRow, Dialect};
 use checkpoint::Checkpointer;
 use diesel::connection::Connection;
@@ -52,8 +53,10 @@ pub const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/
 /// let tuned = SqliteStorage::open_with("other.db", SqliteOptions::default().pool_size(4)).await?;
 /// # Ok(()) }
 /// ```
-pub struct SqliteStorage {
-    db: Db<SqliteConnection>,
+pub type SqliteStorage = SqlStorage<SqliteConnection, SqliteBackend>;
+
+/// What [`SqliteStorage`] keeps besides its pool: the file, and the checkpoint thread.
+pub struct SqliteBackend {
     path: PathBuf,
     /// The background checkpoint thread, stopped when the storage is dropped.
     _checkpointer: Option<Checkpointer>,
@@ -63,7 +66,7 @@ impl std::fmt::Debug for SqliteStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.db.state();
         f.debug_struct("SqliteStorage")
-            .field("path", &self.path)
+            .field("path", &self.backend.path)
             .field("connections", &state.connections)
             .field("idle", &state.idle_connections)
             .finish()
@@ -93,23 +96,30 @@ impl SqliteStorage {
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.backend.path
+    }
+}
+
+#[async_trait::async_trait]
+impl StorageBackend for SqliteBackend {
+    type Conn = SqliteConnection;
+
+    const MIGRATIONS: EmbeddedMigrations = SQLITE_MIGRATIONS;
+
+    fn describe(&self, db: &Db<SqliteConnection>) -> String {
+        format!("sqlite {}", db.name())
     }
 
-    fn describe_backend(&self) -> String {
-        format!("sqlite {}", self.db.name())
-    }
-
-    fn written_backend(&self, _shards: &[shardbox_core::ShardIndex]) {
+    fn written(&self, _shards: &[shardbox_core::ShardIndex]) {
         // No notification channel between processes.
     }
 
-    fn decided_backend(&self, _shards: &[shardbox_core::ShardIndex]) {
+    fn decided(&self, _shards: &[shardbox_core::ShardIndex]) {
         // No notification channel between processes: a process that runs no node finds
         // other processes' outcomes by its fallback poll.
     }
 
-    fn write_listener_backend(&self) -> Option<&dyn shardbox_core::WriteListener> {
+    fn write_listener(_: &SqliteStorage) -> Option<&dyn shardbox_core::WriteListener> {
         // SQLite has no notification channel between processes.
         None
     }
@@ -119,9 +129,9 @@ impl SqliteStorage {
     /// copy it but never shrink it). Waits up to `busy_timeout` for other connections'
     /// readers and writers; if another process keeps the database busy, the WAL is left as
     /// it is (logged), to be truncated at a later stop.
-    async fn node_stopped_backend(&self) -> Result<(), StorageError> {
-        let database = self.db.name().to_owned();
-        let row = self.db.run(checkpoint::truncate).await?;
+    async fn node_stopped(&self, db: &Db<SqliteConnection>) -> Result<(), StorageError> {
+        let database = db.name().to_owned();
+        let row = db.run(checkpoint::truncate).await?;
         if row.busy != 0 {
             tracing::info!(%database, wal_pages = row.log, checkpointed = row.checkpointed, "WAL not truncated at shutdown: the database is busy (another process?)");
         } else {
@@ -186,7 +196,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
         Some(interval) => Some(Checkpointer::start(&url, &name, interval, pragmas)?),
         None => None,
     };
-    Ok(SqliteStorage {
+    Ok(SqlStorage {
         db: Db::new(pool, db_name.clone()).gate_writers(Box::new(move || {
             let mut conn =
                 SqliteConnection::establish(&url).map_err(|e| classify_connect(e, &db_name))?;
@@ -195,8 +205,10 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
                 .map_err(|e| classify_connect(e, &db_name))?;
             Ok(conn)
         })),
-        path,
-        _checkpointer: checkpointer,
+        backend: SqliteBackend {
+            path,
+            _checkpointer: checkpointer,
+        },
     })
 }
 
@@ -309,30 +321,3 @@ impl Dialect for SqliteConnection {
         })
     }
 }
-
-/// The units of work over [`SqliteConnection`].
-mod units {
-    crate::sql::units!();
-}
-
-/// The schema check of a readiness probe: the migrations applied, read on a pooled
-/// connection, against those this binary embeds (no migration is run).
-#[async_trait::async_trait]
-impl shardbox_core::storage::SchemaCheck for SqliteStorage {
-    async fn check_schema(&self) -> Result<(), StorageError> {
-        let name = self.db.name().to_owned();
-        self.db
-            .run(move |conn| {
-                migrate(
-                    conn,
-                    &SQLITE_MIGRATIONS,
-                    crate::MigrationMode::Verify,
-                    &name,
-                )
-                .map(drop)
-            })
-            .await
-    }
-}
-
-crate::sql::storage_impls!(SqliteStorage, units);
