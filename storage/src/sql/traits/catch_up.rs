@@ -1,0 +1,81 @@
+//! `CatchUpStore` for [`SqlStorage`]: catch-up jobs.
+
+use super::{SqlConnection, SqlStorage, StorageBackend};
+
+#[async_trait::async_trait]
+impl<C: SqlConnection, B: StorageBackend<Conn = C>> shardbox_core::CatchUpStore
+    for SqlStorage<C, B>
+{
+    async fn start_catch_up(
+        &self,
+        job: shardbox_core::storage::NewCatchUp,
+        shard_count: u32,
+    ) -> Result<shardbox_core::storage::CatchUpJob, shardbox_core::StorageError> {
+        self.db
+            .run(move |conn| crate::sql::catch_up::start_catch_up(conn, job, shard_count))
+            .await
+    }
+
+    async fn has_pending_replay(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[shardbox_core::ShardIndex],
+        cursor: i64,
+    ) -> Result<bool, shardbox_core::StorageError> {
+        let (kind, tenant, shards) = (
+            projection_kind.to_owned(),
+            tenant.to_owned(),
+            shards.to_vec(),
+        );
+        self.db
+            .run(move |conn| {
+                crate::sql::catch_up::has_pending_replay(conn, kind, tenant, shards, cursor)
+            })
+            .await
+    }
+
+    async fn catch_up(
+        &self,
+        id: i64,
+    ) -> Result<Option<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError> {
+        self.db
+            .run(move |conn| crate::sql::catch_up::catch_up(conn, id))
+            .await
+    }
+
+    async fn cancel_catch_up(
+        &self,
+        id: i64,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError> {
+        self.db
+            .run(move |conn| crate::sql::catch_up::cancel_catch_up(conn, id, at))
+            .await
+    }
+
+    async fn running_catch_ups(
+        &self,
+    ) -> Result<Vec<shardbox_core::storage::CatchUpJob>, shardbox_core::StorageError> {
+        self.db.run(crate::sql::catch_up::running_catch_ups).await
+    }
+
+    async fn update_catch_up(
+        &self,
+        job: &shardbox_core::storage::CatchUpJob,
+    ) -> Result<(), shardbox_core::StorageError> {
+        let job = job.clone();
+        self.db
+            .run(move |conn| crate::sql::catch_up::update_catch_up(conn, job))
+            .await
+    }
+
+    async fn purge_catch_ups(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, shardbox_core::StorageError> {
+        self.db
+            .run(move |conn| crate::sql::catch_up::purge_catch_ups(conn, before))
+            .await
+    }
+}
