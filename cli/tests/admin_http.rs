@@ -15,7 +15,7 @@ use shardbox_storage::test_schema::{pg_url, TestSchema};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use support::http::{call, call_with, Reply};
+use support::http::{call, call_with, mount, Reply};
 use support::seed::{self, Ledger};
 use support::serve::Served;
 
@@ -422,16 +422,6 @@ async fn an_age_out_of_range_is_refused_naming_the_parameter_and_range() {
     let longest = get(&addr, "/api/dead-letters?since=36500d").await;
     assert_eq!(longest.status, 200, "{}", longest.body);
     assert_eq!(longest.json()["matching"], 0);
-}
-
-/// Serves `app` on a free loopback port in this runtime; returns host:port.
-async fn mount(app: shardbox::admin::axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    tokio::spawn(async move { shardbox::admin::axum::serve(listener, app).await });
-    addr
 }
 
 /// The router mounted beside a running node: readiness follows the node, the metrics carry

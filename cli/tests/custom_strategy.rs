@@ -22,7 +22,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::binary::{code, json, run, stderr};
-use support::http::{call, Reply};
+use support::http::{call, mount, Reply};
 
 const SHARDS: u32 = 4;
 
@@ -190,15 +190,10 @@ async fn operate(storage: Arc<dyn Storage>, db: &str, schema: Option<&str>) {
     // leased.)
     let second = dead_letter(&sb, "l-2").await;
     let node = sb.start();
-    let admin = {
-        let app = shardbox::admin::router(sb.admin_state(&node).allow_actions(true));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move { shardbox::admin::axum::serve(listener, app).await });
-        addr
-    };
+    let admin = mount(shardbox::admin::router(
+        sb.admin_state(&node).allow_actions(true),
+    ))
+    .await;
     let reply = post(
         &admin,
         "/api/dead-letters/requeue",

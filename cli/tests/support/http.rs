@@ -171,3 +171,14 @@ pub async fn call_with(
     .await
     .expect("request task")
 }
+
+/// Serves `app` on a free loopback port in this runtime (the admin router mounted as an
+/// application mounts it); returns host:port.
+pub async fn mount(app: shardbox::admin::axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move { shardbox::admin::axum::serve(listener, app).await });
+    addr
+}
