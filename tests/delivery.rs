@@ -322,6 +322,73 @@ async fn an_idle_shard_is_purged_by_the_running_node_after_the_window() {
     .await;
 }
 
+/// A running node forgets the outcomes of commands that were never handled: a shard whose
+/// only command was dead-lettered holds no delivered row to purge, yet once the window has
+/// passed the periodic sweep asks for a purging stage and the outcome record goes (before,
+/// it stayed for good). On memory and SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_shards_outcome_records_are_purged_after_the_window() {
+    async fn check<S: Storage + shardbox::core::storage::Inspect>(storage: Arc<S>) {
+        let clock = Arc::new(ManualClock::new(t0()));
+        let policy = FailurePolicy::new(
+            1,
+            Backoff::Fixed(Duration::from_secs(1)),
+            ExhaustedOutcome::DeadLetter,
+        );
+        let sb = build(storage.clone(), clock.clone(), |b| {
+            b.dedup_window(Duration::from_secs(60))
+                .ttl_sweep_interval(Duration::from_millis(50))
+                .failure_policy(policy)
+        })
+        .await;
+        let node = sb.start();
+        // A command for a kind no node handles: dead-lettered at its first attempt.
+        let ghost = NewMessage {
+            signal_id: "ghost-1".into(),
+            kind: MessageKind::Command,
+            target_kind: "ghost".into(),
+            target_id: "g".into(),
+            tenant: String::new(),
+            payload: b"{}".to_vec(),
+            payload_type: "ghost.command".into(),
+            metadata: Default::default(),
+            received_at: clock.now(),
+            deliver_after: None,
+            expires_at: None,
+        };
+        storage
+            .write(WriteBatch {
+                events: vec![],
+                messages: vec![sb.address(ghost)],
+            })
+            .await
+            .unwrap();
+        assert!(node.drain(Duration::from_secs(10)).await.unwrap());
+        assert_eq!(storage.dead_letters().await.unwrap().len(), 1);
+        assert_eq!(storage.outcome_records().await.unwrap(), 1);
+        assert_eq!(storage.counts(None).await.unwrap().delivered, 0);
+
+        clock.advance(chrono::Duration::seconds(61));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while storage.outcome_records().await.unwrap() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the idle shard's outcome record was never purged"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        node.shutdown().await.unwrap();
+    }
+    check(Arc::new(MemoryStorage::new())).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    check(Arc::new(
+        shardbox::storage::SqliteStorage::open(dir.path().join("idle-outcomes.db"))
+            .await
+            .expect("open"),
+    ))
+    .await;
+}
+
 /// The shard count is recorded by the first node; a node configured with another one is
 /// refused at build with an error that gives both numbers and what to do, and one with the
 /// recorded count builds. On memory, SQLite and PostgreSQL.

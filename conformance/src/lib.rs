@@ -132,7 +132,10 @@ pub use inbox::{
     paging_with_equal_timestamps_crosses_pages, write_all_reports_each_batch,
     write_then_read_in_seq_order,
 };
-pub use outcomes::command_outcomes_are_kept_for_their_window;
+pub use outcomes::{
+    command_outcomes_are_kept_for_their_window,
+    unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock,
+};
 pub use registry::{
     clock_now_is_the_storage_clock, concurrent_pick_up_has_one_winner,
     fenced_commit_refused_after_lease_taken, members_beat_expire_and_leave,
@@ -202,6 +205,7 @@ macro_rules! conformance_suite {
             expired_rows_are_found_due_or_not,
             pick_up_tells_a_takeover_from_a_free_shard,
             command_outcomes_are_kept_for_their_window,
+            unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock,
             a_reshard_switch_moves_every_row_to_its_targets_shard,
             a_reshard_switch_is_refused_whole,
             a_write_addressed_by_another_count_is_refused_whole,

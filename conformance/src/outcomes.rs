@@ -194,3 +194,144 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         }
     );
 }
+
+/// Records of commands that are never handled — so their shard has no delivered row to purge
+/// — are still found and purged: `purge_due_shards` names their shard once their window has
+/// passed, a purging stage deletes them although it purges no delivered row, and a stage
+/// that records outcomes deletes at least as many forgotten ones of its shard. An operator
+/// who drops or dead-letters a blocked command decides its outcome anew (the sender no longer
+/// reads `Blocked`); a requeue makes it pending.
+pub async fn unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock<
+    S: Storage + Inspect,
+>(
+    store: S,
+) {
+    use shardbox_core::storage::Unblock;
+    store
+        .write(messages(vec![
+            command(0, "a", "s1"),
+            command(0, "b", "s2"),
+            command(0, "c", "s3"),
+            command(0, "d", "s4"),
+        ]))
+        .await
+        .expect("write");
+    let lease = pick(&store, 0, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    let seq = |signal: &str| {
+        page.messages
+            .iter()
+            .find(|m| m.message.signal_id.0 == signal)
+            .map(|m| m.seq)
+            .expect("row of the page")
+    };
+    let remove = |seq| RowUpdate {
+        seq,
+        change: RowChange::Remove,
+    };
+    let block = |seq, error: &str| RowUpdate {
+        seq,
+        change: RowChange::Block {
+            attempts: 1,
+            error: error.into(),
+        },
+    };
+    let dead = CommandOutcome::DeadLettered {
+        reason: "boom".into(),
+    };
+    let blocked = |error: &str| CommandOutcome::Blocked {
+        reason: error.into(),
+    };
+    let mut first = stage(
+        &lease,
+        t0(),
+        vec![
+            remove(seq("s1")),
+            block(seq("s2"), "bad b"),
+            block(seq("s3"), "bad c"),
+        ],
+    );
+    first.outcomes = vec![
+        record("a", "s1", dead.clone(), 60),
+        record("b", "s2", blocked("bad b"), 60),
+        record("c", "s3", blocked("bad c"), 60),
+    ];
+    store.commit_stage(first).await.expect("commit");
+    assert_eq!(store.outcome_records().await.expect("count"), 3);
+    assert_eq!(
+        store.purge_due_shards(secs(59)).await.expect("due"),
+        Vec::<ShardIndex>::new()
+    );
+
+    // Unblocked by the operator at 10 s: b dropped, c dead-lettered, each decided anew with
+    // the operator's reason; their window is unchanged.
+    for (target, action) in [("b", Unblock::Drop), ("c", Unblock::DeadLetter)] {
+        store
+            .unblock_target(
+                &shardbox_core::storage::EntityKey {
+                    kind: "account".into(),
+                    tenant: String::new(),
+                    id: target.into(),
+                },
+                action,
+                secs(10),
+            )
+            .await
+            .expect("unblock");
+    }
+    let reason = shardbox_core::storage::unblocked_reason(Some("bad b"));
+    assert_eq!(
+        store.outcome(&key("b", "s2"), secs(11)).await.expect("b"),
+        OutcomeLookup::Decided {
+            outcome: CommandOutcome::Dropped { reason },
+            decided_at: secs(10),
+        }
+    );
+    let reason = shardbox_core::storage::unblocked_reason(Some("bad c"));
+    assert_eq!(
+        store.outcome(&key("c", "s3"), secs(59)).await.expect("c"),
+        OutcomeLookup::Decided {
+            outcome: CommandOutcome::DeadLettered { reason },
+            decided_at: secs(10),
+        }
+    );
+
+    // At 61 s the three records are forgotten and their shard, which holds no delivered
+    // row, is named; a purging stage deletes them.
+    assert_eq!(
+        store.purge_due_shards(secs(61)).await.expect("due"),
+        vec![ShardIndex(0)]
+    );
+    let mut purge = stage(&lease, secs(61), vec![]);
+    purge.purge_delivered = 2;
+    store.commit_stage(purge).await.expect("purge");
+    assert_eq!(
+        store.outcome_records().await.expect("count"),
+        1,
+        "two purged (the stage's limit), one left"
+    );
+
+    // A stage that records an outcome deletes a forgotten one too, with no purge asked.
+    let mut expiring = stage(&lease, secs(62), vec![remove(seq("s4"))]);
+    expiring.outcomes = vec![record("d", "s4", CommandOutcome::Expired, 120)];
+    store.commit_stage(expiring).await.expect("commit");
+    assert_eq!(
+        store.outcome_records().await.expect("count"),
+        1,
+        "s4's only"
+    );
+    assert_eq!(
+        store.purge_due_shards(secs(62)).await.expect("due"),
+        Vec::<ShardIndex>::new()
+    );
+    assert_eq!(
+        store.outcome(&key("d", "s4"), secs(63)).await.expect("d"),
+        OutcomeLookup::Decided {
+            outcome: CommandOutcome::Expired,
+            decided_at: t0(),
+        }
+    );
+}

@@ -3,7 +3,7 @@
 use super::{target_of, MemoryStorage};
 use crate::model::error::StorageError;
 use crate::model::message::{InboxWrite, MessageStatus};
-use crate::storage::unblocked_reason;
+use crate::storage::{unblocked_outcome, unblocked_reason};
 use crate::storage::{
     BlockedTarget, DeadLetter, DeadLetterFilter, DeadLetterStore, EntityKey, Requeue,
     RequeueReport, StoredDeadLetter, Unblock, UnblockReport, WriteReport,
@@ -123,6 +123,9 @@ impl DeadLetterStore for MemoryStorage {
             };
             report.unblocked += 1;
             report.shards.push(row.shard);
+            if let Some(outcome) = unblocked_outcome(action, &row) {
+                state.outcomes.decide_again(&row.dedup_key(), outcome, now);
+            }
             match action {
                 Unblock::Requeue => {
                     if let Some(b) = state.blocked.get_mut(&row.shard) {

@@ -84,6 +84,7 @@ impl InboxStore for MemoryStorage {
         }
         let shard = commit.lease.shard;
         let now = commit.now;
+        let outcome_purge = commit.outcome_purge_limit();
         state.check_stage_rows(shard, &commit.updates)?;
         state.apply_row_changes(shard, now, commit.updates);
         for release in &commit.release_holds {
@@ -98,6 +99,7 @@ impl InboxStore for MemoryStorage {
             .purge_catch_ups_before
             .map_or(0, |before| state.purge_jobs(before));
         let written = state.write(commit.writes);
+        state.outcomes.purge(shard, now, outcome_purge);
         state.outcomes.record(commit.outcomes);
         let purged = state.purge_delivered(shard, now, commit.purge_delivered);
         let session = state
@@ -184,8 +186,10 @@ impl InboxStore for MemoryStorage {
                     .is_some_and(|(keep_until, _)| *keep_until <= now)
             })
             .map(|(shard, _)| *shard)
+            .chain(state.outcomes.purge_due_shards(now))
             .collect();
         shards.sort_unstable();
+        shards.dedup();
         Ok(shards)
     }
 

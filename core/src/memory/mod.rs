@@ -373,6 +373,10 @@ impl Inspect for MemoryStorage {
     async fn rows(&self) -> Result<Vec<InboxMessage>, StorageError> {
         Ok(MemoryStorage::rows(self))
     }
+
+    async fn outcome_records(&self) -> Result<u64, StorageError> {
+        Ok(self.lock().outcomes.len() as u64)
+    }
 }
 
 impl Storage for MemoryStorage {

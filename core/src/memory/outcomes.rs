@@ -52,6 +52,44 @@ impl Outcomes {
         }]);
     }
 
+    /// Decides `key` anew as `outcome` at `at`, if its record is still kept (its window
+    /// unchanged): an operator's unblock.
+    pub(super) fn decide_again(
+        &mut self,
+        key: &DedupKey,
+        outcome: CommandOutcome,
+        at: DateTime<Utc>,
+    ) {
+        if let Some(record) = self.records.get_mut(key) {
+            record.outcome = outcome;
+            record.decided_at = at;
+        }
+    }
+
+    /// How many records are kept (inspection).
+    pub(super) fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether a record of `shard` is forgotten at `now` (a purge has work).
+    pub(super) fn purge_due(&self, shard: ShardIndex, now: DateTime<Utc>) -> bool {
+        self.expiry
+            .get(&shard)
+            .and_then(|index| index.first())
+            .is_some_and(|(keep_until, _)| *keep_until <= now)
+    }
+
+    /// The shards holding a record forgotten at `now`.
+    pub(super) fn purge_due_shards(
+        &self,
+        now: DateTime<Utc>,
+    ) -> impl Iterator<Item = ShardIndex> + '_ {
+        self.expiry
+            .keys()
+            .copied()
+            .filter(move |shard| self.purge_due(*shard, now))
+    }
+
     /// Files every record under its target's shard by `route` (a re-sharding); returns how
     /// many moved.
     pub(super) fn reshard(&mut self, route: impl Fn(&str, &str) -> ShardIndex) -> u64 {

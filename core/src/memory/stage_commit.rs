@@ -172,8 +172,7 @@ impl State {
         }
     }
 
-    /// Removes up to `limit` delivered rows of `shard` past their window (and their
-    /// commands' outcomes); returns how many rows.
+    /// Removes up to `limit` delivered rows of `shard` past their window; returns how many.
     pub(super) fn purge_delivered(
         &mut self,
         shard: ShardIndex,
@@ -182,7 +181,6 @@ impl State {
     ) -> usize {
         let mut purged = 0;
         if limit > 0 {
-            self.outcomes.purge(shard, now, limit);
             let expired: Vec<i64> = self
                 .delivered
                 .get(&shard)

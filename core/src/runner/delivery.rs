@@ -343,10 +343,13 @@ impl Delivery {
             }
             let started = Instant::now();
             let now = env.clock.now();
-            let page = env
+            let mut page = env
                 .storage
                 .read_page(lease.shard, now, env.config.page_size)
                 .await?;
+            // A sweep found forgotten outcome records (or delivered rows) to purge here: the
+            // page read sees only the latter.
+            page.purge_due |= env.sweeps.purge.take(lease.shard);
             if tracing::enabled!(target: "shardbox::latency", tracing::Level::TRACE) {
                 for m in &page.messages {
                     let key = m.message.received_at.timestamp_micros();
@@ -408,9 +411,9 @@ impl Delivery {
         }
         // Drained: rows whose TTL passed (due or not) are expired now if a sweep asked for it
         // (see `request_expiry`); asked again if that fails.
-        if env.expiry.take(lease.shard) {
+        if env.sweeps.expire.take(lease.shard) {
             if let Err(e) = self.expire(lease, report).await {
-                env.expiry.restore(lease.shard);
+                env.sweeps.expire.restore(lease.shard);
                 return Err(e);
             }
         }

@@ -18,7 +18,7 @@ use crate::model::config::DeliveryConfig;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
 use crate::runner::due::{DueSink, DueTimers};
-use crate::runner::expiry::ExpiryRequests;
+use crate::runner::expiry::SweepRequests;
 use crate::runner::outcomes::OutcomeSignals;
 use crate::stage::context::StationContext;
 use crate::storage::{ShardObserver, Storage};
@@ -62,7 +62,7 @@ pub struct DeliveryEnv {
     /// What the stations of this delivery see.
     pub(crate) station: Arc<StationContext>,
     pub(crate) due_timers: DueTimers,
-    pub(crate) expiry: ExpiryRequests,
+    pub(crate) sweeps: SweepRequests,
     /// Leases whose release failed, kept for a retried release.
     pub(crate) unreleased: UnreleasedLeases,
     /// Wakes the senders waiting for command outcomes.
@@ -101,7 +101,7 @@ impl DeliveryEnv {
             seat,
             station,
             due_timers: DueTimers::default(),
-            expiry: ExpiryRequests::default(),
+            sweeps: SweepRequests::default(),
             unreleased: UnreleasedLeases::default(),
             observers: RwLock::new(Vec::new()),
             stopping: AtomicBool::new(false),

@@ -19,21 +19,32 @@ use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 
-/// Shards a sweep found expired rows in, waiting for a worker to expire them; and which
-/// periodic sweep is the current one.
+/// What the periodic sweeps asked the workers for, and which sweep is the current one.
 #[derive(Debug, Default)]
-pub(crate) struct ExpiryRequests {
-    shards: Mutex<BTreeSet<ShardIndex>>,
+pub(crate) struct SweepRequests {
+    /// Shards holding rows whose TTL has passed: expired at their next serve.
+    pub(crate) expire: ShardRequests,
+    /// Shards holding forgotten outcome records or delivered rows past their window: one
+    /// purging stage at their next serve, even when the page read finds no delivered row to
+    /// purge (a shard whose commands only dead-letter has none). A request whose stage
+    /// fails is not restored: the next sweep asks again.
+    pub(crate) purge: ShardRequests,
     pub(crate) sweeper: AtomicU64,
 }
 
-impl ExpiryRequests {
+/// A set of shards asked for, each taken by the worker that serves it next.
+#[derive(Debug, Default)]
+pub(crate) struct ShardRequests {
+    shards: Mutex<BTreeSet<ShardIndex>>,
+}
+
+impl ShardRequests {
     fn lock(&self) -> MutexGuard<'_, BTreeSet<ShardIndex>> {
         // One set operation per critical section: nothing half done to recover from.
         lock(&self.shards)
     }
 
-    /// Asks for `shards` to be swept at their next serve.
+    /// Asks for `shards` at their next serve.
     pub(crate) fn request(&self, shards: &[ShardIndex]) {
         self.lock().extend(shards.iter().copied());
     }
@@ -43,7 +54,7 @@ impl ExpiryRequests {
         self.lock().remove(&shard)
     }
 
-    /// Puts a request back (the sweep of `shard` did not commit).
+    /// Puts a request back (the work on `shard` did not commit).
     pub(crate) fn restore(&self, shard: ShardIndex) {
         self.lock().insert(shard);
     }
@@ -55,7 +66,7 @@ mod tests {
 
     #[test]
     fn requests_are_taken_once_and_can_be_restored() {
-        let r = ExpiryRequests::default();
+        let r = ShardRequests::default();
         r.request(&[ShardIndex(1), ShardIndex(3), ShardIndex(1)]);
         assert!(r.take(ShardIndex(1)));
         assert!(!r.take(ShardIndex(1)));

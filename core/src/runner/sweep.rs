@@ -5,7 +5,8 @@
 //! ```text
 //!  every ttl_sweep_interval ─► expired_shards ─► expiry requests + wake ─► the next turn on
 //!                                                 each shard expires them (fenced commits)
-//!                           ─► purge_due_shards ─► wake ─► an empty-page stage purges
+//!                           ─► purge_due_shards ─► purge requests + wake ─► a stage purges
+//!                              (delivered rows and outcome records, even with an empty page)
 //! ```
 //!
 //! A sweep only finds and wakes shards; the worker that serves each one does the work under
@@ -30,18 +31,20 @@ impl Delivery {
     pub async fn request_expiry(&self) -> Result<Vec<ShardIndex>, DeliveryError> {
         let env = &self.env();
         let shards = env.storage.expired_shards(env.clock.now()).await?;
-        env.expiry.request(&shards);
+        env.sweeps.expire.request(&shards);
         env.notify(&shards);
         Ok(shards)
     }
 
-    /// Wakes the shards holding delivered rows past their deduplication window, so that a
-    /// shard without new traffic is cleaned up too (and a re-send after the window is
+    /// Wakes the shards holding delivered rows or command outcome records past their
+    /// deduplication window, asking each for a purging stage, so that a shard without new
+    /// traffic is cleaned up too (and a re-send after the window is
     /// delivered again rather than refused as a duplicate of a row kept too long). The node
     /// runner calls this every `ttl_sweep_interval`, with the TTL sweep. Returns the shards.
     pub async fn request_purge(&self) -> Result<Vec<ShardIndex>, DeliveryError> {
         let env = &self.env();
         let shards = env.storage.purge_due_shards(env.clock.now()).await?;
+        env.sweeps.purge.request(&shards);
         env.notify(&shards);
         Ok(shards)
     }
@@ -113,7 +116,7 @@ impl Delivery {
 /// `stop` (the node handle's shutdown).
 pub async fn sweep_periodically(delivery: Arc<Delivery>, mut stop: watch::Receiver<bool>) {
     let env = delivery.env().clone();
-    let me = env.expiry.sweeper.fetch_add(1, Ordering::SeqCst) + 1;
+    let me = env.sweeps.sweeper.fetch_add(1, Ordering::SeqCst) + 1;
     let interval = env.config.ttl_sweep_interval;
     loop {
         tokio::select! {
@@ -121,7 +124,7 @@ pub async fn sweep_periodically(delivery: Arc<Delivery>, mut stop: watch::Receiv
             _ = stopped(&mut stop) => break,
             _ = tokio::time::sleep(interval) => {}
         }
-        if env.is_stopping() || env.expiry.sweeper.load(Ordering::SeqCst) != me {
+        if env.is_stopping() || env.sweeps.sweeper.load(Ordering::SeqCst) != me {
             break;
         }
         match delivery.request_expiry().await {

@@ -128,8 +128,9 @@ pub struct StageCommit {
     /// The outcomes of the commands this stage settled other than handled, kept until their
     /// `keep_until` (replacing an earlier record of the same key). A handled command's outcome
     /// is its row marked [`RowChange::Delivered`] (with the stage's `now` as its time), read
-    /// back with the events its handler emitted (see [`crate::model::outcome`]). When the commit purges delivered rows
-    /// it also deletes up to as many of the shard's records whose `keep_until` has passed.
+    /// back with the events its handler emitted (see [`crate::model::outcome`]). The commit
+    /// deletes up to [`StageCommit::outcome_purge_limit`] of the shard's records whose
+    /// `keep_until` has passed.
     pub outcomes: Vec<OutcomeRecord>,
     /// The stage decided the outcome of at least one command (handled ones included, which
     /// have no record): its storage tells waiting senders once it committed.
@@ -137,6 +138,15 @@ pub struct StageCommit {
 }
 
 impl StageCommit {
+    /// How many of its shard's forgotten outcome records (`keep_until` passed) the commit
+    /// deletes: as many as it purges delivered rows, and at least as many as it records, so
+    /// that a shard whose commands are never handled (dead-lettered, dropped, expired,
+    /// blocked), and so has no delivered row to purge, forgets its records as fast as it
+    /// makes them.
+    pub fn outcome_purge_limit(&self) -> usize {
+        self.purge_delivered.max(self.outcomes.len())
+    }
+
     /// The earliest time this commit makes a row of its shard due later (a retry, a hold, or
     /// a delayed message it fans out to its own shard): what a page read before it could not
     /// know of.

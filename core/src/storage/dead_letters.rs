@@ -23,6 +23,8 @@ use super::commit::DeadLetter;
 use super::entities::EntityKey;
 use crate::model::error::StorageError;
 use crate::model::ids::{ShardIndex, SignalId};
+use crate::model::message::{InboxMessage, MessageKind};
+use crate::model::outcome::CommandOutcome;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::fmt;
@@ -245,6 +247,21 @@ pub fn unblocked_reason(last_error: Option<&str>) -> String {
     )
 }
 
+/// The outcome a blocked command gets when an operator lets its target go on by `action`:
+/// dropped or dead-lettered with [`unblocked_reason`], decided anew; `None` for a requeue (its
+/// row waits again: pending) and for an event, which has no outcome.
+pub fn unblocked_outcome(action: Unblock, row: &InboxMessage) -> Option<CommandOutcome> {
+    if row.message.kind != MessageKind::Command {
+        return None;
+    }
+    let reason = unblocked_reason(row.last_error.as_deref());
+    match action {
+        Unblock::Requeue => None,
+        Unblock::Drop => Some(CommandOutcome::Dropped { reason }),
+        Unblock::DeadLetter => Some(CommandOutcome::DeadLettered { reason }),
+    }
+}
+
 /// Dead letters and blocked targets, for operators (and the CLI).
 #[async_trait]
 pub trait DeadLetterStore: Send + Sync + 'static {
@@ -284,7 +301,9 @@ pub trait DeadLetterStore: Send + Sync + 'static {
     /// every parked row of the target (its messages that waited behind the block) is made
     /// due at once (`deliver_after` cleared, whatever the readers' clocks), so that the next
     /// page reads them in `seq` order; parked rows are released even if nothing was blocked
-    /// (nothing holds them any more). `now` stamps a dead letter.
+    /// (nothing holds them any more). `now` stamps a dead letter. A command dropped or
+    /// dead-lettered so has its outcome decided anew ([`unblocked_outcome`], at `now`) where
+    /// its record is still kept, so that its sender no longer reads `Blocked`.
     async fn unblock_target(
         &self,
         target: &EntityKey,

@@ -240,8 +240,9 @@ pub trait InboxStore: Send + Sync + 'static {
     /// once. Costs O(expired rows), not O(Inbox).
     async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError>;
 
-    /// The shards (sorted, each once) holding a delivered row whose `keep_until` is at or
-    /// before `now`: where a purge has work although no message may arrive to start a stage.
+    /// The shards (sorted, each once) holding a delivered row or a command outcome record
+    /// whose `keep_until` is at or before `now`: where a purge has work although no message
+    /// may arrive to start a stage.
     async fn purge_due_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError>;
 
     /// Up to `limit` such expired rows of `shard`, due or not, in `seq` order.

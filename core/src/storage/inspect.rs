@@ -21,4 +21,8 @@ pub trait Inspect: Send + Sync {
 
     /// Every row of the Inbox, in `seq` order (loads the whole table).
     async fn rows(&self) -> Result<Vec<InboxMessage>, StorageError>;
+
+    /// How many command outcome records are stored, forgotten ones (past their
+    /// `keep_until`) not yet purged included.
+    async fn outcome_records(&self) -> Result<u64, StorageError>;
 }

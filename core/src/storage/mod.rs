@@ -35,8 +35,8 @@ pub use observer::ShardObserver;
 pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
 pub use commit::{CommitReport, DeadLetter, HoldRelease, RowChange, RowUpdate, StageCommit};
 pub use dead_letters::{
-    unblocked_reason, BlockedTarget, DeadLetterFilter, DeadLetterId, DeadLetterStore, Requeue,
-    RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
+    unblocked_outcome, unblocked_reason, BlockedTarget, DeadLetterFilter, DeadLetterId,
+    DeadLetterStore, Requeue, RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
 };
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;

@@ -37,6 +37,7 @@ macro_rules! commit_units {
             } else {
                 None
             };
+            let outcome_purge = commit.outcome_purge_limit();
             let StageCommit {
                 lease,
                 now,
@@ -106,7 +107,7 @@ macro_rules! commit_units {
                 let mut written = WriteReport::default();
                 insert_rows(conn, &messages, &mut written)?;
                 let purged = purge(conn, lease.shard, now, purge_delivered)?;
-                purge_outcomes(conn, lease.shard, now, purge_delivered)?;
+                purge_outcomes(conn, lease.shard, now, outcome_purge)?;
                 store_outcomes(conn, &outcomes)?;
                 append_events(conn, &events, &mut written)?;
                 finish_report(&mut written);

@@ -225,6 +225,13 @@ macro_rules! dead_letter_units {
                 let mut shards: Vec<ShardIndex> = rows.iter().map(|r| r.shard).collect();
                 shards.sort_unstable();
                 shards.dedup();
+                let decided: Vec<_> = rows
+                    .iter()
+                    .filter_map(|row| {
+                        shardbox_core::storage::unblocked_outcome(action, row)
+                            .map(|outcome| (row.dedup_key(), outcome))
+                    })
+                    .collect();
                 let touched = match action {
                     Unblock::Requeue => diesel::update(blocked().filter(im::seq.eq_any(&seqs)))
                         .set((
@@ -262,6 +269,9 @@ macro_rules! dead_letter_units {
                         diesel::delete(blocked().filter(im::seq.eq_any(&seqs))).execute(conn)?
                     }
                 };
+                for (key, outcome) in decided {
+                    decide_outcome_again(conn, &key, &outcome, now)?;
+                }
                 let released = release_parked(conn, &target)?;
                 for shard in &released {
                     shards.push(rows::shard(*shard)?);

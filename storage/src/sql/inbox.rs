@@ -293,19 +293,28 @@ macro_rules! inbox_units {
         }
 
         /// `InboxStore::purge_due_shards`: one scan of the delivered rows' `inbox_purge` index
-        /// (the rows within their window, a bounded set: traffic times the window).
+        /// (the rows within their window, a bounded set: traffic times the window) and one
+        /// of the outcome records' (shard, keep_until) index (as bounded).
         pub(crate) fn purge_due_shards(
             conn: &mut Conn,
             now: DateTime<Utc>,
         ) -> Result<Vec<ShardIndex>, Failure> {
+            use $crate::schema::command_outcomes::dsl as co;
             use $crate::schema::inbox_messages::dsl as im;
-            let shards: Vec<i32> = im::inbox_messages
+            let mut shards: Vec<i32> = im::inbox_messages
                 .filter(im::keep_until.is_not_null())
                 .filter(im::keep_until.le(micros(now)))
                 .select(im::shard)
                 .distinct()
-                .order(im::shard.asc())
                 .load(conn)?;
+            let outcomes: Vec<i32> = co::command_outcomes
+                .filter(co::keep_until.le(micros(now)))
+                .select(co::shard)
+                .distinct()
+                .load(conn)?;
+            shards.extend(outcomes);
+            shards.sort_unstable();
+            shards.dedup();
             shards.into_iter().map(rows::shard).collect()
         }
 
@@ -489,6 +498,14 @@ macro_rules! inbox_units {
                 .into_iter()
                 .map(InboxRow::into_message)
                 .collect()
+        }
+
+        /// How many command outcome records are stored (inspection).
+        pub(crate) fn outcome_records(conn: &mut Conn) -> Result<u64, Failure> {
+            let n: i64 = $crate::schema::command_outcomes::table
+                .count()
+                .get_result(conn)?;
+            Ok(u64::try_from(n).unwrap_or(0))
         }
 
         /// Every dead letter, oldest first (inspection).

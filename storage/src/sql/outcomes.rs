@@ -159,6 +159,32 @@ macro_rules! outcome_units {
             Ok(())
         }
 
+        /// Decides the command `key` anew as `outcome` at `now` where its record is still
+        /// kept (its window unchanged): an operator's unblock.
+        fn decide_outcome_again(
+            conn: &mut Conn,
+            key: &shardbox_core::DedupKey,
+            outcome: &shardbox_core::CommandOutcome,
+            now: DateTime<Utc>,
+        ) -> Result<(), Failure> {
+            use $crate::schema::command_outcomes::dsl as co;
+            let (name, detail, events) = outcome.to_stored();
+            diesel::update(co::command_outcomes.find((
+                &key.tenant,
+                &key.target_kind,
+                &key.target_id,
+                &key.signal_id.0,
+            )))
+            .set((
+                co::outcome.eq(name),
+                co::detail.eq(detail),
+                co::event_ids.eq(events),
+                co::decided_at.eq(micros(now)),
+            ))
+            .execute(conn)?;
+            Ok(())
+        }
+
         /// `InboxStore::outcome`.
         pub(crate) fn read_outcome(
             conn: &mut Conn,

@@ -575,6 +575,10 @@ macro_rules! storage_impls {
             ) -> Result<Vec<shardbox_core::InboxMessage>, shardbox_core::StorageError> {
                 <$storage>::rows(self).await
             }
+
+            async fn outcome_records(&self) -> Result<u64, shardbox_core::StorageError> {
+                self.db.run($units::outcome_records).await
+            }
         }
     };
 }
