@@ -229,3 +229,95 @@ async fn sends_recover_within_two_seconds_of_every_outage_and_lose_nothing() {
     }
     node.shutdown().await.expect("shutdown");
 }
+
+/// Regression (issue 37, defect 11): a send whose connection dies while its write is on the
+/// way used to fail with "unavailable", though such a write may have committed; a caller that
+/// sent again with fresh ids could double it. Now the write is classified as of unknown
+/// outcome and the send path writes it again itself with the same signal id: here the
+/// send's insert waits on a lock another session holds, its backend is terminated while it
+/// waits, the lock is let go, and the send succeeds with its message in the Inbox once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_connection_dies_mid_write_is_written_again_once() {
+    use diesel::connection::SimpleConnection;
+    use diesel::RunQueryDsl;
+    let Some(url) = common::pg_url("a_send_whose_connection_dies_mid_write") else {
+        return;
+    };
+    let schema = PgSchema::new(&url, "lost_write");
+    let tagged = format!("{url}?application_name={}", schema.name);
+    let storage = Arc::new(
+        PostgresStorage::connect_with(tagged, schema.options(2))
+            .await
+            .expect("connect"),
+    );
+    let sb = Shardbox::builder()
+        .shared_storage(storage.clone())
+        .shards(4)
+        .aggregate::<Tally>()
+        .build()
+        .await
+        .expect("build");
+
+    // Another session (not named like the storage's) holds the shard count's row: every
+    // addressed insert waits on it.
+    let mut locker = schema.raw();
+    locker
+        .batch_execute(
+            "BEGIN; SELECT value FROM shardbox_settings WHERE name = 'shard_count' FOR UPDATE",
+        )
+        .expect("lock the shard count");
+    let send = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            sb.send_with::<Tally>(
+                "t-1",
+                &TallyCommand::Add(1),
+                SendOptions::default().signal_id("lost-1"),
+            )
+            .await
+        })
+    };
+
+    #[derive(diesel::QueryableByName)]
+    struct Killed {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut admin = PgConnection::establish(&url).expect("admin connection");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // The send's backend, waiting on the lock: terminated while it waits.
+        let killed: Killed = diesel::sql_query(
+            "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind::<diesel::sql_types::Text, _>(&schema.name)
+        .get_result(&mut admin)
+        .expect("terminate");
+        if killed.n > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the send never waited on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    locker.batch_execute("ROLLBACK").expect("let the lock go");
+
+    let receipt = tokio::time::timeout(Duration::from_secs(20), send)
+        .await
+        .expect("the send ends")
+        .expect("task")
+        .expect("written again after its connection was lost");
+    assert_eq!(receipt.signal_id.0, "lost-1");
+    let rows: Vec<_> = storage
+        .rows()
+        .await
+        .expect("rows")
+        .into_iter()
+        .filter(|r| r.message.signal_id.0 == "lost-1")
+        .collect();
+    assert_eq!(rows.len(), 1, "the message is in the Inbox once");
+}

@@ -58,7 +58,7 @@ impl<C> Pooled<C> {
         match outcome {
             Ok(_) => {}
             Err(failure) if failure.lost_connection() => self.health = Health::Broken,
-            Err(Failure::Db(_)) => {
+            Err(Failure::Db(_) | Failure::OutcomeUnknown(_)) => {
                 if self.health != Health::Broken {
                     self.health = Health::Suspect;
                 }

@@ -4,7 +4,8 @@
 //!  diesel::result::Error ─┐
 //!  r2d2 checkout error ───┼─► Failure ──(DbName: name + secrets)──► StorageError
 //!  LeaseLost / Corrupt ───┘      Unavailable | AuthenticationFailed | UnknownRole |
-//!                                UnknownDatabase | InvalidUrl | ReadOnly | Query | …
+//!                                UnknownDatabase | InvalidUrl | ReadOnly | Query |
+//!                                OutcomeUnknown (a send's write lost with its connection) | …
 //! ```
 //!
 //! Work inside a blocking closure returns [`Failure`], which can hold a diesel error (so that
@@ -32,6 +33,9 @@ pub(crate) enum Failure {
     Db(DieselError),
     /// A typed outcome decided by the unit of work itself (rolls the transaction back).
     Storage(StorageError),
+    /// The connection was lost while a write was sent or committed (see
+    /// [`Failure::at_commit`]): whether it committed is not known.
+    OutcomeUnknown(DieselError),
 }
 
 impl From<DieselError> for Failure {
@@ -57,6 +61,21 @@ impl Failure {
         match self {
             Failure::Storage(e) => e,
             Failure::Db(e) => classify_diesel(e, database),
+            Failure::OutcomeUnknown(e) => StorageError::OutcomeUnknown {
+                reason: database.scrub(&e.to_string()),
+                source: Some(database.cause(e)),
+                database: database.as_str().to_owned(),
+            },
+        }
+    }
+
+    /// A failure of a write whose statements (or `COMMIT`) may have reached the server: a lost
+    /// connection makes its outcome unknown ([`Failure::OutcomeUnknown`]); any other failure
+    /// is kept (the database answered, so it did not commit).
+    pub(crate) fn at_commit(self) -> Self {
+        match self {
+            Failure::Db(e) if lost_connection(&e) => Failure::OutcomeUnknown(e),
+            other => other,
         }
     }
 
@@ -65,7 +84,11 @@ impl Failure {
     pub(crate) fn lost_connection(&self) -> bool {
         match self {
             Failure::Db(e) => lost_connection(e),
-            Failure::Storage(e) => matches!(e, StorageError::Unavailable { .. }),
+            Failure::Storage(e) => matches!(
+                e,
+                StorageError::Unavailable { .. } | StorageError::OutcomeUnknown { .. }
+            ),
+            Failure::OutcomeUnknown(_) => true,
         }
     }
 }

@@ -70,6 +70,22 @@ pub enum StorageError {
         #[source]
         source: Option<Cause>,
     },
+    /// The connection was lost while a write was on its way or committing: the database may
+    /// have committed it or not, and cannot be asked on that connection. The send path writes
+    /// such a write again itself, with the same signal ids (a row that did commit is then a
+    /// duplicate and ignored); this error reaches a caller only when those retries failed too.
+    /// Sending again is safe with the same signal ids (`SendOptions::signal_id`); with fresh
+    /// ones the messages may be written twice.
+    #[error("database {database}: the connection was lost while writing, so the write may or may not have committed: {reason}. Send again with the same signal ids (duplicates are ignored); fresh ids may write the messages twice")]
+    OutcomeUnknown {
+        /// The database (URL with the password redacted, or file path).
+        database: String,
+        /// What the driver said (any password in it replaced by `***`).
+        reason: String,
+        /// The driver error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The server refused the login: a wrong password, or no `pg_hba.conf` entry lets this
     /// user in from here.
     #[error("database {database} refused the login: {reason}. Check the user name and password in the URL, and that the server's pg_hba.conf lets this user connect from this host")]

@@ -24,13 +24,22 @@
 //! batch: the whole group gets the error at once, with no retry. Either way nothing of a
 //! failed send is written, and sending again is safe (rows and events written twice are
 //! ignored as duplicates).
+//!
+//! **A write lost with its connection is written again.** When the connection dies while a
+//! group's write is on its way or committing ([`StorageError::OutcomeUnknown`]), the database
+//! may have committed it. The leader writes the same batches again (the same signal ids),
+//! up to `UNKNOWN_RETRIES` times with a back-off: rows the lost write committed are then
+//! duplicates, ignored and counted as such in the reports. Only if every retry is lost too do
+//! the callers get the error, which says the outcome is unknown.
 
 use crate::entity::registry::EntityRegistry;
+use crate::model::backoff::ExponentialBackoff;
 use crate::model::error::StorageError;
 use crate::storage::{InboxStore, WriteBatch, WriteReport};
 use crate::sync::lock;
 use crate::telemetry::metrics::DeliveryMetrics;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// Rows (messages and events) after which a leader stops adding batches to its group.
@@ -190,7 +199,7 @@ async fn write_group<S: InboxStore + ?Sized>(
         for &(shard, key) in &traced {
             tracing::trace!(target: "shardbox::latency", point = "write", node = "", shard, key);
         }
-        let written = write_addressed(storage.as_ref(), &registry, batches, &kept).await;
+        let written = write_settled(storage.as_ref(), &registry, batches, &kept).await;
         for &(shard, key) in &traced {
             tracing::trace!(target: "shardbox::latency", point = "written", node = "", shard, key);
         }
@@ -224,6 +233,45 @@ async fn write_group<S: InboxStore + ?Sized>(
             }
         }
     }
+}
+
+/// How many times a group write whose outcome is unknown (its connection was lost, see
+/// [`StorageError::OutcomeUnknown`]) is written again before its callers get the error.
+const UNKNOWN_RETRIES: u32 = 6;
+
+/// The waits before those writes: 50 ms, doubling, at most 2 s (about 3 s in all: the time a
+/// pool takes to reconnect, or a short failover).
+const UNKNOWN_BACKOFF: ExponentialBackoff =
+    ExponentialBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
+
+/// [`write_addressed`], written again with the same rows — the same signal ids — while its
+/// outcome is unknown: the deduplication makes that safe (a row the lost write did commit is
+/// a duplicate the second time, reported as one), where a caller that sent again with fresh
+/// ids would double its messages.
+async fn write_settled<S: InboxStore + ?Sized>(
+    storage: &S,
+    registry: &EntityRegistry,
+    batches: Vec<WriteBatch>,
+    kept: &[WriteBatch],
+) -> Result<Vec<WriteReport>, StorageError> {
+    let mut written = write_addressed(storage, registry, batches, kept).await;
+    let mut failures = 0;
+    while let Err(error @ StorageError::OutcomeUnknown { .. }) = &written {
+        if failures == UNKNOWN_RETRIES {
+            break;
+        }
+        failures += 1;
+        let delay = UNKNOWN_BACKOFF.delay(failures);
+        tracing::warn!(
+            %error,
+            attempt = failures,
+            delay_ms = delay.as_millis() as u64,
+            "a send's write was lost with its connection; writing it again with the same signal ids"
+        );
+        tokio::time::sleep(delay).await;
+        written = write_addressed(storage, registry, kept.to_vec(), kept).await;
+    }
+    written
 }
 
 /// Writes `batches` addressed by the registry's shard count (see
@@ -448,15 +496,40 @@ mod tests {
         inner: MemoryStorage,
         outage: Option<StorageError>,
         calls: std::sync::atomic::AtomicUsize,
+        /// Writes still to commit and then report their connection lost.
+        lost_commits: std::sync::atomic::AtomicUsize,
     }
 
     impl Refusing {
         fn new(outage: Option<StorageError>) -> Arc<Self> {
+            Self::losing(outage, 0)
+        }
+
+        /// Commits its first `lost` writes and reports each as lost with its connection.
+        fn losing(outage: Option<StorageError>, lost: usize) -> Arc<Self> {
             Arc::new(Refusing {
                 inner: MemoryStorage::new(),
                 outage,
                 calls: Default::default(),
+                lost_commits: lost.into(),
             })
+        }
+
+        /// After a write committed: the lost connection, while lost commits are left.
+        fn lose(&self) -> Result<(), StorageError> {
+            use std::sync::atomic::Ordering::Relaxed;
+            let lost = self
+                .lost_commits
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                .is_ok();
+            if lost {
+                return Err(StorageError::OutcomeUnknown {
+                    database: "test".into(),
+                    reason: "server closed the connection unexpectedly".into(),
+                    source: None,
+                });
+            }
+            Ok(())
         }
 
         /// Counts the call; the outage, or a refusal of a batch to target `refused`.
@@ -502,7 +575,9 @@ mod tests {
             shard_count: u32,
         ) -> Result<Vec<WriteReport>, StorageError> {
             self.refuse(&batches)?;
-            self.inner.write_all_addressed(batches, shard_count).await
+            let reports = self.inner.write_all_addressed(batches, shard_count).await?;
+            self.lose()?;
+            Ok(reports)
         }
         async fn read_page(
             &self,
@@ -648,6 +723,59 @@ mod tests {
             .iter()
             .all(|o| matches!(o, Err(StorageError::Unavailable { .. }))));
         assert_eq!(storage.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// Regression (issue 37, defect 11): a group write that committed but lost its
+    /// connection used to fail every send in it, and a sender that sent again with fresh ids
+    /// doubled its messages. Now the group is written again with the same signal ids: two
+    /// lost commits in a row, then every send succeeds, and each message is in the Inbox
+    /// once (the second and third writes found them all as duplicates).
+    #[tokio::test(start_paused = true)]
+    async fn a_write_lost_with_its_connection_is_written_again_with_the_same_ids() {
+        let storage = Refusing::losing(None, 2);
+        let queue = Arc::new(WriteQueue::default());
+        let sends: Vec<_> = (0..20)
+            .map(|i| {
+                let (queue, storage) = (queue.clone(), storage.clone());
+                tokio::spawn(async move {
+                    queue
+                        .write(&storage, &registry(), &counters(), batch(i))
+                        .await
+                })
+            })
+            .collect();
+        for send in sends {
+            let report = send.await.expect("task").expect("written in the end");
+            assert_eq!(report.written + report.duplicates, 1, "{report:?}");
+        }
+        let rows = storage.inner.rows();
+        assert_eq!(rows.len(), 20, "each message once");
+        assert!(storage.calls.load(std::sync::atomic::Ordering::Relaxed) >= 3);
+    }
+
+    /// Lost every time: after the retries the callers get the error that says the outcome is
+    /// unknown, and the messages (committed by the first write) are still there once each.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_lost_at_every_retry_says_its_outcome_is_unknown() {
+        let storage = Refusing::losing(None, usize::MAX);
+        let queue = Arc::new(WriteQueue::default());
+        let outcome = queue
+            .write(&storage, &registry(), &counters(), batch(1))
+            .await;
+        match outcome {
+            Err(e @ StorageError::OutcomeUnknown { .. }) => {
+                assert!(
+                    e.to_string().contains("may or may not have committed"),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            storage.calls.load(std::sync::atomic::Ordering::Relaxed),
+            1 + UNKNOWN_RETRIES as usize
+        );
+        assert_eq!(storage.inner.rows().len(), 1);
     }
 
     /// A group takes batches up to the row limit, and always at least one.

@@ -96,6 +96,16 @@ macro_rules! inbox_units {
             batches: Vec<WriteBatch>,
             shard_count: Option<u32>,
         ) -> Result<Vec<WriteReport>, Failure> {
+            // A connection lost on the way leaves the write's outcome unknown.
+            write_addressed_once(conn, batches, shard_count).map_err(Failure::at_commit)
+        }
+
+        /// `write_addressed`, its failures as they come.
+        fn write_addressed_once(
+            conn: &mut Conn,
+            batches: Vec<WriteBatch>,
+            shard_count: Option<u32>,
+        ) -> Result<Vec<WriteReport>, Failure> {
             // Rows are made before the transaction and dropped after it.
             let batches = batches
                 .into_iter()
