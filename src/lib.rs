@@ -104,6 +104,11 @@ pub use shardbox_core::event_set;
 /// For writing your own [`Station`]s: `#[shardbox::async_trait]` on the impl.
 pub use async_trait::async_trait;
 
+/// The date-time crate of Shardbox's times (`DeadLetterFilter::since`, `SendOptions::due_at`,
+/// catch-up starts…), re-exported so that an application needs no dependency of its own to
+/// name them: `shardbox::chrono::Utc::now()`.
+pub use chrono;
+
 pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
     Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet,
@@ -125,7 +130,29 @@ pub mod prelude {
     pub use crate::{
         async_trait, Aggregate, Backoff, CatchUp, CommandOutcome, Context, Conveyor,
         DeadLetterFilter, DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome,
-        FailurePolicy, HandlerError, Intent, Message, Outgoing, ProcessActions, ProcessManager,
-        Projection, Reactor, SendOptions, Shardbox, Station, Unblock,
+        FailurePolicy, HandlerError, Intent, Message, OutcomeWait, Outgoing, ProcessActions,
+        ProcessManager, Projection, Reactor, SendOptions, Shardbox, Station, Unblock,
     };
+}
+
+/// The Rust snippets of the README and of docs/ are compiled (and run, unless marked
+/// `no_run` or `ignore`) as doc tests of this crate, so that the pages cannot drift from the
+/// API. A snippet that shows only a part of an application keeps the rest in hidden lines
+/// (`# `), as rustdoc's own examples do.
+#[cfg(doctest)]
+mod doc_pages {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/catch-up.md")]
+    struct CatchUp;
+    #[doc = include_str!("../docs/clustering.md")]
+    struct Clustering;
+    #[doc = include_str!("../docs/entities.md")]
+    struct Entities;
+    #[doc = include_str!("../docs/failures.md")]
+    struct Failures;
+    #[doc = include_str!("../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../docs/storage.md")]
+    struct Storage;
 }

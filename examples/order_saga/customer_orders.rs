@@ -1,5 +1,5 @@
-//! The multi-stream projection: per customer, the orders placed, confirmed and cancelled and
-//! the amount paid, from the order and payment events (routed by the customer).
+// The multi-stream projection: per customer, the orders placed, confirmed and cancelled and
+// the amount paid, from the order and payment events (routed by the customer).
 
 use crate::shop::{OrderEvent, PaymentEvent};
 use serde::{Deserialize, Serialize};

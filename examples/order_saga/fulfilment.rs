@@ -1,6 +1,6 @@
-//! The fulfilment saga, a process manager routed by the order id: placed → reserve stock →
-//! charge payment (with a timeout of its own) → confirm; out of stock or no payment in time
-//! → cancel (and release the stock).
+// The fulfilment saga, a process manager routed by the order id: placed → reserve stock →
+// charge payment (with a timeout of its own) → confirm; out of stock or no payment in time
+// → cancel (and release the stock).
 
 use crate::shop::{
     Charge, Inventory, InventoryCommand, InventoryEvent, Order, OrderCommand, OrderEvent, Payment,

@@ -1,6 +1,6 @@
-//! The three aggregates of the shop: an `Order` moves from pending to confirmed or cancelled,
-//! the `Inventory` reserves and releases stock, and the `Payment` gateway charges (or stays
-//! silent above its limit, a simulated outage the saga's timeout handles).
+// The three aggregates of the shop: an `Order` moves from pending to confirmed or cancelled,
+// the `Inventory` reserves and releases stock, and the `Payment` gateway charges (or stays
+// silent above its limit, a simulated outage the saga's timeout handles).
 
 use serde::{Deserialize, Serialize};
 use shardbox::prelude::*;
