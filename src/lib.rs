@@ -113,11 +113,12 @@ pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
     Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet,
     EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
-    IdField, IdProblem, Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NextAttempt,
-    NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions, ProcessManager,
-    Projection, Reactor, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
-    ShardStrategy, SignalId, StableHashStrategy, StageInfo, StageReport, Station, StationContext,
-    StorageError, StrategyRecord, SystemClock, MAX_DELIVER_STAGES, MAX_ID_BYTES,
+    IdField, IdProblem, Intent, InvalidId, KindRole, ManualClock, Message, MetricsSnapshot,
+    NextAttempt, NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions,
+    ProcessManager, Projection, Reactor, RegisteredKind, ReshardOptions, ReshardReport,
+    SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
+    StageReport, Station, StationContext, StorageError, StrategyRecord, SystemClock,
+    MAX_DELIVER_STAGES, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 pub use shardbox_core::{PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES};

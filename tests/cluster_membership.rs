@@ -138,7 +138,8 @@ async fn postgres_nodes_join_and_leave() {
     on("postgres").await;
 }
 
-/// Membership: running nodes beat, and `members()` lists them; a node that stops beating
+/// Membership: running nodes beat, and `members()` lists them with the kinds they registered
+/// (so that a tool without the application knows what they serve); a node that stops beating
 /// (here a "ghost" that beat once) drops out one lease after its last beat, and a node that
 /// shuts down leaves at once. On memory, SQLite and PostgreSQL, with a manual clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,12 +191,20 @@ async fn members_are_the_nodes_that_beat() {
         };
         let (node_a, node_b) = (a.start(), b.start());
         until(vec!["node-a", "node-b"]).await;
+        let tally = shardbox::RegisteredKind {
+            kind: "tally".into(),
+            role: shardbox::KindRole::Aggregate,
+        };
+        for member in a.members().await.unwrap() {
+            assert_eq!(member.kinds, [tally.clone()], "{}", member.node_id);
+        }
         let now = shardbox::Clock::now(&*clock);
         storage
             .beat(
                 &NodeId("node-ghost".into()),
                 now,
                 now + chrono::Duration::seconds(5),
+                &[],
             )
             .await
             .unwrap();

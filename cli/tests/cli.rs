@@ -78,6 +78,7 @@ async fn seed(storage: Arc<dyn Storage>) -> Shardbox {
                 &shardbox::NodeId(node.into()),
                 now,
                 now + chrono::TimeDelta::minutes(10),
+                &[],
             )
             .await
             .expect("beat");

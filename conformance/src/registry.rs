@@ -213,13 +213,27 @@ pub async fn the_first_shard_count_claimed_is_recorded<S: Storage + Inspect>(sto
     );
 }
 
-/// Membership: a beat makes a node a member until its `alive_until`; a later beat keeps its
-/// `started_at`, a beat after it was gone starts anew; `leave` removes it at once.
+/// Membership: a beat makes a node a member until its `alive_until`, with the kinds it
+/// registered (the last beat's); a later beat keeps its `started_at`, a beat after it was
+/// gone starts anew; `leave` removes it at once.
 pub async fn members_beat_expire_and_leave<S: Storage + Inspect>(store: S) {
+    use shardbox_core::{KindRole, RegisteredKind};
+    let kind = |kind: &str, role| RegisteredKind {
+        kind: kind.into(),
+        role,
+    };
     let (a, b) = (node("node-a"), node("node-b"));
-    store.beat(&a, t0(), secs(10)).await.expect("beat");
-    store.beat(&b, t0(), secs(5)).await.expect("beat");
-    store.beat(&a, secs(2), secs(12)).await.expect("beat");
+    let first = [kind("account", KindRole::Aggregate)];
+    let later = [
+        kind("account", KindRole::Aggregate),
+        kind("balance", KindRole::Projection),
+    ];
+    store.beat(&a, t0(), secs(10), &first).await.expect("beat");
+    store.beat(&b, t0(), secs(5), &[]).await.expect("beat");
+    store
+        .beat(&a, secs(2), secs(12), &later)
+        .await
+        .expect("beat");
     let names = |m: Vec<shardbox_core::storage::Member>| {
         m.into_iter().map(|m| m.node_id.0).collect::<Vec<_>>()
     };
@@ -229,12 +243,17 @@ pub async fn members_beat_expire_and_leave<S: Storage + Inspect>(store: S) {
         (now[0].started_at, now[0].beat_at, now[0].alive_until),
         (t0(), secs(2), secs(12))
     );
+    assert_eq!(now[0].kinds, later, "the last beat's kinds");
+    assert_eq!(now[1].kinds, []);
     assert_eq!(
         names(store.members(secs(5)).await.expect("members")),
         ["node-a"],
         "b's beat ran out"
     );
-    store.beat(&b, secs(7), secs(17)).await.expect("beat");
+    store
+        .beat(&b, secs(7), secs(17), &first)
+        .await
+        .expect("beat");
     let now = store.members(secs(8)).await.expect("members");
     assert_eq!(names(now.clone()), ["node-a", "node-b"]);
     assert_eq!(now[1].started_at, secs(7), "b re-joined");

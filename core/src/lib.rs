@@ -84,6 +84,7 @@ pub use model::ids::{
     Emitter, IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId,
     MAX_ID_BYTES, MAX_NODE_ID_BYTES,
 };
+pub use model::kind_role::{decode_kinds, encode_kinds, KindRole, RegisteredKind};
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };

@@ -152,6 +152,7 @@ diesel::table! {
         started_at -> BigInt,
         beat_at -> BigInt,
         alive_until -> BigInt,
+        kinds -> Text,
     }
 }
 

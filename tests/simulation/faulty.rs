@@ -565,8 +565,13 @@ impl WorkRegistry for FaultyStorage {
         node_id: &NodeId,
         now: DateTime<Utc>,
         alive_until: DateTime<Utc>,
+        kinds: &[shardbox::core::RegisteredKind],
     ) -> Result<(), StorageError> {
-        write!(self, "beat", self.inner.beat(node_id, now, alive_until))
+        write!(
+            self,
+            "beat",
+            self.inner.beat(node_id, now, alive_until, kinds)
+        )
     }
 
     async fn leave(&self, node_id: &NodeId) -> Result<(), StorageError> {

@@ -268,6 +268,7 @@ mod tests {
             started_at: t(0),
             beat_at: t(beat),
             alive_until: t(beat + 30),
+            kinds: Vec::new(),
         };
         let members = [member("a", 10), member("b", 7), member("me", 1)];
         let live = live_members(

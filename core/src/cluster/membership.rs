@@ -29,7 +29,10 @@ pub(crate) async fn beat_membership(seat: Arc<NodeSeat>, mut stop: watch::Receiv
         // Before every beat: the beat and the leases of this node are on the storage's clock.
         seat.sync_clock().await;
         let now = seat.clock.now();
-        if let Err(e) = seat.lock_table.beat(me, now, seat.lease_until(now)).await {
+        let beat = seat
+            .lock_table
+            .beat(me, now, seat.lease_until(now), &seat.kinds);
+        if let Err(e) = beat.await {
             tracing::warn!(error = %e, "membership beat failed; trying again next interval");
         }
         tokio::select! {

@@ -14,6 +14,7 @@ use crate::cluster::storage_clock::StorageClock;
 use crate::model::clock::Clock;
 use crate::model::config::DeliveryConfig;
 use crate::model::ids::NodeId;
+use crate::model::kind_role::RegisteredKind;
 use crate::storage::WorkRegistry;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub struct NodeSeat {
     /// The poll interval (the membership beats once per interval).
     pub poll_interval: Duration,
     lease_span: chrono::Duration,
+    /// The kinds this node has registered, recorded with every membership beat (none for a
+    /// tool's seat).
+    pub kinds: Vec<RegisteredKind>,
 }
 
 impl std::fmt::Debug for NodeSeat {
@@ -67,7 +71,14 @@ impl NodeSeat {
             lease_duration: config.lease_duration,
             poll_interval: config.poll_interval,
             lease_span: config.lease_span(),
+            kinds: Vec::new(),
         }
+    }
+
+    /// This seat, recording `kinds` in the membership with every beat.
+    pub fn with_kinds(mut self, kinds: Vec<RegisteredKind>) -> Self {
+        self.kinds = kinds;
+        self
     }
 
     /// Reads the storage's clock again and corrects [`NodeSeat::clock`] by it (nothing for a

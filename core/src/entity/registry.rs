@@ -11,6 +11,7 @@ use crate::entity::services::Services;
 use crate::model::error::{ConfigError, StorageError};
 use crate::model::event::NewEvent;
 use crate::model::ids::{validate, IdField, ShardIndex};
+use crate::model::kind_role::{KindRole, RegisteredKind};
 use crate::model::message::{InboxWrite, MessageKind, NewMessage};
 use crate::model::strategy::ShardStrategy;
 use chrono::{DateTime, Utc};
@@ -94,6 +95,25 @@ impl EntityRegistry {
     pub fn kinds(&self) -> Vec<&'static str> {
         let mut kinds: Vec<_> = self.handlers.keys().copied().collect();
         kinds.sort_unstable();
+        kinds
+    }
+
+    /// Every registered kind with its role (see [`KindRole::of`]), sorted: what this node
+    /// records in the membership.
+    pub fn registered_kinds(&self) -> Vec<RegisteredKind> {
+        let mut kinds: Vec<RegisteredKind> = self
+            .handlers
+            .values()
+            .map(|h| RegisteredKind {
+                kind: h.kind().to_owned(),
+                role: KindRole::of(
+                    h.command_type().is_some(),
+                    !h.event_types().is_empty(),
+                    h.is_stateful(),
+                ),
+            })
+            .collect();
+        kinds.sort();
         kinds
     }
 

@@ -3,6 +3,7 @@
 use super::MemoryStorage;
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
+use crate::model::kind_role::RegisteredKind;
 use crate::model::strategy::StrategyRecord;
 use crate::storage::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, ShardLayout, ShardSession,
@@ -151,6 +152,7 @@ impl WorkRegistry for MemoryStorage {
         node_id: &NodeId,
         now: DateTime<Utc>,
         alive_until: DateTime<Utc>,
+        kinds: &[RegisteredKind],
     ) -> Result<(), StorageError> {
         let mut state = self.lock();
         state
@@ -161,12 +163,14 @@ impl WorkRegistry for MemoryStorage {
             started_at: now,
             beat_at: now,
             alive_until,
+            kinds: Vec::new(),
         });
         if member.alive_until <= now {
             member.started_at = now;
         }
         member.beat_at = now;
         member.alive_until = alive_until;
+        member.kinds = kinds.to_vec();
         Ok(())
     }
 

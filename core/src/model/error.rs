@@ -386,6 +386,17 @@ pub enum DeliveryError {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// A tool (the CLI, the admin surface) was asked to start a catch-up of a kind that no
+    /// live node registers as a projection: its states would be deleted now and stay empty
+    /// until such a node runs, or the kind is misspelled. Nothing was written; the caller
+    /// may force it.
+    #[error("refused, nothing was written: {reason}")]
+    NotServed {
+        /// The kind asked for.
+        kind: String,
+        /// Why, naming the live nodes' projections, and what to do.
+        reason: String,
+    },
     /// An outcome was asked of a receipt that has none: a post's (events fan out to many
     /// subscribers; only a command has one outcome).
     #[error("receipt of `{signal_id}` has no outcome: only a sent command's receipt has one, not a post's")]

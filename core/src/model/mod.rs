@@ -5,7 +5,7 @@
 //!  ids ◄── message ◄── event        error ◄── config ──► failure ──► backoff
 //!                                   config_limits (what each config field may be)
 //!  time_limits, payload_limit (what a send may carry) ◄── error, config
-//!  outcome (what became of a command)
+//!  outcome (what became of a command)   kind_role (what a registered kind is)
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
 //! ```
 //!
@@ -21,6 +21,7 @@ pub mod event;
 pub mod failure;
 pub mod hash;
 pub mod ids;
+pub mod kind_role;
 pub mod message;
 pub mod outcome;
 pub mod parked;

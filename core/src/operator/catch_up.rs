@@ -17,8 +17,10 @@ use crate::catch_up::{affected_shards, tick, PURGED_HINT};
 use crate::entity::addressing::Addressing;
 use crate::model::error::DeliveryError;
 use crate::model::ids::{validate, IdField, ShardIndex};
+use crate::model::kind_role::KindRole;
 use crate::storage::{
-    CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, InboxStore, NewCatchUp, WriteBatch,
+    CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, InboxStore, Member, NewCatchUp,
+    WriteBatch,
 };
 use chrono::{DateTime, Utc};
 
@@ -46,6 +48,54 @@ pub struct StartedCatchUp {
     /// The shard its first tick was written to (`None` for a job with no target), for the
     /// caller to wake.
     pub tick_shard: Option<ShardIndex>,
+}
+
+/// Whether a catch-up of `kind` started by a tool without the application would be served:
+/// `Ok` if a live member (`members`, as `WorkRegistry::members` lists them) registers `kind`
+/// as a projection. Otherwise [`DeliveryError::NotServed`], saying why — the kind is another
+/// role's, no live node registers it (misspelled, or its nodes are down), or no node runs at
+/// all — and naming the live nodes' projections: the start would delete the projection's
+/// states at once and they would stay empty until such a node runs. A caller may still force
+/// the start.
+pub fn check_projection_served(members: &[Member], kind: &str) -> Result<(), DeliveryError> {
+    let registered = || members.iter().flat_map(|m| m.kinds.iter());
+    if registered().any(|k| k.kind == kind && k.role == KindRole::Projection) {
+        return Ok(());
+    }
+    let mut projections: Vec<&str> = registered()
+        .filter(|k| k.role == KindRole::Projection)
+        .map(|k| k.kind.as_str())
+        .collect();
+    projections.sort_unstable();
+    projections.dedup();
+    let live = if projections.is_empty() {
+        "the live nodes register no projection".to_owned()
+    } else {
+        format!("the live nodes' projections: {}", projections.join(", "))
+    };
+    let why = if members.is_empty() {
+        "no node is running".to_owned()
+    } else if let Some(other) = registered().find(|k| k.kind == kind) {
+        format!(
+            "`{kind}` is a{} {}, not a projection: only projections are rebuilt by a catch-up",
+            if other.role == KindRole::Aggregate {
+                "n"
+            } else {
+                ""
+            },
+            other.role.as_str().replace('_', " ")
+        )
+    } else {
+        format!("no live node registers a projection `{kind}` (misspelled, or its nodes are down)")
+    };
+    Err(DeliveryError::NotServed {
+        kind: kind.to_owned(),
+        reason: format!(
+            "{why}; {live}. A catch-up started now deletes the projection's states at once, and \
+             they stay empty until a node with the projection runs: start such a node, or force \
+             the start"
+        ),
+    })
 }
 
 /// Starts `start` at `now`: refused with [`DeliveryError::InvalidInput`] for an id outside
@@ -158,4 +208,70 @@ where
         "catch-up cancel requested"
     );
     Ok(job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::NodeId;
+    use crate::model::kind_role::RegisteredKind;
+
+    fn member(node: &str, kinds: &[(&str, KindRole)]) -> Member {
+        let t = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        Member {
+            node_id: NodeId(node.into()),
+            started_at: t,
+            beat_at: t,
+            alive_until: t,
+            kinds: kinds
+                .iter()
+                .map(|&(kind, role)| RegisteredKind {
+                    kind: kind.into(),
+                    role,
+                })
+                .collect(),
+        }
+    }
+
+    fn reason(result: Result<(), DeliveryError>) -> String {
+        match result {
+            Err(DeliveryError::NotServed { reason, .. }) => reason,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_catch_up_is_served_only_by_a_live_node_with_the_projection() {
+        let members = [
+            member("a", &[("account", KindRole::Aggregate)]),
+            member(
+                "b",
+                &[
+                    ("statement", KindRole::Projection),
+                    ("balance", KindRole::Projection),
+                    ("mailer", KindRole::Reactor),
+                ],
+            ),
+        ];
+        assert!(check_projection_served(&members, "balance").is_ok());
+        let misspelled = reason(check_projection_served(&members, "balanse"));
+        assert!(
+            misspelled.contains("no live node registers a projection `balanse`")
+                && misspelled.contains("the live nodes' projections: balance, statement")
+                && misspelled.contains("force"),
+            "{misspelled}"
+        );
+        let aggregate = reason(check_projection_served(&members, "account"));
+        assert!(
+            aggregate.starts_with("`account` is an aggregate, not a projection"),
+            "{aggregate}"
+        );
+        let reactor = reason(check_projection_served(&members, "mailer"));
+        assert!(reactor.starts_with("`mailer` is a reactor"), "{reactor}");
+        let nobody = reason(check_projection_served(&[], "balance"));
+        assert!(
+            nobody.starts_with("no node is running; the live nodes register no projection"),
+            "{nobody}"
+        );
+    }
 }

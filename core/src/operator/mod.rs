@@ -24,5 +24,7 @@ mod catch_up;
 mod dead_letters;
 pub mod placement;
 
-pub use catch_up::{cancel_catch_up, start_catch_up, CatchUpStart, StartedCatchUp};
+pub use catch_up::{
+    cancel_catch_up, check_projection_served, start_catch_up, CatchUpStart, StartedCatchUp,
+};
 pub use dead_letters::{purge_dead_letters, requeue_dead_letters, unblock, Placement};

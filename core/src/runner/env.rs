@@ -81,7 +81,9 @@ impl DeliveryEnv {
         monitor: Arc<dyn DeliveryMonitor>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let seat = Arc::new(NodeSeat::new(storage.clone(), &config, clock));
+        let seat = Arc::new(
+            NodeSeat::new(storage.clone(), &config, clock).with_kinds(registry.registered_kinds()),
+        );
         let clock = seat.clock.clone();
         let station = Arc::new(StationContext::new(
             registry.clone(),

@@ -2,6 +2,7 @@
 
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, WorkerId};
+use crate::model::kind_role::RegisteredKind;
 use crate::model::strategy::StrategyRecord;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -55,6 +56,9 @@ pub struct Member {
     pub beat_at: DateTime<Utc>,
     /// A member until then, unless it beats again.
     pub alive_until: DateTime<Utc>,
+    /// The kinds it has registered, as of its last beat (empty for a node that registers
+    /// none, such as a tool).
+    pub kinds: Vec<RegisteredKind>,
 }
 
 /// The Inbox's shard layout as recorded in the database (see `cluster::reshard`).
@@ -190,13 +194,15 @@ pub trait WorkRegistry: Send + Sync + 'static {
     /// writing nothing.
     async fn reshard(&self, switch: ReshardSwitch) -> Result<ReshardMoves, StorageError>;
 
-    /// A membership beat of `node_id` at `now`: it is a member until `alive_until`. The first beat
-    /// after it was gone (or left) sets `started_at`. Also forgets nodes gone for a day.
+    /// A membership beat of `node_id` at `now`: it is a member until `alive_until`, with the
+    /// registered `kinds`. The first beat after it was gone (or left) sets `started_at`. Also
+    /// forgets nodes gone for a day.
     async fn beat(
         &self,
         node_id: &NodeId,
         now: DateTime<Utc>,
         alive_until: DateTime<Utc>,
+        kinds: &[RegisteredKind],
     ) -> Result<(), StorageError>;
 
     /// `node_id` leaves the membership at once (a graceful shutdown).

@@ -39,6 +39,7 @@ macro_rules! registry_units {
             node_id: NodeId,
             now: DateTime<Utc>,
             alive_until: DateTime<Utc>,
+            kinds: String,
         ) -> Result<(), Failure> {
             use $crate::schema::shardbox_nodes::dsl as nd;
             <Conn as Dialect>::write_transaction(conn, |conn| {
@@ -59,12 +60,14 @@ macro_rules! registry_units {
                         nd::started_at.eq(micros(now)),
                         nd::beat_at.eq(micros(now)),
                         nd::alive_until.eq(micros(alive_until)),
+                        nd::kinds.eq(&kinds),
                     ))
                     .on_conflict(nd::node_id)
                     .do_update()
                     .set((
                         nd::beat_at.eq(micros(now)),
                         nd::alive_until.eq(micros(alive_until)),
+                        nd::kinds.eq(&kinds),
                     ))
                     .execute(conn)?;
                 Ok(())
@@ -87,14 +90,22 @@ macro_rules! registry_units {
             now: DateTime<Utc>,
         ) -> Result<Vec<shardbox_core::storage::Member>, Failure> {
             use $crate::schema::shardbox_nodes::dsl as nd;
-            let rows: Vec<(String, i64, i64, i64)> = nd::shardbox_nodes
+            let rows: Vec<(String, i64, i64, i64, String)> = nd::shardbox_nodes
                 .filter(nd::alive_until.gt(micros(now)))
                 .order(nd::node_id.asc())
-                .select((nd::node_id, nd::started_at, nd::beat_at, nd::alive_until))
+                .select((
+                    nd::node_id,
+                    nd::started_at,
+                    nd::beat_at,
+                    nd::alive_until,
+                    nd::kinds,
+                ))
                 .load(conn)?;
             rows.into_iter()
-                .map(|(node_id, started_at, beat_at, alive_until)| {
+                .map(|(node_id, started_at, beat_at, alive_until, kinds)| {
                     Ok(shardbox_core::storage::Member {
+                        kinds: shardbox_core::decode_kinds(&kinds)
+                            .map_err(|e| Failure::corrupt(format!("node {node_id}: {e}")))?,
                         node_id: NodeId(node_id),
                         started_at: rows::time(started_at)?,
                         beat_at: rows::time(beat_at)?,

@@ -277,10 +277,12 @@ macro_rules! storage_impls {
                 node_id: &shardbox_core::NodeId,
                 now: chrono::DateTime<chrono::Utc>,
                 alive_until: chrono::DateTime<chrono::Utc>,
+                kinds: &[shardbox_core::RegisteredKind],
             ) -> Result<(), shardbox_core::StorageError> {
                 let node_id = node_id.clone();
+                let kinds = shardbox_core::encode_kinds(kinds);
                 self.db
-                    .run(move |conn| $units::beat(conn, node_id, now, alive_until))
+                    .run(move |conn| $units::beat(conn, node_id, now, alive_until, kinds))
                     .await
             }
 

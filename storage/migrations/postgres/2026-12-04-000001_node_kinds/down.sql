@@ -1,0 +1,1 @@
+ALTER TABLE shardbox_nodes DROP COLUMN kinds;
