@@ -196,7 +196,12 @@ async fn members_are_the_nodes_that_beat() {
             role: shardbox::KindRole::Aggregate,
         };
         for member in a.members().await.unwrap() {
-            assert_eq!(member.kinds, [tally.clone()], "{}", member.node_id);
+            assert_eq!(
+                member.kinds,
+                std::slice::from_ref(&tally),
+                "{}",
+                member.node_id
+            );
         }
         let now = shardbox::Clock::now(&*clock);
         storage
