@@ -36,12 +36,35 @@ pub enum ConfigError {
         /// This node's configured count.
         configured: u32,
     },
+    /// A setting keyed by entity kind (`kind_policy`, `kind_handler_timeout`) names a kind
+    /// no entity registers: the setting would apply to nothing.
+    #[error("`{setting}(\"{kind}\", …)` names entity kind `{kind}`, which is not registered (registered kinds: {}); fix the name, or register the entity (`.aggregate::<T>()`, `.projection::<T>()`, `.reactor(r)`, `.process_manager::<T>()`). `{setting}_of::<T, _>(…)` takes the type instead, checked by the compiler", kind_list(.registered))]
+    UnknownKind {
+        /// The builder method of the setting.
+        setting: &'static str,
+        /// The kind it names.
+        kind: String,
+        /// The kinds that are registered, sorted.
+        registered: Vec<String>,
+    },
     /// The same entity kind was registered twice.
     #[error("entity kind `{kind}` is registered twice; give each entity type its own KIND")]
     DuplicateKind {
         /// The kind.
         kind: String,
     },
+}
+
+/// `kinds` as a message lists them: each in backticks, or "none".
+fn kind_list(kinds: &[String]) -> String {
+    if kinds.is_empty() {
+        return "none".into();
+    }
+    kinds
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A storage backend could not do what was asked.
