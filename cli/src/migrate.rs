@@ -28,12 +28,12 @@ pub async fn run(db: &str, schema: Option<&str>, check: bool, json: bool) -> Res
             }
             Ok(())
         }
-        Err(e @ StorageError::SchemaMismatch { .. }) => {
+        Err(CliError::Storage(e @ StorageError::SchemaMismatch { .. })) => {
             if json {
                 print_json(&json!({ "current": false, "error": e.to_string() }))?;
             }
             Err(CliError::NotFound(format!("schema is not current: {e}")))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }

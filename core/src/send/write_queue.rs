@@ -148,6 +148,7 @@ fn abandoned() -> StorageError {
     StorageError::Unavailable {
         database: "inbox write queue".into(),
         reason: "the task writing this batch's group ended without a result".into(),
+        advice: "",
         source: None,
     }
 }
@@ -640,6 +641,7 @@ mod tests {
         let storage = Refusing::new(Some(StorageError::Unavailable {
             database: "test".into(),
             reason: "connection refused".into(),
+            advice: "",
             source: None,
         }));
         let queue = Arc::new(WriteQueue::default());
