@@ -231,7 +231,9 @@ pub enum CatchUpCommand {
     Progress {
         /// The job id (from `list`).
         id: i64,
-        /// Follow it with a progress bar until it completes or is cancelled.
+        /// Follow it until it completes or is cancelled: a progress bar on a terminal, a
+        /// line per change when the output is a pipe or a file, a JSON line per read with
+        /// --json.
         #[arg(long)]
         follow: bool,
     },
