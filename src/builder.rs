@@ -170,6 +170,7 @@ impl ShardboxBuilder {
     ///
     /// ```
     /// # use shardbox::prelude::*;
+    /// # use serde::{Deserialize, Serialize};
     /// # use std::time::Duration;
     /// # #[derive(Serialize, Deserialize)] struct Pay;
     /// # impl Message for Pay { const TYPE: &'static str = "pay"; }
@@ -215,6 +216,7 @@ impl ShardboxBuilder {
     ///
     /// ```
     /// # use shardbox::prelude::*;
+    /// # use serde::{Deserialize, Serialize};
     /// # #[derive(Serialize, Deserialize)] struct Pay;
     /// # impl Message for Pay { const TYPE: &'static str = "pay"; }
     /// # #[derive(Default, Serialize, Deserialize)] struct Payments;
