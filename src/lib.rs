@@ -106,7 +106,7 @@ pub use async_trait::async_trait;
 
 pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
-    Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet,
+    Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EntityKind, EventSet,
     EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
     IdField, IdProblem, Intent, InvalidId, ManualClock, Message, MetricsSnapshot, NextAttempt,
     NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions, ProcessManager,

@@ -38,7 +38,7 @@ pub mod family {
 ///
 /// ```
 /// # use shardbox_core::{Aggregate, Context, HandlerError, Message};
-/// # use shardbox_core::entity::kind::EntityKind;
+/// # use shardbox_core::EntityKind;
 /// # use serde::{Deserialize, Serialize};
 /// # #[derive(Serialize, Deserialize)] struct Pay;
 /// # impl Message for Pay { const TYPE: &'static str = "pay"; }
