@@ -7,9 +7,9 @@ use shardbox_core::DeliveryConfigBuilder;
 use shardbox_core::DeliveryEnv;
 use shardbox_core::NoopMonitor;
 use shardbox_core::{
-    Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityRegistry,
-    FailurePolicy, Inbox, NodeId, ProcessManager, Projection, Reactor, Services, ShardStrategy,
-    StableHashStrategy, Storage, SystemClock,
+    Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityKind,
+    EntityRegistry, FailurePolicy, Inbox, NodeId, ProcessManager, Projection, Reactor, Services,
+    ShardStrategy, StableHashStrategy, Storage, SystemClock,
 };
 use shardbox_core::{
     AggregateHandler, EntityHandler, ProcessManagerHandler, ProjectionHandler, ReactorHandler,
@@ -154,10 +154,43 @@ impl ShardboxBuilder {
         self.storage(MemoryStorage::new())
     }
 
-    /// Gives entity kind `kind` its own handler timeout.
+    /// Gives entity kind `kind` (its `KIND`) its own handler timeout. A kind that no
+    /// registered entity has fails [`build`](Self::build) with
+    /// [`ConfigError::UnknownKind`], naming the registered kinds;
+    /// [`kind_handler_timeout_of`](Self::kind_handler_timeout_of) takes the type instead.
     pub fn kind_handler_timeout(mut self, kind: &str, timeout: Duration) -> Self {
         self.config = self.config.kind_handler_timeout(kind, timeout);
         self
+    }
+
+    /// Gives entity type `E` (an aggregate, projection, reactor or process manager) its own
+    /// handler timeout: [`kind_handler_timeout`](Self::kind_handler_timeout) with `E`'s
+    /// `KIND`, so that a misspelling does not compile. Write the second type parameter
+    /// (the entity's family) as `_`:
+    ///
+    /// ```
+    /// # use shardbox::prelude::*;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use std::time::Duration;
+    /// # #[derive(Serialize, Deserialize)] struct Pay;
+    /// # impl Message for Pay { const TYPE: &'static str = "pay"; }
+    /// # #[derive(Default, Serialize, Deserialize)] struct Payments;
+    /// # impl Aggregate for Payments {
+    /// #   const KIND: &'static str = "payments"; type Command = Pay; type Event = Pay;
+    /// #   async fn handle(&self, _: &Pay, _: &Context<'_>) -> Result<Vec<Pay>, HandlerError> { Ok(vec![]) }
+    /// #   fn apply(&mut self, _: &Pay) {}
+    /// # }
+    /// # async fn run() -> Result<(), DeliveryError> {
+    /// let shardbox = Shardbox::builder()
+    ///     .memory()
+    ///     .aggregate::<Payments>()
+    ///     .kind_handler_timeout_of::<Payments, _>(Duration::from_secs(5))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kind_handler_timeout_of<E: EntityKind<F>, F>(self, timeout: Duration) -> Self {
+        self.kind_handler_timeout(E::KIND, timeout)
     }
 
     /// Makes `service` (an HTTP client, a pool, a counter) reachable from every handler as
@@ -167,10 +200,44 @@ impl ShardboxBuilder {
         self
     }
 
-    /// Gives entity kind `kind` its own failure policy.
+    /// Gives entity kind `kind` (its `KIND`) its own failure policy. A kind that no
+    /// registered entity has fails [`build`](Self::build) with
+    /// [`ConfigError::UnknownKind`], naming the registered kinds;
+    /// [`kind_policy_of`](Self::kind_policy_of) takes the type instead.
     pub fn kind_policy(mut self, kind: &str, policy: FailurePolicy) -> Self {
         self.config = self.config.kind_policy(kind, policy);
         self
+    }
+
+    /// Gives entity type `E` (an aggregate, projection, reactor or process manager) its own
+    /// failure policy: [`kind_policy`](Self::kind_policy) with `E`'s `KIND`, so that a
+    /// misspelling does not compile. Write the second type parameter (the entity's family)
+    /// as `_`:
+    ///
+    /// ```
+    /// # use shardbox::prelude::*;
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Serialize, Deserialize)] struct Pay;
+    /// # impl Message for Pay { const TYPE: &'static str = "pay"; }
+    /// # #[derive(Default, Serialize, Deserialize)] struct Payments;
+    /// # impl Aggregate for Payments {
+    /// #   const KIND: &'static str = "payments"; type Command = Pay; type Event = Pay;
+    /// #   async fn handle(&self, _: &Pay, _: &Context<'_>) -> Result<Vec<Pay>, HandlerError> { Ok(vec![]) }
+    /// #   fn apply(&mut self, _: &Pay) {}
+    /// # }
+    /// # async fn run() -> Result<(), DeliveryError> {
+    /// let mut never_skip = FailurePolicy::default();
+    /// never_skip.on_exhausted = ExhaustedOutcome::Block;
+    /// let shardbox = Shardbox::builder()
+    ///     .memory()
+    ///     .aggregate::<Payments>()
+    ///     .kind_policy_of::<Payments, _>(never_skip)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kind_policy_of<E: EntityKind<F>, F>(self, policy: FailurePolicy) -> Self {
+        self.kind_policy(E::KIND, policy)
     }
 
     /// Uses a custom shard strategy (default: [`StableHashStrategy`]).
@@ -257,6 +324,8 @@ impl ShardboxBuilder {
         for handler in self.handlers {
             registry.register(handler)?;
         }
+        // A setting for a misspelled kind would apply to nothing, silently.
+        config.check_kinds(&registry.kinds())?;
         registry.set_services(self.services);
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
@@ -302,6 +371,97 @@ mod tests {
             Err(other) => panic!("expected an invalid configuration, got {other}"),
             Ok(_) => panic!("expected an invalid configuration, got a Shardbox"),
         }
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Tick;
+    impl shardbox_core::Message for Tick {
+        const TYPE: &'static str = "builder-test.tick";
+    }
+
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct Counter;
+    impl Aggregate for Counter {
+        const KIND: &'static str = "counter";
+        type Command = Tick;
+        type Event = Tick;
+        async fn handle(
+            &self,
+            _: &Tick,
+            _: &shardbox_core::Context<'_>,
+        ) -> Result<Vec<Tick>, shardbox_core::HandlerError> {
+            Ok(Vec::new())
+        }
+        fn apply(&mut self, _: &Tick) {}
+    }
+
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct Totals;
+    impl Projection for Totals {
+        const KIND: &'static str = "totals";
+        type Event = Tick;
+        async fn apply(
+            &mut self,
+            _: &Tick,
+            _: &shardbox_core::Context<'_>,
+        ) -> Result<(), shardbox_core::HandlerError> {
+            Ok(())
+        }
+    }
+
+    /// A kind-keyed setting for a kind nobody registered (`countr` for `counter`) would
+    /// silently apply to nothing: the build fails naming the setting, the kind and the
+    /// registered kinds.
+    #[tokio::test]
+    async fn settings_for_a_misspelled_kind_fail_the_build_naming_the_registered_kinds() {
+        let registered = || {
+            Shardbox::builder()
+                .memory()
+                .aggregate::<Counter>()
+                .projection::<Totals>()
+        };
+        let cases = [
+            (
+                registered().kind_policy("countr", FailurePolicy::default()),
+                "kind_policy",
+            ),
+            (
+                registered().kind_handler_timeout("countr", Duration::from_secs(5)),
+                "kind_handler_timeout",
+            ),
+        ];
+        for (builder, setting) in cases {
+            match builder.build().await {
+                Err(DeliveryError::Config(err @ ConfigError::UnknownKind { .. })) => {
+                    let message = err.to_string();
+                    assert!(
+                        message.contains(&format!("`{setting}(\"countr\", …)`"))
+                            && message.contains("registered kinds: `counter`, `totals`"),
+                        "{message}"
+                    );
+                }
+                Err(other) => panic!("{setting}: expected UnknownKind, got {other}"),
+                Ok(_) => panic!("{setting}: a setting for `countr` built"),
+            }
+        }
+        // The right names build, as strings and as types.
+        registered()
+            .kind_policy("counter", FailurePolicy::default())
+            .kind_handler_timeout("totals", Duration::from_secs(5))
+            .build()
+            .await
+            .expect("registered kinds");
+        let mut blocking = FailurePolicy::default();
+        blocking.on_exhausted = shardbox_core::ExhaustedOutcome::Block;
+        let sb = registered()
+            .kind_policy_of::<Counter, _>(blocking)
+            .kind_handler_timeout_of::<Totals, _>(Duration::from_secs(7))
+            .build()
+            .await
+            .expect("typed settings");
+        let config = sb.config();
+        assert_eq!(config.policy_of("counter"), &blocking);
+        assert_eq!(config.handler_timeout_of("totals"), Duration::from_secs(7));
     }
 
     #[tokio::test]

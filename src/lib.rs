@@ -111,7 +111,7 @@ pub use chrono;
 
 pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
-    Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EventSet,
+    Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EntityKind, EventSet,
     EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
     IdField, IdProblem, Intent, InvalidId, KindRole, ManualClock, Message, MetricsSnapshot,
     NextAttempt, NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions,

@@ -705,6 +705,17 @@ async fn bad_configuration_and_input_give_typed_errors() {
         matches!(err, DeliveryError::UnknownKind { ref kind } if kind == "tally"),
         "{err}"
     );
+    // The advice names the builder's real calls, every entity family's.
+    let advice = err.to_string();
+    for call in [
+        ".aggregate::<T>()",
+        ".projection::<T>()",
+        ".reactor(r)",
+        ".process_manager::<T>()",
+    ] {
+        assert!(advice.contains(call), "{call}: {advice}");
+    }
+    assert!(!advice.contains(".reactor::<T>()"), "{advice}");
 }
 
 /// A station that awaits slow I/O for longer than the lease.

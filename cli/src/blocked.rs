@@ -3,7 +3,7 @@
 
 use crate::cli::{BlockedCommand, UnblockAction};
 use crate::error::CliError;
-use crate::output::print_json;
+use crate::output::{out, outln, print_json};
 use crate::table::Table;
 use chrono::{DateTime, Utc};
 use shardbox_admin::views::blocked::{self, UnblockRequest};
@@ -38,12 +38,22 @@ pub async fn run<S: DeadLetterStore + ?Sized>(
             if json {
                 return print_json(&report);
             }
-            println!(
-                "{}/{}: {} blocked message {:?}, {} parked behind it released; running nodes go on at their next poll",
-                request.kind, request.id, report.unblocked, request.action.to_library(), report.released
-            );
+            outln!(
+                "{}/{}: {} blocked message {}, {} parked behind it released; running nodes go on at their next poll",
+                request.kind, request.id, report.unblocked, done(request.action), report.released
+            )?;
             Ok(())
         }
+    }
+}
+
+/// What became of the blocked message, in the operator's words (not the library's type
+/// names).
+fn done(action: blocked::UnblockAction) -> &'static str {
+    match action {
+        blocked::UnblockAction::Requeue => "requeued",
+        blocked::UnblockAction::Drop => "dropped",
+        blocked::UnblockAction::DeadLetter => "dead-lettered",
     }
 }
 
@@ -58,7 +68,7 @@ async fn list<S: DeadLetterStore + ?Sized>(
         return print_json(&list);
     }
     if list.blocked.is_empty() {
-        println!("no blocked targets");
+        outln!("no blocked targets")?;
         return Ok(());
     }
     let mut t = Table::new([
@@ -80,6 +90,6 @@ async fn list<S: DeadLetterStore + ?Sized>(
             b.last_error.clone().unwrap_or_default(),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render())?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `shardbox catch-up start|list|progress [--follow]|cancel [--wait]`: the shared catch-up
-//! views and actions (`shardbox_admin::views::catch_ups`) as tables, JSON or a live progress
-//! bar.
+//! views and actions (`shardbox_admin::views::catch_ups`) as tables, JSON, a live progress
+//! bar on a terminal, or a line per change when the output is a pipe or a file.
 //!
 //! `start` and `cancel` are the library's own operator actions; the replay and the cancel
 //! are carried out by the application's nodes (the CLI runs no delivery). A start places
@@ -10,13 +10,14 @@
 
 use crate::cli::CatchUpCommand;
 use crate::error::CliError;
-use crate::output::print_json;
+use crate::output::{out, outln, print_json};
 use crate::table::Table;
 use crate::when::human;
 use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardbox_admin::views::catch_ups::{self, CatchUpView, StartRequest};
 use shardbox_core::{CatchUpStore, InboxStore, WorkRegistry};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 /// How often `--follow` reads the job.
@@ -47,10 +48,10 @@ where
             if json {
                 return print_json(&job);
             }
-            println!(
+            outln!(
                 "started catch-up {} of {}: the application's nodes replay it (watch it with `shardbox catch-up progress {} --follow`)",
                 job.id, job.projection_kind, job.id
-            );
+            )?;
             Ok(())
         }
         CatchUpCommand::Cancel { id, wait } => cancel(storage, id, wait, json).await,
@@ -75,15 +76,17 @@ async fn cancel<S: CatchUpStore + ?Sized>(
     if json {
         print_json(&job)?;
     } else if job.finished() {
-        println!(
+        outln!(
             "catch-up {id} of {}: {} after {} events replayed",
-            job.projection_kind, job.status, job.replayed
-        );
+            job.projection_kind,
+            job.status,
+            job.replayed
+        )?;
     } else {
-        println!(
+        outln!(
             "catch-up {id} of {}: cancel requested; a node stops it at its next step (is a node of the application running?)",
             job.projection_kind
-        );
+        )?;
     }
     if wait.is_some() && !job.finished() {
         return Err(CliError::NotFound(format!(
@@ -101,7 +104,7 @@ async fn list<S: CatchUpStore + ?Sized>(storage: &S, json: bool) -> Result<(), C
         return print_json(&list);
     }
     if list.running.is_empty() {
-        println!("no running catch-ups");
+        outln!("no running catch-ups")?;
         return Ok(());
     }
     let mut t = Table::new([
@@ -124,7 +127,7 @@ async fn list<S: CatchUpStore + ?Sized>(storage: &S, json: bool) -> Result<(), C
             eta(p),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render())?;
     Ok(())
 }
 
@@ -143,6 +146,23 @@ async fn progress<S: CatchUpStore + ?Sized>(
 ) -> Result<(), CliError> {
     let read = || catch_ups::progress(storage, id, Utc::now());
     let mut p = read().await?;
+    if follow && !json && !std::io::stdout().is_terminal() {
+        // A pipe or a file gets no bar (indicatif hides it there): a line per change, the
+        // first at once, the last when the job has ended.
+        let mut shown = None;
+        loop {
+            let now = (p.status, p.replayed, p.total_estimate);
+            if shown != Some(now) {
+                outln!("{}", progress_line(id, &p))?;
+                shown = Some(now);
+            }
+            if p.finished() {
+                return Ok(());
+            }
+            tokio::time::sleep(FOLLOW_EVERY).await;
+            p = read().await?;
+        }
+    }
     if follow && !json {
         let bar = ProgressBar::new(p.total_estimate.max(p.replayed).max(0).unsigned_abs());
         bar.set_style(
@@ -168,7 +188,7 @@ async fn progress<S: CatchUpStore + ?Sized>(
     if follow {
         // JSON lines, one per read, the last one completed.
         loop {
-            println!("{}", serde_json::to_string(&p)?);
+            outln!("{}", serde_json::to_string(&p)?)?;
             if p.finished() {
                 return Ok(());
             }
@@ -179,14 +199,19 @@ async fn progress<S: CatchUpStore + ?Sized>(
     if json {
         return print_json(&p);
     }
-    println!(
+    outln!("{}", progress_line(id, &p))?;
+    Ok(())
+}
+
+/// One job's progress on one line.
+fn progress_line(id: i64, p: &CatchUpView) -> String {
+    format!(
         "catch-up {id} of {}: {} — {} of ~{} replayed, {:.0}/s, ETA {}",
         p.projection_kind,
         p.status,
         p.replayed,
         p.total_estimate,
         p.rate,
-        eta(&p)
-    );
-    Ok(())
+        eta(p)
+    )
 }

@@ -60,8 +60,8 @@ pub enum Command {
     /// custom ShardStrategy re-shards through `Shardbox::reshard`). Exit 1 if refused
     /// (another re-sharding runs, or the nodes did not hand over in time): nothing changed.
     Reshard {
-        /// The new shard count (1..=65536).
-        #[arg(long)]
+        /// The new shard count (1..=65536). Checked before anything is read or announced.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(shardbox_core::MAX_SHARDS)))]
         shards: u32,
         /// How long to wait for the nodes to hand every shard over, in seconds.
         #[arg(long, default_value_t = 120)]
@@ -231,7 +231,9 @@ pub enum CatchUpCommand {
     Progress {
         /// The job id (from `list`).
         id: i64,
-        /// Follow it with a progress bar until it completes or is cancelled.
+        /// Follow it until it completes or is cancelled: a progress bar on a terminal, a
+        /// line per change when the output is a pipe or a file, a JSON line per read with
+        /// --json.
         #[arg(long)]
         follow: bool,
     },

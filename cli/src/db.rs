@@ -5,6 +5,7 @@
 //! library's `SchemaMismatch`). A SQLite path that does not exist is refused rather than
 //! created, except by `migrate`.
 
+use crate::error::CliError;
 use shardbox_core::{Storage, StorageError};
 use shardbox_storage::MigrationMode;
 #[cfg(feature = "postgres")]
@@ -21,13 +22,18 @@ pub enum Target<'a> {
     Postgres(&'a str),
     /// A SQLite file.
     Sqlite(&'a Path),
+    /// A URL of another scheme (`mysql://…`): no backend serves it.
+    OtherScheme(&'a str),
 }
 
 impl<'a> Target<'a> {
-    /// A URL starting with postgres:// or postgresql:// is PostgreSQL, anything else a path.
+    /// A URL starting with postgres:// or postgresql:// is PostgreSQL, a URL of another
+    /// scheme is refused, anything else is a path.
     pub fn of(db: &'a str) -> Self {
         if db.starts_with("postgres://") || db.starts_with("postgresql://") {
             Target::Postgres(db)
+        } else if let Some(scheme) = url_scheme(db) {
+            Target::OtherScheme(scheme)
         } else {
             Target::Sqlite(Path::new(db))
         }
@@ -39,6 +45,7 @@ impl<'a> Target<'a> {
         match self {
             Target::Postgres(url) => shardbox_storage::redact(url),
             Target::Sqlite(path) => path.display().to_string(),
+            Target::OtherScheme(scheme) => format!("{scheme}://…"),
         }
     }
 
@@ -47,9 +54,20 @@ impl<'a> Target<'a> {
     fn feature(&self) -> &'static str {
         match self {
             Target::Postgres(_) => "postgres",
-            Target::Sqlite(_) => "sqlite",
+            Target::Sqlite(_) | Target::OtherScheme(_) => "sqlite",
         }
     }
+}
+
+/// The scheme of `db` if it is written as a URL (`scheme://…`, the scheme a letter followed
+/// by letters, digits, `+`, `-` or `.`, as RFC 3986 has it); `None` for a path.
+fn url_scheme(db: &str) -> Option<&str> {
+    let (scheme, _) = db.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
 }
 
 /// Opens `db` (PostgreSQL tables in `schema` if given) with `mode`.
@@ -58,8 +76,12 @@ pub async fn open(
     db: &str,
     schema: Option<&str>,
     mode: MigrationMode,
-) -> Result<Arc<dyn Storage>, StorageError> {
+) -> Result<Arc<dyn Storage>, CliError> {
     match Target::of(db) {
+        Target::OtherScheme(scheme) => Err(CliError::Usage(format!(
+            "--db {}: no backend serves `{scheme}://` URLs; give a PostgreSQL URL (postgres://… or postgresql://…) or the path of a SQLite file (without a scheme)",
+            shardbox_storage::redact(db)
+        ))),
         #[cfg(feature = "postgres")]
         Target::Postgres(url) => {
             // One connection does: the CLI runs one query at a time and listens to nothing.
@@ -71,17 +93,26 @@ pub async fn open(
             if let Some(schema) = schema {
                 options = options.schema(schema);
             }
-            Ok(Arc::new(PostgresStorage::connect_with(url, options).await?))
+            Ok(Arc::new(
+                PostgresStorage::connect_with(url, options).await?,
+            ))
         }
         #[cfg(feature = "sqlite")]
         Target::Sqlite(path) => {
+            if matches!(path.to_str(), Some(":memory:" | "")) {
+                return Err(CliError::Usage(format!(
+                    "--db {:?}: an in-memory database lives and dies with one process, so there is nothing for the CLI to operate; give the path of a SQLite file or a PostgreSQL URL (postgres://…)",
+                    path.display().to_string()
+                )));
+            }
             if mode == MigrationMode::Verify && !path.exists() {
-                return Err(StorageError::Unavailable {
+                return Err(CliError::Storage(StorageError::Unavailable {
                     database: path.display().to_string(),
                     reason: "no such file (run `shardbox migrate` to create a database there)"
                         .into(),
+                    advice: "",
                     source: None,
-                });
+                }));
             }
             let options = SqliteOptions::default()
                 .pool_size(2)
@@ -90,14 +121,15 @@ pub async fn open(
             Ok(Arc::new(SqliteStorage::open_with(path, options).await?))
         }
         #[allow(unreachable_patterns)] // when both backends are built in
-        other => Err(StorageError::Unavailable {
+        other => Err(CliError::Storage(StorageError::Unavailable {
             database: other.name(),
             reason: format!(
                 "this shardbox binary was built without the `{}` feature",
                 other.feature()
             ),
+            advice: "",
             source: None,
-        }),
+        })),
     }
 }
 
@@ -116,6 +148,9 @@ mod tests {
             Target::Postgres(_)
         ));
         assert!(matches!(Target::of("./postgres.db"), Target::Sqlite(_)));
+        assert_eq!(Target::of("mysql://u@h/db"), Target::OtherScheme("mysql"));
+        assert_eq!(Target::of("xyz://foo"), Target::OtherScheme("xyz"));
+        assert!(matches!(Target::of("./a://b"), Target::Sqlite(_)));
         assert!(matches!(
             Target::of("/var/lib/app/shardbox.db"),
             Target::Sqlite(_)

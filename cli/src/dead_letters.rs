@@ -9,7 +9,7 @@
 
 use crate::cli::{DeadLetterCommand, DeadLetterFilterArgs};
 use crate::error::CliError;
-use crate::output::print_json;
+use crate::output::{out, outln, print_json};
 use crate::table::Table;
 use chrono::{DateTime, Utc};
 use shardbox_admin::views::dead_letters::{self, DeadLetterQuery};
@@ -55,7 +55,7 @@ pub async fn run<S: DeadLetterStore + WorkRegistry + ?Sized>(
             if json {
                 print_json(&purged)?;
             } else {
-                println!("purged {} dead letters", purged.purged);
+                outln!("purged {} dead letters", purged.purged)?;
             }
             if purged.purged == 0 {
                 return Err(CliError::NotFound("no dead letters match".into()));
@@ -77,7 +77,7 @@ async fn list<S: DeadLetterStore + ?Sized>(
         return print_json(&list);
     }
     if list.dead_letters.is_empty() {
-        println!("no dead letters match");
+        outln!("no dead letters match")?;
         return Ok(());
     }
     let mut t = Table::new([
@@ -98,12 +98,12 @@ async fn list<S: DeadLetterStore + ?Sized>(
             one_line(&l.reason, 60),
         ]);
     }
-    print!("{}", t.render());
-    println!(
+    out!("{}", t.render())?;
+    outln!(
         "{} shown of {} matching",
         list.dead_letters.len(),
         list.matching
-    );
+    )?;
     Ok(())
 }
 
@@ -118,24 +118,27 @@ async fn show<S: DeadLetterStore + ?Sized>(
         return print_json(&d);
     }
     let l = &d.dead_letter;
-    println!("dead letter {}", l.id);
-    println!(
+    outln!("dead letter {}", l.id)?;
+    outln!(
         "  target       {}/{} (tenant {:?}), shard {}",
-        l.target_kind, l.target_id, l.tenant, l.shard
-    );
-    println!("  signal       {} ({})", l.signal_id, l.kind);
-    println!("  attempts     {}", l.attempts);
-    println!(
+        l.target_kind,
+        l.target_id,
+        l.tenant,
+        l.shard
+    )?;
+    outln!("  signal       {} ({})", l.signal_id, l.kind)?;
+    outln!("  attempts     {}", l.attempts)?;
+    outln!(
         "  first failed {}",
         l.first_attempt_at.map_or("-".into(), |t| t.to_rfc3339())
-    );
-    println!("  dead since   {}", l.last_attempt_at.to_rfc3339());
-    println!("  received at  {}", d.received_at.to_rfc3339());
-    println!("  reason       {}", l.reason);
-    println!("  payload type {}", d.payload_type);
-    println!("  payload      {}", d.payload);
+    )?;
+    outln!("  dead since   {}", l.last_attempt_at.to_rfc3339())?;
+    outln!("  received at  {}", d.received_at.to_rfc3339())?;
+    outln!("  reason       {}", l.reason)?;
+    outln!("  payload type {}", d.payload_type)?;
+    outln!("  payload      {}", d.payload)?;
     for (k, v) in &d.metadata {
-        println!("  metadata     {k} = {v}");
+        outln!("  metadata     {k} = {v}")?;
     }
     Ok(())
 }
@@ -152,10 +155,10 @@ async fn requeue<S: DeadLetterStore + WorkRegistry + ?Sized>(
     if json {
         print_json(&report)?;
     } else {
-        println!(
-            "requeued {} (already in the Inbox {}, gone {}, skipped {}); running nodes deliver them at their next poll",
+        outln!(
+            "requeued {} (already in the Inbox {}, missing {}, skipped {}); running nodes deliver them at their next poll",
             report.requeued, report.already_in_inbox, report.missing, report.skipped
-        );
+        )?;
     }
     if report.nothing_matched() {
         return Err(CliError::NotFound("no dead letters match".into()));

@@ -44,6 +44,14 @@ impl CliError {
     }
 }
 
+impl CliError {
+    /// Whether this is a write to a closed output: the reader of a pipe stopped reading
+    /// (`shardbox … | head -1`), which is no failure of the command.
+    pub fn is_closed_output(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
 impl From<AdminError> for CliError {
     fn from(e: AdminError) -> Self {
         match e {

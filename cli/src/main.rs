@@ -35,6 +35,7 @@ mod when;
 use clap::Parser;
 use cli::{Cli, Command};
 use error::CliError;
+use output::out;
 use shardbox_core::storage::StorageReads;
 use shardbox_storage::MigrationMode;
 use std::process::ExitCode;
@@ -53,6 +54,8 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader stopped reading (`| head -1`): it has what it wanted.
+        Err(e) if e.is_closed_output() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             e.exit_code()
@@ -75,7 +78,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             if json {
                 output::print_json(&status)
             } else {
-                print!("{}", status::render(&status, all_shards));
+                out!("{}", status::render(&status, all_shards))?;
                 Ok(())
             }
         }

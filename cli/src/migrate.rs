@@ -3,7 +3,7 @@
 
 use crate::db;
 use crate::error::CliError;
-use crate::output::print_json;
+use crate::output::{outln, print_json};
 use serde_json::json;
 use shardbox_core::StorageError;
 use shardbox_storage::MigrationMode;
@@ -16,7 +16,7 @@ pub async fn run(db: &str, schema: Option<&str>, check: bool, json: bool) -> Res
         if json {
             return print_json(&json!({ "current": true, "database": storage.describe() }));
         }
-        println!("{text}");
+        outln!("{text}")?;
         return Ok(());
     }
     match db::open(db, schema, MigrationMode::Verify).await {
@@ -24,16 +24,16 @@ pub async fn run(db: &str, schema: Option<&str>, check: bool, json: bool) -> Res
             if json {
                 print_json(&json!({ "current": true, "database": storage.describe() }))?;
             } else {
-                println!("schema of {} is current", storage.describe());
+                outln!("schema of {} is current", storage.describe())?;
             }
             Ok(())
         }
-        Err(e @ StorageError::SchemaMismatch { .. }) => {
+        Err(CliError::Storage(e @ StorageError::SchemaMismatch { .. })) => {
             if json {
                 print_json(&json!({ "current": false, "error": e.to_string() }))?;
             }
             Err(CliError::NotFound(format!("schema is not current: {e}")))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }

@@ -5,7 +5,7 @@
 //! which the CLI cannot rebuild, is refused and re-shards through `Shardbox::reshard`.
 
 use crate::error::CliError;
-use crate::output;
+use crate::output::{self, outln};
 use serde::Serialize;
 use shardbox_core::{
     DeliveryConfig, DeliveryError, NodeId, NodeSeat, ReshardOptions, SystemClock, WorkRegistry,
@@ -74,10 +74,10 @@ pub async fn run(
         return output::print_json(&done);
     }
     if done.from == done.to {
-        println!("the Inbox has {} shards already; nothing changed", done.to);
+        outln!("the Inbox has {} shards already; nothing changed", done.to)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "re-sharded {} -> {} shards: {} of {} inbox rows moved, {} dead letters/outcomes, {} running catch-ups; delivery paused {} ms (gather) + {} ms (switch, sends waited)",
         done.from,
         done.to,
@@ -87,10 +87,11 @@ pub async fn run(
         done.catch_ups,
         done.gathered_ms,
         done.switched_ms
-    );
-    println!(
+    )?;
+    outln!(
         "start new nodes with .shards({}); a node configured with {} is refused",
-        done.to, done.from
-    );
+        done.to,
+        done.from
+    )?;
     Ok(())
 }

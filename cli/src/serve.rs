@@ -6,6 +6,7 @@
 //! letter died in (running nodes find it at their next poll).
 
 use crate::error::CliError;
+use crate::output::outln;
 use shardbox_admin::{router, AdminState};
 use shardbox_core::Storage;
 use std::net::SocketAddr;
@@ -32,7 +33,7 @@ pub async fn run(
         .allow_hosts(allowed_hosts);
     let hosts = state.allowed_hosts().join(", ");
     let app = router(state);
-    println!("listening on http://{bound}/");
+    outln!("listening on http://{bound}/")?;
     eprintln!(
         "serving {database}; operator actions {}; answering the hosts {hosts} (--allowed-host to add)",
         if allow_actions {

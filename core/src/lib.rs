@@ -63,6 +63,7 @@ pub use entity::aggregate_handler::AggregateHandler;
 pub use entity::context::Context;
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
 pub use entity::handler_error::HandlerError;
+pub use entity::kind::{family as entity_family, EntityKind};
 pub use entity::process::{ProcessActions, ProcessManager};
 #[doc(hidden)]
 pub use entity::process_handler::ProcessManagerHandler;

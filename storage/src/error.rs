@@ -165,9 +165,11 @@ impl Class {
         reason: String,
         source: Option<shardbox_core::Cause>,
     ) -> StorageError {
+        let file = database.is_file();
         let database = database.as_str().to_owned();
         match self {
             Class::Unavailable => StorageError::Unavailable {
+                advice: unavailable_advice(file, &reason),
                 database,
                 reason,
                 source,
@@ -205,6 +207,22 @@ impl Class {
                 source,
             },
         }
+    }
+}
+
+/// What to do about an unavailable database: a server's connection is checked, a file's path.
+/// SQLite opens any file lazily and says `file is not a database` (SQLITE_NOTADB) at its first
+/// read of another kind of file.
+fn unavailable_advice(file: bool, reason: &str) -> &'static str {
+    if !file {
+        StorageError::CHECK_SERVER
+    } else if reason
+        .to_ascii_lowercase()
+        .contains("file is not a database")
+    {
+        StorageError::NOT_A_DATABASE
+    } else {
+        StorageError::CHECK_PATH
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  applied ⊄ known      → SchemaMismatch (a newer binary migrated it: upgrade)
+//!  nothing applied, off → SchemaMismatch (no Shardbox tables: wrong schema or path?)
 //!  pending, migrate off → SchemaMismatch (run the migrations)
 //!  pending, migrate on  → apply them in version order
 //! ```
@@ -87,6 +88,19 @@ where
         .collect();
     if pending.is_empty() {
         return Ok(Vec::new());
+    }
+    if mode == MigrationMode::Verify && applied.is_empty() {
+        // Most often a misspelled schema or path, not a database to upgrade: listing every
+        // migration would hide that.
+        return Err(Failure::Storage(StorageError::SchemaMismatch {
+            database: database.to_owned(),
+            found: format!(
+                "none: it has no Shardbox tables (all {} migrations pending)",
+                pending.len()
+            ),
+            expected,
+            advice: "check the schema name (--schema, PostgresOptions::schema) or the path, or create the tables there with `shardbox migrate` (or by opening it once with MigrationMode::Apply, the default)",
+        }));
     }
     if mode == MigrationMode::Verify {
         let names: Vec<String> = pending.iter().map(|m| m.name().to_string()).collect();

@@ -2,7 +2,8 @@
 //! integration tests') share one database and run at the same time.
 //!
 //! ```text
-//!  pg_url(test)            SHARDBOX_PG_URL, or None after a loud SKIPPED notice
+//!  pg_url(test)            SHARDBOX_PG_URL, or None after a loud SKIPPED notice on the
+//!                          process's stderr (past libtest's capture), numbered
 //!  TestSchema::new(url, t) a unique name; nothing is created until a storage connects
 //!  connect(pool) / raw()   a PostgresStorage, or a plain connection, in the schema
 //!  drop                    DROP SCHEMA … CASCADE (also when the test panics)
@@ -24,18 +25,35 @@ use diesel::{Connection, PgConnection};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The PostgreSQL URL for tests (`SHARDBOX_PG_URL`), or `None` after a loud notice on stderr
-/// that `test` is skipped.
+/// that `test` is skipped (see [`skipped`]).
 pub fn pg_url(test: &str) -> Option<String> {
     match std::env::var("SHARDBOX_PG_URL") {
         Ok(url) => Some(url),
         Err(_) => {
-            eprintln!(
-                "SKIPPED: PostgreSQL test `{test}` did not run; \
-                 set SHARDBOX_PG_URL=postgres://postgres@127.0.0.1:5432/test to run it"
-            );
+            skipped(test);
             None
         }
     }
+}
+
+/// PostgreSQL tests this test binary has skipped so far.
+static SKIPPED: AtomicU32 = AtomicU32::new(0);
+
+/// Says on the process's stderr that PostgreSQL test `test` did not run, numbered within
+/// this test binary. libtest captures what a test prints through `print!`/`eprint!` (and
+/// shows it only if the test fails), so an `eprintln!` notice never showed in a plain
+/// `cargo test`; a write to the stderr handle itself is not captured. libtest has no
+/// runtime skip on stable, so the test still counts as passed: the notice is how a run
+/// without `SHARDBOX_PG_URL` says what it left out.
+fn skipped(test: &str) {
+    use std::io::Write;
+    let n = SKIPPED.fetch_add(1, Ordering::Relaxed) + 1;
+    let notice = format!(
+        "\nSKIPPED #{n} of this test binary: PostgreSQL test `{test}` did not run (it counts as \
+         passed); set SHARDBOX_PG_URL=postgres://postgres@127.0.0.1:5432/test to run it\n"
+    );
+    // Nowhere to report a failed write to stderr.
+    let _ = std::io::stderr().lock().write_all(notice.as_bytes());
 }
 
 /// A line of `EXPLAIN` output.
@@ -173,5 +191,51 @@ impl Drop for TestSchema {
         if let Err(e) = dropped {
             eprintln!("could not drop test schema {}: {e}", self.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the child run of [`skip_probe`]: without it the probe does nothing.
+    const PROBE: &str = "SHARDBOX_TEST_SKIP_PROBE";
+
+    /// The PostgreSQL test the child run skips.
+    #[test]
+    fn skip_probe() {
+        if std::env::var_os(PROBE).is_some() {
+            assert!(pg_url("skip_probe").is_none());
+            assert!(pg_url("skip_probe_again").is_none());
+        }
+    }
+
+    /// This test binary run again, as `cargo test` runs it (output captured), with only the
+    /// probe and no `SHARDBOX_PG_URL`: its skips must show on stderr, numbered.
+    #[test]
+    fn a_skipped_postgres_test_says_so_past_the_test_capture() {
+        let exe = std::env::current_exe().expect("this test binary");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "test_schema::tests::skip_probe",
+                "--test-threads=1",
+            ])
+            .env(PROBE, "1")
+            .env_remove("SHARDBOX_PG_URL")
+            .env_remove("RUST_TEST_NOCAPTURE")
+            .output()
+            .expect("run the probe");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        assert!(stdout.contains("1 passed"), "the probe ran: {stdout}");
+        assert!(
+            stderr.contains("SKIPPED #1 of this test binary: PostgreSQL test `skip_probe`")
+                && stderr
+                    .contains("SKIPPED #2 of this test binary: PostgreSQL test `skip_probe_again`")
+                && stderr.contains("SHARDBOX_PG_URL="),
+            "the notices pass the capture: {stderr}"
+        );
     }
 }

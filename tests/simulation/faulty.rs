@@ -320,6 +320,7 @@ fn injected(reason: String) -> StorageError {
     StorageError::Unavailable {
         database: "simulation".into(),
         reason: format!("injected fault: {reason}"),
+        advice: "",
         source: None,
     }
 }

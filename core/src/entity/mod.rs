@@ -5,6 +5,7 @@
 //!  context  Context: what a handler is told of its message     ◄── handlers
 //!  handler_error HandlerError: how a handler fails             ◄── handlers, the failure policy
 //!  event_set EventSet: the event types a subscriber follows    ◄── the application, the registry
+//!  kind     EntityKind: a type's KIND, whichever trait says it ◄── settings keyed by kind
 //!  process  ProcessManager (saga), ProcessActions             ◄── the application
 //!  handler  EntityHandler: the type-erased face of a kind     ◄── the live and catch-up stations
 //!  guard    a handler call under its timeout and panic guard  ◄── the adapters, the runner's turn
@@ -28,6 +29,7 @@ pub mod event_set;
 pub mod guard;
 pub mod handler;
 pub mod handler_error;
+pub mod kind;
 pub mod payload;
 pub mod process;
 pub mod process_handler;

@@ -130,6 +130,33 @@ impl DeliveryConfig {
             .unwrap_or(self.handler_timeout)
     }
 
+    /// Checks that every setting keyed by entity kind (`kind_policy`,
+    /// `kind_handler_timeout`) names one of the `registered` kinds: a misspelled kind would
+    /// apply to nothing and leave the real kind on the defaults. The error names the
+    /// setting, the unknown kind and the registered kinds.
+    pub fn check_kinds(&self, registered: &[&str]) -> Result<(), ConfigError> {
+        let settings = [
+            ("kind_policy", sorted_keys(&self.kind_policies)),
+            (
+                "kind_handler_timeout",
+                sorted_keys(&self.kind_handler_timeouts),
+            ),
+        ];
+        for (setting, kinds) in settings {
+            if let Some(kind) = kinds.into_iter().find(|k| !registered.contains(k)) {
+                let mut registered: Vec<String> =
+                    registered.iter().map(|k| (*k).to_owned()).collect();
+                registered.sort_unstable();
+                return Err(ConfigError::UnknownKind {
+                    setting,
+                    kind: kind.to_owned(),
+                    registered,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// `lease_duration` as a chrono duration (for lease times).
     pub fn lease_span(&self) -> chrono::Duration {
         span(self.lease_duration)
@@ -149,6 +176,13 @@ impl DeliveryConfig {
     pub fn catch_up_retention_span(&self) -> chrono::Duration {
         span(self.catch_up_retention)
     }
+}
+
+/// The keys of `map`, sorted (so that the first unknown one reported is always the same).
+fn sorted_keys<V>(map: &HashMap<String, V>) -> Vec<&str> {
+    let mut keys: Vec<&str> = map.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    keys
 }
 
 /// A validated duration as a chrono duration. Every duration field is bounded by `validate`
@@ -396,6 +430,37 @@ mod tests {
             assert!(text.contains(words), "{text}");
             assert_eq!(field_of(err), "node_id");
         }
+    }
+
+    #[test]
+    fn settings_for_unregistered_kinds_are_refused_naming_the_registered_ones() {
+        let config = DeliveryConfig::builder()
+            .kind_policy("counter", FailurePolicy::default())
+            .kind_handler_timeout("countr", Duration::from_secs(1))
+            .build()
+            .expect("valid values");
+        assert_eq!(config.check_kinds(&["payments", "counter"]), {
+            Err(ConfigError::UnknownKind {
+                setting: "kind_handler_timeout",
+                kind: "countr".into(),
+                registered: vec!["counter".into(), "payments".into()],
+            })
+        });
+        let message = config
+            .check_kinds(&["payments", "counter"])
+            .expect_err("countr")
+            .to_string();
+        assert!(
+            message.contains("`kind_handler_timeout(\"countr\", …)`")
+                && message.contains("registered kinds: `counter`, `payments`"),
+            "{message}"
+        );
+        assert!(config.check_kinds(&["counter", "countr"]).is_ok());
+        let none = config.check_kinds(&[]).expect_err("nothing registered");
+        assert!(
+            none.to_string().contains("registered kinds: none"),
+            "{none}"
+        );
     }
 
     #[test]

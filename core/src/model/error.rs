@@ -36,12 +36,57 @@ pub enum ConfigError {
         /// This node's configured count.
         configured: u32,
     },
+    /// A setting keyed by entity kind (`kind_policy`, `kind_handler_timeout`) names a kind
+    /// no entity registers: the setting would apply to nothing.
+    #[error("`{setting}(\"{kind}\", …)` names entity kind `{kind}`, which is not registered (registered kinds: {}); fix the name, or register the entity (`.aggregate::<T>()`, `.projection::<T>()`, `.reactor(r)`, `.process_manager::<T>()`). `{setting}_of::<T, _>(…)` takes the type instead, checked by the compiler", kind_list(.registered))]
+    UnknownKind {
+        /// The builder method of the setting.
+        setting: &'static str,
+        /// The kind it names.
+        kind: String,
+        /// The kinds that are registered, sorted.
+        registered: Vec<String>,
+    },
     /// The same entity kind was registered twice.
     #[error("entity kind `{kind}` is registered twice; give each entity type its own KIND")]
     DuplicateKind {
         /// The kind.
         kind: String,
     },
+}
+
+/// `advice` as the sentence that ends a message, or nothing when there is none.
+fn sentence(advice: &str) -> String {
+    if advice.is_empty() {
+        String::new()
+    } else {
+        format!(". {advice}")
+    }
+}
+
+impl StorageError {
+    /// The advice of an [`Unavailable`](StorageError::Unavailable) database server: the
+    /// connection failed.
+    pub const CHECK_SERVER: &'static str = "Check that it is running and reachable, and the URL";
+    /// The advice of an [`Unavailable`](StorageError::Unavailable) database file that could
+    /// not be opened.
+    pub const CHECK_PATH: &'static str = "Check the path: its directory must exist, and this process must be allowed to open (and create) files there";
+    /// The advice of an [`Unavailable`](StorageError::Unavailable) file that is not a
+    /// database.
+    pub const NOT_A_DATABASE: &'static str =
+        "Check the path: it names a file that is not a SQLite database (or an encrypted one)";
+}
+
+/// `kinds` as a message lists them: each in backticks, or "none".
+fn kind_list(kinds: &[String]) -> String {
+    if kinds.is_empty() {
+        return "none".into();
+    }
+    kinds
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A storage backend could not do what was asked.
@@ -60,12 +105,17 @@ pub enum StorageError {
         current: Option<LeaseEpoch>,
     },
     /// The database cannot be reached or opened.
-    #[error("database {database} is unavailable: {reason}. Check that it is running and reachable, and the URL or path")]
+    #[error("database {database} is unavailable: {reason}{}", sentence(advice))]
     Unavailable {
         /// The database (URL with the password redacted, or file path).
         database: String,
         /// What the driver said (any password in it replaced by `***`).
         reason: String,
+        /// What to do, fitting the cause: [`StorageError::CHECK_SERVER`] for a server that
+        /// cannot be reached, [`StorageError::CHECK_PATH`] for a file that cannot be opened,
+        /// [`StorageError::NOT_A_DATABASE`] for a file of another kind; empty when `reason`
+        /// says it already.
+        advice: &'static str,
         /// The driver or pool error, if one caused this.
         #[source]
         source: Option<Cause>,
@@ -149,7 +199,9 @@ pub enum StorageError {
         source: Option<Cause>,
     },
     /// The database schema is of another version than this binary expects.
-    #[error("database {database} has schema {found}, this binary expects {expected}: {advice}")]
+    #[error(
+        "database {database} has schema version {found}, this binary expects {expected}: {advice}"
+    )]
     SchemaMismatch {
         /// The database.
         database: String,
@@ -334,7 +386,7 @@ pub enum DeliveryError {
     #[error("payload too large, nothing was written: {0}")]
     PayloadTooLarge(#[from] PayloadTooLarge),
     /// A message was sent to an entity kind that nobody registered.
-    #[error("entity kind `{kind}` is not registered; register it with the builder (`.aggregate::<T>()`, `.projection::<T>()` or `.reactor::<T>()`) before sending to it")]
+    #[error("entity kind `{kind}` is not registered; register it with the builder (`.aggregate::<T>()`, `.projection::<T>()`, `.reactor(r)` or `.process_manager::<T>()`) before sending to it")]
     UnknownKind {
         /// The kind.
         kind: String,

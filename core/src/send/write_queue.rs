@@ -157,6 +157,7 @@ fn abandoned() -> StorageError {
     StorageError::Unavailable {
         database: "inbox write queue".into(),
         reason: "the task writing this batch's group ended without a result".into(),
+        advice: "",
         source: None,
     }
 }
@@ -715,6 +716,7 @@ mod tests {
         let storage = Refusing::new(Some(StorageError::Unavailable {
             database: "test".into(),
             reason: "connection refused".into(),
+            advice: "",
             source: None,
         }));
         let queue = Arc::new(WriteQueue::default());

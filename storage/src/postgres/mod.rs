@@ -170,6 +170,14 @@ impl shardbox_core::WriteListener for PostgresStorage {
     }
 }
 
+/// The database as a schema error names it: with the schema, where one was chosen.
+fn in_schema(database: &str, schema: Option<&str>) -> String {
+    match schema {
+        Some(schema) => format!("{database} (schema {schema})"),
+        None => database.to_owned(),
+    }
+}
+
 fn connect_blocking(
     url: String,
     options: PostgresOptions,
@@ -200,7 +208,7 @@ fn connect_blocking(
                 conn,
                 &POSTGRES_MIGRATIONS,
                 options.migrations,
-                name.as_str(),
+                &in_schema(name.as_str(), options.schema.as_deref()),
             )
         })
         .map_err(|f: Failure| f.into_storage_error(&name))?;
@@ -406,7 +414,7 @@ mod units {
 #[async_trait::async_trait]
 impl shardbox_core::storage::SchemaCheck for PostgresStorage {
     async fn check_schema(&self) -> Result<(), StorageError> {
-        let name = self.db.name().to_owned();
+        let name = in_schema(self.db.name(), self.schema.as_deref());
         self.db
             .run(move |conn| {
                 migrate(

@@ -27,6 +27,8 @@ pub(crate) struct DbName {
     shown: Arc<str>,
     /// Longest first, so that a piece never splits a longer secret before it is replaced.
     secrets: Arc<[String]>,
+    /// Whether it names a file (SQLite), not a server (PostgreSQL).
+    file: bool,
 }
 
 /// Shows the name only, never the secrets.
@@ -50,6 +52,7 @@ impl DbName {
         DbName {
             shown: reading.shown(url).into(),
             secrets: scrubbed_forms(reading.secrets).into(),
+            file: false,
         }
     }
 
@@ -59,7 +62,13 @@ impl DbName {
         DbName {
             shown: path.into().into(),
             secrets: Arc::from(Vec::new()),
+            file: true,
         }
+    }
+
+    /// Whether it names a file (SQLite), not a server (PostgreSQL).
+    pub(crate) fn is_file(&self) -> bool {
+        self.file
     }
 
     /// The name as shown.

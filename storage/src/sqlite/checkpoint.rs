@@ -97,6 +97,7 @@ impl Checkpointer {
             .map_err(|e| StorageError::Unavailable {
                 database: database.to_owned(),
                 reason: format!("could not start the checkpoint thread: {e}"),
+                advice: "",
                 source: Some(Cause::new(e)),
             })?;
         Ok(Checkpointer {

@@ -140,6 +140,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
                 reason: "an in-memory SQLite database would be a different empty database on \
                          every pooled connection; use shardbox_core::memory::MemoryStorage"
                     .into(),
+                advice: "",
                 source: None,
             })
         }
@@ -148,6 +149,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
             return Err(StorageError::Unavailable {
                 database: name,
                 reason: "the path is not valid UTF-8".into(),
+                advice: "",
                 source: None,
             })
         }
