@@ -8,7 +8,8 @@
 //! strategy; what else a start without the application cannot know (event types, which
 //! kinds are projections) is said at `views::catch_ups`.
 
-use crate::cli::CatchUpCommand;
+use crate::cli::{CatchUpCommand, Guard};
+use crate::confirm::confirm;
 use crate::error::CliError;
 use crate::output::{out, outln, print_json};
 use crate::table::Table;
@@ -36,6 +37,8 @@ where
             ids,
             tenant,
             since,
+            force,
+            guard,
         } => {
             let now = Utc::now();
             let request = StartRequest {
@@ -43,7 +46,12 @@ where
                 tenant,
                 ids: (!ids.is_empty()).then_some(ids),
                 since: since.map(|s| s.at(now)),
+                force,
+                dry_run: guard.dry_run,
             };
+            if !start_guarded(storage, &request, guard, json).await? {
+                return Ok(());
+            }
             let job = catch_ups::start(storage, &request, None, now).await?;
             if json {
                 return print_json(&job);
@@ -56,6 +64,53 @@ where
         }
         CatchUpCommand::Cancel { id, wait } => cancel(storage, id, wait, json).await,
     }
+}
+
+/// Says what starting `request` touches and whether to go on: a dry run prints it and stops
+/// (false); a kind no live node serves as a projection is refused unless forced, before
+/// anyone is asked; otherwise the operator confirms (see [`confirm`]).
+async fn start_guarded<S>(
+    storage: &S,
+    request: &StartRequest,
+    guard: Guard,
+    json: bool,
+) -> Result<bool, CliError>
+where
+    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+{
+    let preview = catch_ups::preview(storage, request, None, Utc::now()).await?;
+    let shards: Vec<String> = preview.shards.iter().map(u32::to_string).collect();
+    let targets = match &preview.ids {
+        None => "every instance".to_owned(),
+        Some(ids) => format!(
+            "{} instance{} ({})",
+            ids.len(),
+            if ids.len() == 1 { "" } else { "s" },
+            ids.join(", ")
+        ),
+    };
+    let what = format!(
+        "delete the states of {targets} of `{}` now and rebuild them from the event store (their new messages wait meanwhile, in shards {}; replayed by {})",
+        preview.projection_kind,
+        shards.join(", "),
+        if preview.nodes.is_empty() { "no live node".to_owned() } else { preview.nodes.join(", ") }
+    );
+    if guard.dry_run {
+        if json {
+            print_json(&preview)?;
+        } else {
+            outln!("would {what}; nothing changed (dry run)")?;
+            if let Some(refusal) = &preview.refusal {
+                outln!("a start would be refused without --force: {refusal}")?;
+            }
+        }
+        return Ok(false);
+    }
+    if let (Some(refusal), false) = (&preview.refusal, request.force) {
+        return Err(CliError::Usage(format!("{refusal} (--force)")));
+    }
+    confirm(&format!("Start a catch-up: {what}?"), &guard)?;
+    Ok(true)
 }
 
 /// `catch-up cancel ID [--wait SECONDS]`.

@@ -66,6 +66,8 @@ pub enum Command {
         /// How long to wait for the nodes to hand every shard over, in seconds.
         #[arg(long, default_value_t = 120)]
         timeout_secs: u64,
+        #[command(flatten)]
+        guard: Guard,
     },
     /// Brings the schema to this binary's version, or checks it with --check.
     Migrate {
@@ -125,6 +127,8 @@ pub enum DeadLetterCommand {
         /// a custom ShardStrategy requeues through `Shardbox::requeue_dead_letters`.
         #[arg(long)]
         shards: Option<u32>,
+        #[command(flatten)]
+        guard: Guard,
     },
     /// Deletes dead letters for good.
     Purge {
@@ -133,7 +137,22 @@ pub enum DeadLetterCommand {
         /// At most this many (all matching by default).
         #[arg(long)]
         limit: Option<usize>,
+        #[command(flatten)]
+        guard: Guard,
     },
+}
+
+/// The guard of a command that changes many rows at once (requeue, purge, re-shard,
+/// catch-up start): see first what it touches, then confirm.
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct Guard {
+    /// Only say what it would touch (how many, which kinds, which shards); change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do it without asking. Without it the command shows what it touches and asks on a
+    /// terminal, and refuses (exit 2) when there is none to ask (a script must say --yes).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// The filters of `dead-letters` (those of the library's `DeadLetterFilter`).
@@ -205,14 +224,16 @@ pub enum UnblockAction {
 #[derive(Debug, Subcommand)]
 pub enum CatchUpCommand {
     /// Starts rebuilding a projection from the event store (the library's own start: an
-    /// overlapping running job refuses it; the targets' state is reset at once). The
-    /// application's nodes replay it; the estimate of events to replay is counted by its
-    /// first step. Ids are placed with the stable hash: an application with a custom
-    /// ShardStrategy starts a catch-up of chosen ids through `Shardbox::catch_up`.
+    /// overlapping running job refuses it; the targets' states are deleted at once and
+    /// rebuilt by the replay). The application's nodes replay it; the estimate of events to
+    /// replay is counted by its first step. Refused, unless --force, when no live node
+    /// registers the kind as a projection (misspelled, another role's kind, or its nodes are
+    /// down: the read model would stay empty until one runs). Ids are placed by the recorded
+    /// strategy: an application with a custom ShardStrategy starts a catch-up of chosen ids
+    /// through `Shardbox::catch_up`.
     Start {
-        /// The projection kind (its `Projection::KIND`). Not checked against the
-        /// application (the database does not know which kinds are projections): a kind no
-        /// node has waits, logged at WARN by the nodes, until cancelled.
+        /// The projection kind (its `Projection::KIND`), checked against the kinds the live
+        /// nodes register.
         projection: String,
         /// Only this instance id (repeat for several); every instance if none.
         #[arg(long = "id", value_name = "ID")]
@@ -224,6 +245,11 @@ pub enum CatchUpCommand {
         /// as 30m, 2h, 7d); all history by default.
         #[arg(long)]
         since: Option<Since>,
+        /// Start it although no live node registers the kind as a projection.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        guard: Guard,
     },
     /// The running catch-up jobs.
     List,

@@ -5,14 +5,16 @@
 //! any re-sharding), or with `--shards N` (the shared query's `shards`, as the JSON API's)
 //! the one the strategy recorded in the database gives — refused for an application's own
 //! strategy, which the CLI cannot rebuild. Requeue and purge refuse to act on every dead
-//! letter unless `--all` says so.
+//! letter unless `--all` says so, say first what they touch (`--dry-run` stops there), and
+//! go on only with `--yes` or the operator's yes on a terminal (see [`crate::confirm`]).
 
-use crate::cli::{DeadLetterCommand, DeadLetterFilterArgs};
+use crate::cli::{DeadLetterCommand, DeadLetterFilterArgs, Guard};
+use crate::confirm::confirm;
 use crate::error::CliError;
-use crate::output::{out, outln, print_json};
+use crate::output::{capitalized, out, outln, print_json};
 use crate::table::Table;
 use chrono::{DateTime, Utc};
-use shardbox_admin::views::dead_letters::{self, DeadLetterQuery};
+use shardbox_admin::views::dead_letters::{self, DeadLetterAction, DeadLetterQuery};
 use shardbox_core::{DeadLetterStore, WorkRegistry};
 
 impl DeadLetterFilterArgs {
@@ -29,6 +31,7 @@ impl DeadLetterFilterArgs {
             limit,
             all: self.all,
             shards,
+            dry_run: false,
         }
     }
 }
@@ -49,9 +52,24 @@ pub async fn run<S: DeadLetterStore + WorkRegistry + ?Sized>(
             filter,
             limit,
             shards,
-        } => requeue(storage, &filter.to_query(limit, shards), json, now).await,
-        DeadLetterCommand::Purge { filter, limit } => {
-            let purged = dead_letters::purge(storage, &filter.to_query(limit, None), now).await?;
+            guard,
+        } => {
+            let query = filter.to_query(limit, shards);
+            if guarded(storage, &query, DeadLetterAction::Requeue, guard, json, now).await? {
+                requeue(storage, &query, json, now).await?;
+            }
+            Ok(())
+        }
+        DeadLetterCommand::Purge {
+            filter,
+            limit,
+            guard,
+        } => {
+            let query = filter.to_query(limit, None);
+            if !guarded(storage, &query, DeadLetterAction::Purge, guard, json, now).await? {
+                return Ok(());
+            }
+            let purged = dead_letters::purge(storage, &query, now).await?;
             if json {
                 print_json(&purged)?;
             } else {
@@ -63,6 +81,50 @@ pub async fn run<S: DeadLetterStore + WorkRegistry + ?Sized>(
             Ok(())
         }
     }
+}
+
+/// Says what `action` on `query` touches and whether to go on: a dry run prints it and
+/// stops (false; nothing matching is [`CliError::NotFound`]); otherwise the operator
+/// confirms (see [`confirm`]) unless nothing matches, which the action reports.
+async fn guarded<S: DeadLetterStore + WorkRegistry + ?Sized>(
+    storage: &S,
+    query: &DeadLetterQuery,
+    action: DeadLetterAction,
+    guard: Guard,
+    json: bool,
+    now: DateTime<Utc>,
+) -> Result<bool, CliError> {
+    let preview = dead_letters::preview(storage, query, action, None, now).await?;
+    let shards: Vec<String> = preview.shards.iter().map(u32::to_string).collect();
+    let (verb, n) = (action.verb(), preview.dead_letters);
+    let what = format!(
+        "{n} dead letter{} ({}; {} {})",
+        if n == 1 { "" } else { "s" },
+        preview.kinds_text(),
+        match action {
+            DeadLetterAction::Requeue => "into shards",
+            DeadLetterAction::Purge => "from shards",
+        },
+        shards.join(", ")
+    );
+    if guard.dry_run {
+        if json {
+            print_json(&preview)?;
+        } else if n > 0 {
+            outln!("would {verb} {what}; nothing changed (dry run)")?;
+        }
+    }
+    if guard.dry_run {
+        if n == 0 {
+            return Err(CliError::NotFound("no dead letters match".into()));
+        }
+        return Ok(false);
+    }
+    // Nothing matches: nothing to confirm; the action says so (exit 1).
+    if n > 0 {
+        confirm(&format!("{} {what}?", capitalized(verb)), &guard)?;
+    }
+    Ok(true)
 }
 
 /// `dead-letters list`.

@@ -21,6 +21,7 @@
 mod blocked;
 mod catch_up;
 mod cli;
+mod confirm;
 mod db;
 mod dead_letters;
 mod error;
@@ -90,9 +91,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Reshard {
             shards,
             timeout_secs,
+            guard,
         } => {
             let timeout = std::time::Duration::from_secs(timeout_secs);
-            reshard::run(verified().await?, shards, timeout, json).await
+            reshard::run(verified().await?, shards, timeout, guard, json).await
         }
         Command::Serve {
             listen,

@@ -24,6 +24,15 @@ pub fn write_text(text: std::fmt::Arguments<'_>) -> Result<(), CliError> {
     out.flush().map_err(CliError::Output)
 }
 
+/// `text` with a capital first letter (a question built from a verb).
+pub fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
 /// `println!` that returns a failed write (`Result<(), CliError>`) instead of panicking.
 macro_rules! outln {
     ($($arg:tt)*) => {

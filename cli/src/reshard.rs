@@ -4,11 +4,13 @@
 //! node records its own when it is built): an application with a custom `ShardStrategy`,
 //! which the CLI cannot rebuild, is refused and re-shards through `Shardbox::reshard`.
 
+use crate::cli::Guard;
+use crate::confirm::confirm;
 use crate::error::CliError;
-use crate::output::{self, outln};
+use crate::output::{self, capitalized, outln};
 use serde::Serialize;
 use shardbox_core::{
-    DeliveryConfig, DeliveryError, NodeId, NodeSeat, ReshardOptions, SystemClock, WorkRegistry,
+    DeliveryConfig, DeliveryError, NodeId, NodeSeat, ReshardOptions, Storage, SystemClock,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,11 +28,25 @@ struct Done {
     switched_ms: u64,
 }
 
-/// Re-shards `storage` to `to` shards, waiting at most `timeout` for the nodes.
+/// What a re-sharding would do (`--dry-run`).
+#[derive(Debug, Serialize)]
+struct Preview {
+    dry_run: bool,
+    from: u32,
+    to: u32,
+    /// Inbox rows, each placed again by its target.
+    inbox_rows: u64,
+    /// The live nodes, which hand their shards over and pause meanwhile.
+    nodes: Vec<String>,
+}
+
+/// Re-shards `storage` to `to` shards, waiting at most `timeout` for the nodes; with
+/// `guard` (a dry run stops after saying what it would do; otherwise it is confirmed).
 pub async fn run(
-    storage: Arc<dyn WorkRegistry>,
+    storage: Arc<dyn Storage>,
     to: u32,
     timeout: Duration,
+    guard: Guard,
     json: bool,
 ) -> Result<(), CliError> {
     let recorded = storage.recorded_shard_count().await?.ok_or_else(|| {
@@ -43,6 +59,34 @@ pub async fn run(
     let addressing = shardbox_core::operator::placement::recorded_addressing(&*storage)
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
+    if recorded != to {
+        let nodes: Vec<String> = storage
+            .members(chrono::Utc::now())
+            .await?
+            .into_iter()
+            .map(|m| m.node_id.0)
+            .collect();
+        let preview = Preview {
+            dry_run: true,
+            from: recorded,
+            to,
+            inbox_rows: storage.counts(None).await?.total(),
+            nodes,
+        };
+        let what = format!(
+            "re-shard the Inbox from {recorded} to {to} shards: {} rows placed again by their target, in one transaction (sends wait for it); the live nodes ({}) hand their shards over and pause meanwhile",
+            preview.inbox_rows,
+            if preview.nodes.is_empty() { "none".to_owned() } else { preview.nodes.join(", ") }
+        );
+        if guard.dry_run {
+            if json {
+                return output::print_json(&preview);
+            }
+            outln!("would {what}; nothing changed (dry run)")?;
+            return Ok(());
+        }
+        confirm(&format!("{}?", capitalized(&what)), &guard)?;
+    }
     let config = DeliveryConfig::builder()
         .shard_count(recorded)
         .node_id(NodeId("cli".into()))

@@ -244,6 +244,21 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         400,
         "shards applies to a requeue only",
     );
+    // A dry run says what the requeue would touch and changes nothing (the requeue below
+    // still finds its letter).
+    let dry = post(
+        addr,
+        "/api/dead-letters/requeue",
+        json!({ "ids": [id], "shards": seed::SHARDS, "dry_run": true }),
+    )
+    .await;
+    assert_eq!(dry.status, 200, "{}", dry.body);
+    assert_eq!(
+        (&dry.json()["dry_run"], &dry.json()["dead_letters"]),
+        (&json!(true), &json!(1)),
+        "{}",
+        dry.body
+    );
     let requeued = post(
         addr,
         "/api/dead-letters/requeue",
@@ -299,10 +314,40 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         400,
         "target_kind",
     );
+    // No node runs (none registers `http-rebuilt` as a projection): refused unless forced,
+    // and a dry run says so without starting anything.
+    refused(
+        &post(
+            addr,
+            "/api/catch-ups",
+            json!({ "projection_kind": "http-rebuilt", "ids": ["a"] }),
+        )
+        .await,
+        400,
+        "no node is running; the live nodes register no projection",
+    );
+    let dry = post(
+        addr,
+        "/api/catch-ups",
+        json!({ "projection_kind": "http-rebuilt", "ids": ["a"], "dry_run": true }),
+    )
+    .await;
+    assert_eq!(dry.status, 200, "{}", dry.body);
+    assert_eq!(
+        (&dry.json()["dry_run"], &dry.json()["served"]),
+        (&json!(true), &json!(false)),
+        "{}",
+        dry.body
+    );
+    assert_eq!(
+        get(addr, "/api/catch-ups").await.json()["running"],
+        json!([]),
+        "neither started a job"
+    );
     let started = post(
         addr,
         "/api/catch-ups",
-        json!({ "projection_kind": "http-rebuilt", "ids": ["a"] }),
+        json!({ "projection_kind": "http-rebuilt", "ids": ["a"], "force": true }),
     )
     .await;
     assert_eq!(started.status, 200, "{}", started.body);
@@ -311,7 +356,7 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         &post(
             addr,
             "/api/catch-ups",
-            json!({ "projection_kind": "http-rebuilt" }),
+            json!({ "projection_kind": "http-rebuilt", "force": true }),
         )
         .await,
         409,
@@ -548,7 +593,7 @@ async fn guarded(dir: &tempfile::TempDir, hosts: &[&str]) -> (String, i64) {
     let started = post(
         &addr,
         "/api/catch-ups",
-        json!({ "projection_kind": "guarded", "ids": ["a"] }),
+        json!({ "projection_kind": "guarded", "ids": ["a"], "force": true }),
     )
     .await;
     assert_eq!(started.status, 200, "{}", started.body);

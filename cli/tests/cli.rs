@@ -229,7 +229,51 @@ async fn operate(sb: &Shardbox, storage: &dyn Storage, db: &str, schema: Option<
     );
     assert_eq!(code(&zero), 2, "a usage error");
     assert!(String::from_utf8_lossy(&zero.stderr).contains("shards must be at least 1"));
-    let requeued = json(db, schema, &["dead-letters", "requeue", "--id", &id]);
+    // A requeue says first what it touches: a dry run stops there, a script without --yes is
+    // refused; nothing changes either way.
+    let dry = run(
+        db,
+        schema,
+        &["dead-letters", "requeue", "--id", &id, "--dry-run"],
+    );
+    let dry_text = String::from_utf8_lossy(&dry.stdout);
+    assert_eq!(code(&dry), 0, "{}", String::from_utf8_lossy(&dry.stderr));
+    assert!(
+        dry_text.starts_with("would requeue 1 dead letter (ledger ×1; into shards ")
+            && dry_text.contains("nothing changed (dry run)"),
+        "{dry_text}"
+    );
+    let dry = json(
+        db,
+        schema,
+        &["dead-letters", "purge", "--kind", "ledger", "--dry-run"],
+    );
+    assert_eq!(
+        (&dry["dry_run"], &dry["action"], &dry["dead_letters"]),
+        (&true.into(), &"purge".into(), &1.into()),
+        "{dry}"
+    );
+    assert_eq!(dry["kinds"]["ledger"], 1, "{dry}");
+    let unconfirmed = run(db, schema, &["dead-letters", "requeue", "--id", &id]);
+    let unconfirmed_err = String::from_utf8_lossy(&unconfirmed.stderr);
+    assert_eq!(code(&unconfirmed), 2, "{unconfirmed_err}");
+    assert!(
+        unconfirmed_err.contains("Requeue 1 dead letter (ledger ×1")
+            && unconfirmed_err.contains("pass --yes"),
+        "{unconfirmed_err}"
+    );
+    assert_eq!(
+        sb.count_dead_letters(DeadLetterFilter::all())
+            .await
+            .expect("count"),
+        1,
+        "neither the dry runs nor the unconfirmed requeue changed anything"
+    );
+    let requeued = json(
+        db,
+        schema,
+        &["dead-letters", "requeue", "--id", &id, "--yes"],
+    );
     assert_eq!(requeued["requeued"], 1);
     assert_eq!(
         sb.count_dead_letters(DeadLetterFilter::all())
@@ -284,7 +328,23 @@ async fn operate(sb: &Shardbox, storage: &dyn Storage, db: &str, schema: Option<
     // reshard: 4 -> 8 with no node serving (every lease free): the rows move and the count
     // is recorded; the library's handle learns it at its next send and delivers on.
     let pending = json(db, schema, &["status"])["totals"].clone();
-    let resharded = json(db, schema, &["reshard", "--shards", "8"]);
+    let dry = run(db, schema, &["reshard", "--shards", "8", "--dry-run"]);
+    let dry_text = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry_text.starts_with("would re-shard the Inbox from 4 to 8 shards: "),
+        "{dry_text}"
+    );
+    assert_eq!(
+        code(&run(db, schema, &["reshard", "--shards", "8"])),
+        2,
+        "a re-sharding without --yes, and no terminal to ask"
+    );
+    assert_eq!(
+        sb.storage().recorded_shard_count().await.expect("count"),
+        Some(4),
+        "the dry run and the unconfirmed re-sharding changed nothing"
+    );
+    let resharded = json(db, schema, &["reshard", "--shards", "8", "--yes"]);
     assert_eq!(
         (&resharded["from"], &resharded["to"]),
         (&4.into(), &8.into())
@@ -323,7 +383,7 @@ async fn operate(sb: &Shardbox, storage: &dyn Storage, db: &str, schema: Option<
         )
         .await
         .expect("announce");
-    let refused = run(db, schema, &["reshard", "--shards", "16"]);
+    let refused = run(db, schema, &["reshard", "--shards", "16", "--yes"]);
     assert_eq!(
         code(&refused),
         1,

@@ -82,8 +82,28 @@ async fn start_and_cancel(storage: Arc<dyn Storage>, db: &str, schema: Option<&s
     node.shutdown().await.unwrap();
     assert_eq!(counts(&sb).await, posted);
 
-    // No node runs: the job the CLI starts waits for one.
-    let first = json(db, schema, &["catch-up", "start", "counter"]);
+    // No node runs: a start, which deletes the read model at once, is refused unless forced
+    // (and nothing is deleted); forced, the job waits for a node.
+    let refused = run(db, schema, &["catch-up", "start", "counter", "--yes"]);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("no node is running") && stderr(&refused).contains("--force"),
+        "{}",
+        stderr(&refused)
+    );
+    let misspelled = run(db, schema, &["catch-up", "start", "countr", "--dry-run"]);
+    assert!(
+        String::from_utf8_lossy(&misspelled.stdout)
+            .contains("a start would be refused without --force"),
+        "{}",
+        String::from_utf8_lossy(&misspelled.stdout)
+    );
+    assert_eq!(counts(&sb).await, posted, "nothing was reset");
+    let first = json(
+        db,
+        schema,
+        &["catch-up", "start", "counter", "--force", "--yes"],
+    );
     let id = first["id"].as_i64().expect("job id");
     assert_eq!(first["status"], "started");
     assert_eq!(first["total_estimate"], 0, "counted by the first step");
@@ -92,7 +112,13 @@ async fn start_and_cancel(storage: Arc<dyn Storage>, db: &str, schema: Option<&s
         vec![0; COUNTERS],
         "the targets are reset"
     );
-    let overlap = run(db, schema, &["catch-up", "start", "counter", "--id", "c-1"]);
+    let overlap = run(
+        db,
+        schema,
+        &[
+            "catch-up", "start", "counter", "--id", "c-1", "--force", "--yes",
+        ],
+    );
     assert_eq!(code(&overlap), 1, "{}", stderr(&overlap));
     assert!(
         stderr(&overlap).contains(&format!("already running (job {id})")),
@@ -144,7 +170,7 @@ async fn start_and_cancel(storage: Arc<dyn Storage>, db: &str, schema: Option<&s
     );
 
     // A job the CLI starts while the node runs is replayed to the end.
-    let second = json(db, schema, &["catch-up", "start", "counter"]);
+    let second = json(db, schema, &["catch-up", "start", "counter", "--yes"]);
     let second = second["id"].as_i64().expect("job id").to_string();
     let done = json(db, schema, &["catch-up", "progress", &second, "--follow"]);
     assert_eq!(done["status"], "completed", "{done}");

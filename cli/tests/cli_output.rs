@@ -127,7 +127,7 @@ async fn text_output_speaks_the_operators_words() {
     // `missing` in the JSON: the text says the same word.
     let listed = json(db, None, &["dead-letters", "list"]);
     let id = listed["dead_letters"][0]["id"].to_string();
-    let requeued = json(db, None, &["dead-letters", "requeue", "--id", &id]);
+    let requeued = json(db, None, &["dead-letters", "requeue", "--id", &id, "--yes"]);
     assert_eq!(requeued["requeued"], 1, "{requeued}");
     assert_eq!(requeued["missing"], 0, "{requeued}");
     drop(sb);

@@ -178,7 +178,13 @@ async fn operate(storage: Arc<dyn Storage>, db: &str, schema: Option<&str>) {
     let requeued = json(
         db,
         schema,
-        &["dead-letters", "requeue", "--id", &first.to_string()],
+        &[
+            "dead-letters",
+            "requeue",
+            "--id",
+            &first.to_string(),
+            "--yes",
+        ],
     );
     assert_eq!(requeued["requeued"], 1, "{requeued}");
     assert_eq!(requeued["shards"], json!([SHARDS - 1]), "{requeued}");

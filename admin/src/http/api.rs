@@ -33,7 +33,7 @@ use crate::error::AdminError;
 use crate::http::state::AdminState;
 use crate::views::blocked::UnblockRequest;
 use crate::views::catch_ups::StartRequest;
-use crate::views::dead_letters::DeadLetterQuery;
+use crate::views::dead_letters::{DeadLetterAction, DeadLetterQuery};
 use crate::views::{blocked, catch_ups, dead_letters, status};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -163,7 +163,8 @@ pub async fn dead_letter(State(state): State<AdminState>, Path(id): Path<i64>) -
 
 /// `POST /api/dead-letters/requeue`: by the mounted node's strategy, else into the shard
 /// each died in, or with `shards` by the recorded strategy (see
-/// [`dead_letters::requeue`]); the node's workers are woken.
+/// [`dead_letters::requeue`]); the node's workers are woken. With `"dry_run": true` it only
+/// says what it would touch ([`dead_letters::preview`]).
 pub async fn requeue(
     State(state): State<AdminState>,
     body: Result<Json<DeadLetterQuery>, JsonRejection>,
@@ -171,6 +172,11 @@ pub async fn requeue(
     allowed(&state)?;
     let Json(query) = body?;
     let node = state.node.as_deref();
+    if query.dry_run {
+        let app = node.map(|n| n.addressing());
+        let action = DeadLetterAction::Requeue;
+        return ok(dead_letters::preview(&*state.storage, &query, action, app, Utc::now()).await?);
+    }
     let outcome = dead_letters::requeue(
         &*state.storage,
         &query,
@@ -189,13 +195,17 @@ pub async fn requeue(
     ok(outcome)
 }
 
-/// `POST /api/dead-letters/purge`.
+/// `POST /api/dead-letters/purge`; with `"dry_run": true` it only says what it would touch.
 pub async fn purge(
     State(state): State<AdminState>,
     body: Result<Json<DeadLetterQuery>, JsonRejection>,
 ) -> ApiResult {
     allowed(&state)?;
     let Json(query) = body?;
+    if query.dry_run {
+        let action = DeadLetterAction::Purge;
+        return ok(dead_letters::preview(&*state.storage, &query, action, None, Utc::now()).await?);
+    }
     let outcome = dead_letters::purge(&*state.storage, &query, Utc::now()).await?;
     if outcome.purged == 0 {
         return Err(AdminError::NotFound("no dead letters match".into()).into());
@@ -248,8 +258,9 @@ pub async fn catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> A
     ok(catch_ups::progress(&*state.storage, id, Utc::now()).await?)
 }
 
-/// `POST /api/catch-ups`: starts a catch-up (see [`catch_ups::start`] for what a start
-/// without the application cannot know).
+/// `POST /api/catch-ups`: starts a catch-up, refused when no live node has the projection
+/// unless `"force": true`; with `"dry_run": true` it only says what it would touch. See
+/// [`catch_ups::start`] for what a start without the application cannot know.
 pub async fn start_catch_up(
     State(state): State<AdminState>,
     body: Result<Json<StartRequest>, JsonRejection>,
@@ -257,6 +268,10 @@ pub async fn start_catch_up(
     allowed(&state)?;
     let Json(request) = body?;
     let node = state.node.as_deref();
+    if request.dry_run {
+        let app = node.map(|n| n.addressing());
+        return ok(catch_ups::preview(&*state.storage, &request, app, Utc::now()).await?);
+    }
     let view = catch_ups::start(
         &*state.storage,
         &request,

@@ -14,10 +14,14 @@
 //! until then). The shards are placed by the strategy the database records (every node
 //! records its own when it is built); an application with its own `ShardStrategy` is refused
 //! there and starts catch-ups through `Shardbox::catch_up` or the surface mounted in it
-//! (`Shardbox::admin_state`), which place by the application's strategy. Nothing stored says
-//! which kinds are projections (a projection added to an application has no state and no row
-//! yet, which is when it is rebuilt): a kind no node has waits, logged by the nodes at WARN,
-//! until it is cancelled.
+//! (`Shardbox::admin_state`), which place by the application's strategy.
+//!
+//! A start deletes the projection's states at once (they are rebuilt by the replay), so it
+//! is refused — unless forced — when no live node registers the kind as a projection (every
+//! node records its kinds in the membership; `operator::check_projection_served`): a
+//! misspelled kind, another role's kind, or a projection whose nodes are all down would
+//! leave the read model empty until such a node runs. A dry run ([`preview`]) says what a
+//! start would touch without starting it.
 
 use crate::error::AdminError;
 use chrono::{DateTime, Utc};
@@ -25,7 +29,9 @@ use serde::{Deserialize, Serialize};
 use shardbox_core::catch_up::PURGED_HINT;
 use shardbox_core::operator::{self, CatchUpStart};
 use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets};
-use shardbox_core::{Addressing, CatchUpProgress, InboxStore, WorkRegistry};
+use shardbox_core::{
+    Addressing, CatchUpProgress, DeliveryError, IdField, InboxStore, KindRole, WorkRegistry,
+};
 
 /// One catch-up job and its progress.
 #[derive(Debug, Clone, Serialize)]
@@ -139,14 +145,137 @@ pub struct StartRequest {
     /// Replay only events that occurred at or after this time.
     #[serde(default)]
     pub since: Option<DateTime<Utc>>,
+    /// Start it although no live node registers the kind as a projection.
+    #[serde(default)]
+    pub force: bool,
+    /// Only say what the start would touch ([`preview`]); start nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+impl StartRequest {
+    /// Its targets, or why they are refused (the kind and tenant checked by the id rules
+    /// first, as the start checks them).
+    fn targets(&self) -> Result<CatchUpTargets, AdminError> {
+        shardbox_core::validate_id(IdField::TargetKind, &self.projection_kind)
+            .map_err(DeliveryError::from)?;
+        shardbox_core::validate_id(IdField::Tenant, &self.tenant).map_err(DeliveryError::from)?;
+        match &self.ids {
+            None => Ok(CatchUpTargets::All),
+            Some(ids) if ids.is_empty() => Err(AdminError::Refused(
+                "ids: give at least one id, or none at all to rebuild every instance".into(),
+            )),
+            Some(ids) => {
+                let mut ids = ids.clone();
+                ids.sort();
+                ids.dedup();
+                Ok(CatchUpTargets::Ids(ids))
+            }
+        }
+    }
+}
+
+/// What a catch-up start would touch (a dry run: nothing was started).
+#[derive(Debug, Clone, Serialize)]
+pub struct CatchUpPreview {
+    /// Always true: this is what would happen, not what happened.
+    pub dry_run: bool,
+    /// The projection kind.
+    pub projection_kind: String,
+    /// The tenant of its instances.
+    pub tenant: String,
+    /// The instances whose states would be deleted at once and rebuilt; `None`: every one.
+    pub ids: Option<Vec<String>>,
+    /// Whether a live node registers the kind as a projection (else a start is refused
+    /// unless forced).
+    pub served: bool,
+    /// Why it is not served, and what to do (see `served`).
+    pub refusal: Option<String>,
+    /// The live nodes that register the projection.
+    pub nodes: Vec<String>,
+    /// The shards whose messages to these targets would wait while the replay runs.
+    pub shards: Vec<u32>,
+}
+
+/// Whether a live node at `now` registers `kind` as a projection: `Ok` with those nodes, or
+/// the refusal (`operator::check_projection_served`).
+async fn served<S>(
+    storage: &S,
+    kind: &str,
+    now: DateTime<Utc>,
+) -> Result<Result<Vec<String>, DeliveryError>, AdminError>
+where
+    S: WorkRegistry + ?Sized,
+{
+    let members = storage.members(now).await?;
+    Ok(operator::check_projection_served(&members, kind).map(|()| {
+        members
+            .iter()
+            .filter(|m| {
+                m.kinds
+                    .iter()
+                    .any(|k| k.kind == kind && k.role == KindRole::Projection)
+            })
+            .map(|m| m.node_id.0.clone())
+            .collect()
+    }))
+}
+
+/// What starting `request` at `now` would touch: its targets, whether a live node serves the
+/// projection, and the shards held during the replay (placed as a start would place them).
+pub async fn preview<S>(
+    storage: &S,
+    request: &StartRequest,
+    app: Option<&Addressing>,
+    now: DateTime<Utc>,
+) -> Result<CatchUpPreview, AdminError>
+where
+    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+{
+    let targets = request.targets()?;
+    let recorded;
+    let addressing = match app {
+        Some(addressing) => addressing,
+        None => {
+            recorded = operator::placement::recorded_addressing(storage).await?;
+            &recorded
+        }
+    };
+    let (served, refusal, nodes) = match served(storage, &request.projection_kind, now).await? {
+        Ok(nodes) => (true, None, nodes),
+        Err(e) => (false, Some(e.to_string()), Vec::new()),
+    };
+    let mut shards: Vec<u32> = match &targets {
+        CatchUpTargets::All => (0..addressing.shard_count()).collect(),
+        CatchUpTargets::Ids(ids) => ids
+            .iter()
+            .map(|id| addressing.shard_of(&request.projection_kind, id).0)
+            .collect(),
+    };
+    shards.sort_unstable();
+    shards.dedup();
+    Ok(CatchUpPreview {
+        dry_run: true,
+        projection_kind: request.projection_kind.clone(),
+        tenant: request.tenant.clone(),
+        ids: match targets {
+            CatchUpTargets::All => None,
+            CatchUpTargets::Ids(ids) => Some(ids),
+        },
+        served,
+        refusal,
+        nodes,
+        shards,
+    })
 }
 
 /// Starts the catch-up `request` at `now` through the library's own start
 /// (`operator::start_catch_up`: an overlapping running job refuses it with
 /// `StorageError::CatchUpOverlap`), its shards placed by `app`'s addressing when the surface
 /// runs in the application, else by the strategy the database records — refused for an
-/// application's own strategy, which a tool cannot rebuild. See the module doc for what it
-/// cannot know.
+/// application's own strategy, which a tool cannot rebuild. Unless `request.force`, refused
+/// with `DeliveryError::NotServed` when no live node registers the kind as a projection.
+/// See the module doc for what it cannot know.
 pub async fn start<S>(
     storage: &S,
     request: &StartRequest,
@@ -156,20 +285,10 @@ pub async fn start<S>(
 where
     S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
 {
-    let targets = match &request.ids {
-        None => CatchUpTargets::All,
-        Some(ids) if ids.is_empty() => {
-            return Err(AdminError::Refused(
-                "ids: give at least one id, or none at all to rebuild every instance".into(),
-            ))
-        }
-        Some(ids) => {
-            let mut ids = ids.clone();
-            ids.sort();
-            ids.dedup();
-            CatchUpTargets::Ids(ids)
-        }
-    };
+    let targets = request.targets()?;
+    if !request.force {
+        served(storage, &request.projection_kind, now).await??;
+    }
     let recorded;
     let addressing = match app {
         Some(addressing) => addressing,

@@ -55,6 +55,11 @@ impl InboxCounts {
     pub fn pending(&self) -> u64 {
         self.to_deliver + self.to_catch_up
     }
+
+    /// Every row, whatever its status.
+    pub fn total(&self) -> u64 {
+        self.to_deliver + self.delivered + self.to_catch_up + self.blocked
+    }
 }
 
 /// One shard's rows by what they wait for, as of a time: the depth an operator watches.
