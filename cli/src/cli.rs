@@ -75,6 +75,13 @@ pub enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Prints the completion script of SHELL for this command line (needs no database):
+    /// e.g. `shardbox completions bash > /etc/bash_completion.d/shardbox`, or
+    /// `shardbox completions zsh > "${fpath[1]}/_shardbox"`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Serves the admin HTTP surface over the database until interrupted: the web dashboard
     /// at /, /health/live, /health/ready, /metrics (Prometheus text) and the JSON API at
     /// /api/. Prints "listening on http://ADDR/" once it accepts connections.

@@ -8,6 +8,7 @@
 //!                                    reshard --shards N [--timeout-secs S]
 //!                                    migrate [--check]
 //!                                    serve [--listen ADDR] [--allow-actions] [--allowed-host NAME]…
+//!  shardbox completions bash|zsh|fish|elvish|powershell
 //! ```
 //!
 //! Each command opens the database (see [`db`]), calls the storage traits of
@@ -65,6 +66,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
+    if let Command::Completions { shell } = cli.command {
+        return completions(shell);
+    }
     let db = cli.db.as_deref().ok_or(CliError::NoDatabase)?;
     let schema = cli.schema.as_deref();
     let json = cli.json;
@@ -101,5 +105,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             allow_actions,
             allowed_hosts,
         } => serve::run(verified().await?, listen, allow_actions, allowed_hosts).await,
+        Command::Completions { shell } => completions(shell),
     }
+}
+
+/// `completions SHELL`: the script, generated from the command line's own definition.
+fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "shardbox", &mut script);
+    output::write_text(format_args!("{}", String::from_utf8_lossy(&script)))
 }

@@ -137,3 +137,31 @@ async fn text_output_speaks_the_operators_words() {
     assert!(text.contains("missing 0"), "{text}");
     assert!(!text.contains("gone"), "one word for it: {text}");
 }
+
+/// `shardbox completions SHELL` prints the shell's completion script, generated from the
+/// command line itself (every subcommand and flag), without a database.
+#[test]
+fn completions_are_printed_for_each_shell_without_a_database() {
+    for (shell, marker) in [
+        ("bash", "_shardbox()"),
+        ("zsh", "#compdef shardbox"),
+        ("fish", "complete -c shardbox"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardbox"))
+            .env_remove("SHARDBOX_DB")
+            .args(["completions", shell])
+            .output()
+            .expect("run the shardbox binary");
+        let script = stdout(&out);
+        assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));
+        assert!(script.contains(marker), "{shell}: {script}");
+        for word in ["dead-letters", "catch-up", "reshard", "dry-run"] {
+            assert!(script.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let unknown = Command::new(env!("CARGO_BIN_EXE_shardbox"))
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("run the shardbox binary");
+    assert_eq!(code(&unknown), 2, "an unknown shell is a usage error");
+}
