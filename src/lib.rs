@@ -55,6 +55,7 @@ mod failures;
 mod pipeline;
 mod reads;
 mod shardbox;
+pub mod testing;
 
 pub use builder::ShardboxBuilder;
 pub use catch_up::CatchUpHandle;
@@ -152,6 +153,8 @@ mod doc_pages {
     struct Entities;
     #[doc = include_str!("../docs/failures.md")]
     struct Failures;
+    #[doc = include_str!("../docs/getting-started.md")]
+    struct GettingStarted;
     #[doc = include_str!("../docs/operations.md")]
     struct Operations;
     #[doc = include_str!("../docs/storage.md")]

@@ -38,6 +38,8 @@ pub enum TimeField {
     DeliverAfter,
     /// A message's `expires_at` (an already built message).
     ExpiresAt,
+    /// `TestKit::advance` (the test kit's clock).
+    Advance,
 }
 
 impl TimeField {
@@ -50,6 +52,7 @@ impl TimeField {
             TimeField::OutgoingDelay => "Outgoing::delayed",
             TimeField::DeliverAfter => "deliver_after",
             TimeField::ExpiresAt => "expires_at",
+            TimeField::Advance => "TestKit::advance",
         }
     }
 }
