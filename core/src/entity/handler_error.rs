@@ -1,6 +1,6 @@
 //! How a handler fails: a [`HandlerError`], transient by default (retried as the kind's
-//! failure policy says, or after the handler's own `retry_after`) or permanent (the policy's
-//! exhausted outcome at once). Its text is the reason a retry, dead letter, drop or block
+//! failure policy says, or after the handler's own `retry_after`, or at once when it asks
+//! for a redelivery) or permanent (the policy's exhausted outcome at once). Its text is the reason a retry, dead letter, drop or block
 //! records.
 //!
 //! What the failure policy does with it is decided in `model::failure`
@@ -35,6 +35,8 @@ pub struct HandlerError {
     pub retry_after: Option<Duration>,
     /// The failure will never succeed: no retry, the policy's exhausted outcome at once.
     pub permanent: bool,
+    /// Try again at once, without the back-off (see [`HandlerError::redeliver`]).
+    pub redeliver: bool,
 }
 
 impl HandlerError {
@@ -44,6 +46,24 @@ impl HandlerError {
             reason: reason.into(),
             retry_after: None,
             permanent: false,
+            redeliver: false,
+        }
+    }
+
+    /// A transient failure worth trying again at once — a lost optimistic race, a stale read
+    /// of another service — rather than after the policy's back-off: the message is due again
+    /// immediately (in its place: its target's later messages still wait behind it). The
+    /// attempt counts, so the policy's attempts bound the redeliveries and its exhausted
+    /// outcome applies when they are used up.
+    ///
+    /// ```
+    /// use shardbox_core::{HandlerError, NextAttempt};
+    /// assert_eq!(HandlerError::redeliver("version moved").next_attempt(), NextAttempt::Now);
+    /// ```
+    pub fn redeliver(reason: impl Into<String>) -> Self {
+        HandlerError {
+            redeliver: true,
+            ..HandlerError::new(reason)
         }
     }
 
@@ -59,18 +79,20 @@ impl HandlerError {
     }
 
     /// Asks for the next attempt no sooner than `delay` from now (no effect on a permanent
-    /// failure).
+    /// failure; replaces a redelivery).
     pub fn retry_after(mut self, delay: Duration) -> Self {
         self.retry_after = Some(delay);
+        self.redeliver = false;
         self
     }
 
     /// What this failure says of the next attempt, for [`FailurePolicy::decide`](crate::FailurePolicy::decide).
     pub fn next_attempt(&self) -> NextAttempt {
-        match (self.permanent, self.retry_after) {
-            (true, _) => NextAttempt::Never,
-            (false, Some(delay)) => NextAttempt::NotBefore(delay),
-            (false, None) => NextAttempt::Backoff,
+        match (self.permanent, self.retry_after, self.redeliver) {
+            (true, _, _) => NextAttempt::Never,
+            (false, Some(delay), _) => NextAttempt::NotBefore(delay),
+            (false, None, true) => NextAttempt::Now,
+            (false, None, false) => NextAttempt::Backoff,
         }
     }
 }

@@ -89,6 +89,10 @@ pub enum NextAttempt {
     /// Never: the failure is permanent (retrying cannot succeed), so the policy's
     /// exhausted outcome applies at once, whatever attempts are left.
     Never,
+    /// At once, without the back-off (an immediate redelivery, as a NACK without delay):
+    /// still an attempt, counted, and the policy's exhausted outcome applies when they are
+    /// used up.
+    Now,
 }
 
 /// Attempts, back-off and the outcome when attempts are used up.
@@ -154,6 +158,10 @@ impl FailurePolicy {
             NextAttempt::Backoff => None,
             NextAttempt::NotBefore(delay) => Some(delay),
             NextAttempt::Never => return self.exhausted(),
+            NextAttempt::Now if attempts < self.max_attempts => {
+                return FailureDecision::RetryAt(now)
+            }
+            NextAttempt::Now => None,
         };
         if attempts >= self.max_attempts {
             return self.exhausted();
@@ -297,6 +305,31 @@ mod tests {
         assert_eq!(
             p.decide(1, NextAttempt::NotBefore(Duration::from_secs(3600)), t0()),
             at(60)
+        );
+    }
+
+    /// An immediate redelivery is due at the failure's own time, without the back-off,
+    /// while attempts are left; the last attempt's takes the exhausted outcome.
+    #[test]
+    fn a_redelivery_is_due_at_once_until_the_attempts_are_used_up() {
+        let p = FailurePolicy {
+            max_attempts: 3,
+            backoff: Backoff::Fixed(Duration::from_secs(30)),
+            on_exhausted: ExhaustedOutcome::Block,
+        };
+        assert_eq!(
+            p.decide(1, NextAttempt::Now, t0()),
+            FailureDecision::RetryAt(t0())
+        );
+        assert_eq!(
+            p.decide(2, NextAttempt::Now, t0()),
+            FailureDecision::RetryAt(t0())
+        );
+        assert_eq!(p.decide(3, NextAttempt::Now, t0()), FailureDecision::Block);
+        assert_eq!(
+            p.decide(1, NextAttempt::Backoff, t0()),
+            FailureDecision::RetryAt(t0() + chrono::Duration::seconds(30)),
+            "without it, the back-off"
         );
     }
 
