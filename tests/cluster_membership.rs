@@ -18,9 +18,36 @@ const TARGETS: usize = 300;
 const LEASE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(100);
 
+/// What node A's monitor heard of its shards: the public hooks of `DeliveryMonitor`.
+#[derive(Default, Clone)]
+struct ShardEvents(Arc<std::sync::Mutex<Vec<(&'static str, u32)>>>);
+
+impl shardbox::DeliveryMonitor for ShardEvents {
+    fn on_picked_up(&self, lease: &shardbox::core::storage::Lease) {
+        self.0.lock().unwrap().push(("picked_up", lease.shard.0));
+    }
+    fn on_released(&self, lease: &shardbox::core::storage::Lease) {
+        self.0.lock().unwrap().push(("released", lease.shard.0));
+    }
+    fn on_handed_over(&self, shard: shardbox::ShardIndex) {
+        self.0.lock().unwrap().push(("handed_over", shard.0));
+    }
+}
+
+impl ShardEvents {
+    fn all(&self) -> Vec<(&'static str, u32)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
 async fn node(storage: Arc<dyn Storage>, id: &str) -> Shardbox {
+    node_with(storage, id, ShardEvents::default()).await
+}
+
+async fn node_with(storage: Arc<dyn Storage>, id: &str, events: ShardEvents) -> Shardbox {
     Shardbox::builder()
         .shared_storage(storage)
+        .monitor(events)
         .shards(16)
         .workers(2)
         .lease_duration(LEASE)
@@ -41,7 +68,8 @@ async fn wait_until(what: &str, timeout: Duration, mut ok: impl AsyncFnMut() -> 
 }
 
 async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>) {
-    let a = node(a_storage, "member-a").await;
+    let a_events = ShardEvents::default();
+    let a = node_with(a_storage, "member-a", a_events.clone()).await;
     let b = node(b_storage.clone(), "member-b").await;
 
     // Traffic: round n sends Record(n) to every target, in one write, every 30 ms, through
@@ -76,6 +104,35 @@ async fn join_and_leave(a_storage: Arc<dyn Storage>, b_storage: Arc<dyn Storage>
         0,
         "a node that shut down holds no lease"
     );
+    // A's monitor heard it: shards picked up, any handed over to B told once its lease was
+    // released, and at shutdown every lease it picked up released.
+    let events = a_events.all();
+    let handed: Vec<u32> = events
+        .iter()
+        .filter(|(what, _)| *what == "handed_over")
+        .map(|(_, shard)| *shard)
+        .collect();
+    // (Whether a shard changes hands by a hand-over depends on timing: B may find its
+    // preferred shards free between A's turns and pick them up itself.)
+    eprintln!("A handed over shards {handed:?}");
+    for (i, (what, shard)) in events.iter().enumerate() {
+        if *what == "handed_over" {
+            let last = events[..i].iter().rev().find(|(_, s)| s == shard);
+            assert_eq!(
+                last,
+                Some(&("released", *shard)),
+                "shard {shard} released, then said handed over: {events:?}"
+            );
+        }
+    }
+    for shard in 0..16 {
+        let count = |what| events.iter().filter(|e| **e == (what, shard)).count();
+        assert_eq!(
+            count("picked_up"),
+            count("released"),
+            "shard {shard}: every pick-up released by the shutdown: {events:?}"
+        );
+    }
     let rounds_at_leave = rounds.sent();
     wait_until("traffic goes on", Duration::from_secs(10), async || {
         rounds.sent() >= rounds_at_leave + 5

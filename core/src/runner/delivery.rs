@@ -258,6 +258,8 @@ impl Delivery {
             tracing::trace!(%shard, node = %env.config.node_id, "shard held by another worker");
             return Ok(None);
         };
+        // Told before anything else may release it, so that every release follows its pick-up.
+        env.monitor.on_picked_up(&lease);
         // A lease of a layout this node does not know would serve the shard, and address what
         // its stages fan out, by a stale count. A re-sharding's switch needs every lease, so
         // the count read while this one is held is the one it was picked up under.
@@ -293,6 +295,7 @@ impl Delivery {
             self.env.unreleased.keep(lease.clone());
             return Err(e.into());
         }
+        self.env.monitor.on_released(lease);
         Ok(())
     }
 

@@ -81,6 +81,7 @@ pub(super) async fn serve(
                 TurnEnd::HeldElsewhere
             } else if report.yielded && queue.is_others(shard) {
                 tracing::debug!(%shard, "handed the shard over to its preferred owner");
+                delivery.env().monitor.on_handed_over(shard);
                 TurnEnd::HandedOver
             } else if report.yielded {
                 TurnEnd::Yielded

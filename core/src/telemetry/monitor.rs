@@ -6,6 +6,7 @@
 use crate::entity::handler_error::HandlerError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex};
 use crate::model::message::InboxMessage;
+use crate::storage::Lease;
 use crate::telemetry::fates::Settled;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -125,6 +126,27 @@ pub trait DeliveryMonitor: Send + Sync + 'static {
 
     /// Another worker holds the shard.
     fn on_pick_up_refused(&self, shard: ShardIndex) {
+        let _ = shard;
+    }
+
+    /// A worker of this node picked up `lease` (its shard is this node's until released or
+    /// lost): a free shard, or with `lease.taken_over` one whose holder's lease ran out
+    /// without a release. For schedulers, per-shard caches and autoscalers; called once per
+    /// pick-up, not for a lease kept between turns (`lease_linger`).
+    fn on_picked_up(&self, lease: &Lease) {
+        let _ = lease;
+    }
+
+    /// This node released `lease`: its shard is free for any node at once (drained past the
+    /// linger, handed over, at shutdown, or for a re-sharding).
+    fn on_released(&self, lease: &Lease) {
+        let _ = lease;
+    }
+
+    /// This node handed `shard` back to its preferred owner, another live member, after a
+    /// stage: called once its lease is released ([`DeliveryMonitor::on_released`] came
+    /// first).
+    fn on_handed_over(&self, shard: ShardIndex) {
         let _ = shard;
     }
 
