@@ -153,6 +153,18 @@ async fn read_only(sb: &Shardbox, addr: &str) {
         404,
         "catch-up job 12345 does not exist",
     );
+    // An unknown route or method: a JSON error naming it and where the API is, not an
+    // empty answer.
+    refused(
+        &get(addr, "/api/nope").await,
+        404,
+        "no such route: GET /api/nope",
+    );
+    refused(
+        &post(addr, "/api/status", json!({})).await,
+        405,
+        "POST is not served at /api/status",
+    );
     assert_eq!(
         get(addr, "/api/admin").await.json()["actions_allowed"],
         false
@@ -350,8 +362,22 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         json!({ "projection_kind": "http-rebuilt", "ids": ["a"], "force": true }),
     )
     .await;
-    assert_eq!(started.status, 200, "{}", started.body);
+    assert_eq!(started.status, 202, "accepted: {}", started.body);
     let job = started.json()["id"].as_i64().expect("job id");
+    assert_eq!(
+        started.header("location"),
+        Some(format!("catch-ups/{job}").as_str()),
+        "where its progress is, relative to the request"
+    );
+    assert_eq!(
+        get(
+            addr,
+            &format!("/api/{}", started.header("location").unwrap_or(""))
+        )
+        .await
+        .json()["id"],
+        job
+    );
     refused(
         &post(
             addr,
@@ -596,7 +622,7 @@ async fn guarded(dir: &tempfile::TempDir, hosts: &[&str]) -> (String, i64) {
         json!({ "projection_kind": "guarded", "ids": ["a"], "force": true }),
     )
     .await;
-    assert_eq!(started.status, 200, "{}", started.body);
+    assert_eq!(started.status, 202, "{}", started.body);
     (addr, started.json()["id"].as_i64().expect("job id"))
 }
 

@@ -279,7 +279,36 @@ pub async fn start_catch_up(
         Utc::now(),
     )
     .await?;
-    ok(view)
+    // Accepted: the job runs on the nodes; its progress is at its own address.
+    let location = format!("catch-ups/{}", view.id);
+    Ok((
+        StatusCode::ACCEPTED,
+        [(axum::http::header::LOCATION, location)],
+        Json(view),
+    )
+        .into_response())
+}
+
+/// Any other method and path: 404 with a JSON error naming them and where the API is.
+pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such route: {method} {}; the dashboard is at /, the JSON API under /api/ (GET /api/admin says what it serves)",
+            uri.path()
+        ),
+    )
+}
+
+/// A path served, but not for this method: 405 with a JSON error naming both.
+pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{method} is not served at {}: reads are GET, actions POST (GET /api/admin says what it serves)",
+            uri.path()
+        ),
+    )
 }
 
 /// `POST /api/catch-ups/{id}/cancel`.

@@ -53,6 +53,8 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/api/catch-ups/{id}", get(api::catch_up))
         .route("/api/catch-ups/{id}/cancel", post(api::cancel_catch_up))
+        .fallback(api::no_route)
+        .method_not_allowed_fallback(api::no_method)
         .layer(middleware::from_fn_with_state(state.clone(), guard::check))
         .with_state(state)
 }
