@@ -60,11 +60,7 @@ impl Shardbox {
         request: CatchUp,
     ) -> Result<CatchUpHandle, DeliveryError> {
         let env = self.env();
-        if env.registry.handler(P::KIND).is_none() {
-            return Err(DeliveryError::UnknownKind {
-                kind: P::KIND.to_owned(),
-            });
-        }
+        env.registry.check_registered(P::KIND)?;
         let types: Vec<String> = <P::Event as EventSet>::TYPES
             .iter()
             .map(|t| (*t).to_owned())

@@ -702,7 +702,7 @@ async fn bad_configuration_and_input_give_typed_errors() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, DeliveryError::UnknownKind { ref kind } if kind == "tally"),
+        matches!(err, DeliveryError::UnknownKind { ref kind, .. } if kind == "tally"),
         "{err}"
     );
     // The advice names the builder's real calls, every entity family's.
@@ -716,6 +716,22 @@ async fn bad_configuration_and_input_give_typed_errors() {
         assert!(advice.contains(call), "{call}: {advice}");
     }
     assert!(!advice.contains(".reactor::<T>()"), "{advice}");
+    assert!(advice.contains("(registered kinds: none)"), "{advice}");
+    // With kinds registered, it names them: a misspelling is seen at once.
+    let sb = Shardbox::builder()
+        .memory()
+        .aggregate::<Tally>()
+        .build()
+        .await
+        .unwrap();
+    let err = sb
+        .catch_up::<TallyView>(shardbox::CatchUp::all())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("(registered kinds: `tally`)"),
+        "{err}"
+    );
 }
 
 /// A station that awaits slow I/O for longer than the lease.

@@ -91,6 +91,18 @@ impl EntityRegistry {
         self.handlers.get(kind)
     }
 
+    /// [`DeliveryError::UnknownKind`](crate::DeliveryError::UnknownKind) for `kind`, unless it
+    /// is registered.
+    pub fn check_registered(&self, kind: &str) -> Result<(), crate::DeliveryError> {
+        if self.handlers.contains_key(kind) {
+            return Ok(());
+        }
+        Err(crate::DeliveryError::UnknownKind {
+            kind: kind.to_owned(),
+            registered: self.kinds().into_iter().map(str::to_owned).collect(),
+        })
+    }
+
     /// All registered kinds, sorted.
     pub fn kinds(&self) -> Vec<&'static str> {
         let mut kinds: Vec<_> = self.handlers.keys().copied().collect();

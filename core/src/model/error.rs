@@ -386,10 +386,12 @@ pub enum DeliveryError {
     #[error("payload too large, nothing was written: {0}")]
     PayloadTooLarge(#[from] PayloadTooLarge),
     /// A message was sent to an entity kind that nobody registered.
-    #[error("entity kind `{kind}` is not registered; register it with the builder (`.aggregate::<T>()`, `.projection::<T>()`, `.reactor(r)` or `.process_manager::<T>()`) before sending to it")]
+    #[error("entity kind `{kind}` is not registered (registered kinds: {}); register it with the builder (`.aggregate::<T>()`, `.projection::<T>()`, `.reactor(r)` or `.process_manager::<T>()`) before sending to it", kind_list(.registered))]
     UnknownKind {
         /// The kind.
         kind: String,
+        /// The kinds that are registered, sorted.
+        registered: Vec<String>,
     },
     /// A subscriber could not route a posted event (its `route` failed); nothing was written.
     #[error("`{kind}` could not route event of type `{event_type}`: {reason}; nothing was written — fix the event or the subscriber's route")]

@@ -148,11 +148,7 @@ impl Inbox {
         commands: &[(&str, A::Command)],
         options: SendOptions,
     ) -> Result<WriteReport, DeliveryError> {
-        if self.env.registry.handler(A::KIND).is_none() {
-            return Err(DeliveryError::UnknownKind {
-                kind: A::KIND.to_owned(),
-            });
-        }
+        self.env.registry.check_registered(A::KIND)?;
         let now = self.env.clock.now();
         let mut messages = Vec::with_capacity(commands.len());
         for (n, (id, command)) in commands.iter().enumerate() {
@@ -171,11 +167,7 @@ impl Inbox {
     pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
         validate_times(&message)?;
         validate_command(&message, self.env.config.max_payload_bytes)?;
-        if self.env.registry.handler(&message.target_kind).is_none() {
-            return Err(DeliveryError::UnknownKind {
-                kind: message.target_kind,
-            });
-        }
+        self.env.registry.check_registered(&message.target_kind)?;
         let signal_id = message.signal_id.clone();
         let write = self.env.registry.address(message);
         let target = EntityKey::new(
