@@ -34,6 +34,7 @@ use std::time::Instant;
 /// Seeds run per backend when `SHARDBOX_SIM_SEEDS` is not set.
 const CI_SEEDS_MEMORY: u64 = 400;
 const CI_SEEDS_SQLITE: u64 = 60;
+const CI_SEEDS_POSTGRES: u64 = 10;
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("SHARDBOX_SIM_SEED") {
@@ -68,6 +69,13 @@ fn run_seeds(backend: Backend, default: u64) {
         totals.catch_ups += r.catch_ups;
         totals.unblocks += r.unblocks;
         totals.requeues += r.requeues;
+        totals.reshards += r.reshards;
+        totals.reshards_done += r.reshards_done;
+        totals.cancels += r.cancels;
+        totals.terminations += r.terminations;
+        totals.outcomes_read += r.outcomes_read;
+        totals.latency_samples += r.latency_samples;
+        totals.worst_wait = totals.worst_wait.max(r.worst_wait);
         totals.commits += r.commits;
         let violations = r.violations;
         if !violations.is_empty() {
@@ -78,7 +86,7 @@ fn run_seeds(backend: Backend, default: u64) {
         }
     }
     println!(
-        "{backend:?}: {} seeds in {:.1} s; faults {faults:?}; sends {}, posts {}, commits {}, restarts {}, lease expiries {}, catch-ups {}, unblocks {}, requeues {}",
+        "{backend:?}: {} seeds in {:.1} s; faults {faults:?}; sends {}, posts {}, commits {}, restarts {}, lease expiries {}, catch-ups {}, cancels {}, unblocks {}, requeues {}, re-shardings {} ({} done), terminations {}, outcomes read {}, latency samples {}, worst wait {} ms",
         seeds.len(),
         started.elapsed().as_secs_f64(),
         totals.sends,
@@ -87,8 +95,15 @@ fn run_seeds(backend: Backend, default: u64) {
         totals.restarts,
         totals.lease_expiries,
         totals.catch_ups,
+        totals.cancels,
         totals.unblocks,
         totals.requeues,
+        totals.reshards,
+        totals.reshards_done,
+        totals.terminations,
+        totals.outcomes_read,
+        totals.latency_samples,
+        totals.worst_wait.as_millis(),
     );
     assert!(
         failures.is_empty(),
@@ -143,4 +158,14 @@ fn memory_seeds_keep_every_invariant() {
 #[test]
 fn sqlite_seeds_keep_every_invariant() {
     run_seeds(Backend::Sqlite, CI_SEEDS_SQLITE);
+}
+
+/// PostgreSQL (a fresh schema per seed): fewer seeds, each slower. Skipped, loudly, without
+/// `SHARDBOX_PG_URL`.
+#[test]
+fn postgres_seeds_keep_every_invariant() {
+    if common::pg_url("simulation::postgres_seeds_keep_every_invariant").is_none() {
+        return;
+    }
+    run_seeds(Backend::Postgres, CI_SEEDS_POSTGRES);
 }

@@ -88,6 +88,13 @@ pub struct CommitRecord {
 struct Log {
     /// (shard, epoch) -> who picked it up; a second pick-up of one epoch is a violation.
     picked: BTreeMap<(u32, i64), Holder>,
+    /// (shard, epoch) -> the pick-up's place among all pick-ups (the latency invariant tells
+    /// a lease picked up by a node's current incarnation from one left by a stopped one).
+    pick_order: BTreeMap<(u32, i64), usize>,
+    /// Leases (shard, epoch) whose pick-up or renewal took effect but lost its
+    /// acknowledgement: held in the lock table by a node that does not know it holds them,
+    /// until they run out (the latency invariant excuses them).
+    unacknowledged: BTreeMap<(u32, i64), &'static str>,
     duplicate_pick_ups: Vec<String>,
     /// Highest epoch handed out per shard.
     highest: HashMap<u32, i64>,
@@ -117,6 +124,9 @@ struct State {
     /// order.
     script: Vec<(&'static str, usize, Scripted)>,
     counts: FaultCounts,
+    /// Injected delays still sleeping: faults of the run that are still active after
+    /// [`FaultyStorage::enable`]`(false)` (a call delayed just before holds its caller up).
+    delays_in_flight: usize,
     log: Log,
 }
 
@@ -154,6 +164,7 @@ impl FaultyStorage {
                 script: Vec::new(),
                 listeners: Vec::new(),
                 counts: FaultCounts::default(),
+                delays_in_flight: 0,
                 log: Log::default(),
             })),
         }
@@ -186,6 +197,11 @@ impl FaultyStorage {
         self.lock().enabled = on;
     }
 
+    /// Injected delays still sleeping (see `State::delays_in_flight`).
+    pub fn delays_in_flight(&self) -> usize {
+        self.lock().delays_in_flight
+    }
+
     pub fn counts(&self) -> FaultCounts {
         self.lock().counts
     }
@@ -205,6 +221,23 @@ impl FaultyStorage {
 
     pub fn picked(&self) -> BTreeMap<(u32, i64), Holder> {
         self.lock().log.picked.clone()
+    }
+
+    /// How many pick-ups succeeded so far: a node started now picks up with places from here.
+    pub fn pick_ups(&self) -> usize {
+        self.lock().log.pick_order.len()
+    }
+
+    /// Why the lease (`shard`, `epoch`) is held by a node that does not know it (its pick-up or
+    /// renewal lost its acknowledgement), if it is.
+    pub fn unacknowledged(&self, shard: u32, epoch: i64) -> Option<&'static str> {
+        self.lock().log.unacknowledged.get(&(shard, epoch)).copied()
+    }
+
+    /// The place of the pick-up of (`shard`, `epoch`) among all pick-ups, if one handed it out
+    /// (a re-sharding's switch writes epochs that no pick-up handed out).
+    pub fn pick_place(&self, shard: u32, epoch: i64) -> Option<usize> {
+        self.lock().log.pick_order.get(&(shard, epoch)).copied()
     }
 
     fn decide(&self, op: &str, effect: Effect) -> Decision {
@@ -255,6 +288,8 @@ impl FaultyStorage {
     async fn before(&self, op: &str, effect: Effect) -> Result<Decision, StorageError> {
         let d = self.decide(op, effect);
         if let Some(delay) = d.delay {
+            self.lock().delays_in_flight += 1;
+            let _done = DelayDone(self);
             tokio::time::sleep(delay).await;
         }
         if d.fail_before {
@@ -313,6 +348,15 @@ impl FaultyStorage {
         if let Ok(v) = r {
             self.broadcast(&shards(v));
         }
+    }
+}
+
+/// Counts a delay as over when it ends, also when its call is dropped while it sleeps.
+struct DelayDone<'a>(&'a FaultyStorage);
+
+impl Drop for DelayDone<'_> {
+    fn drop(&mut self) {
+        self.0.lock().delays_in_flight -= 1;
     }
 }
 
@@ -506,8 +550,15 @@ impl WorkRegistry for FaultyStorage {
                 holder(lease)
             );
             s.log.trace.push(line);
+            let place = s.log.pick_order.len();
+            s.log.pick_order.entry(key).or_insert(place);
             let highest = s.log.highest.entry(key.0).or_insert(key.1);
             *highest = (*highest).max(key.1);
+            if d.fail_after {
+                s.log
+                    .unacknowledged
+                    .insert(key, "its pick-up lost its acknowledgement");
+            }
         }
         FaultyStorage::ack("pick_up", d, r)
     }
@@ -517,7 +568,15 @@ impl WorkRegistry for FaultyStorage {
         lease: &Lease,
         lease_until: DateTime<Utc>,
     ) -> Result<Lease, StorageError> {
-        write!(self, "renew", self.inner.renew(lease, lease_until))
+        let d = self.before("renew", Effect::Write).await?;
+        let r = self.inner.renew(lease, lease_until).await;
+        if r.is_ok() && d.fail_after {
+            self.lock().log.unacknowledged.insert(
+                (lease.shard.0, lease.epoch.0),
+                "its renewal lost its acknowledgement",
+            );
+        }
+        FaultyStorage::ack("renew", d, r)
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StorageError> {

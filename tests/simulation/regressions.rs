@@ -24,6 +24,7 @@ fn apply(n: u64, audit: &str) -> Apply {
         poison: false,
         audit: audit.to_owned(),
         audit_fail_first: 0,
+        relay: None,
     }
 }
 
@@ -110,6 +111,7 @@ async fn catch_up_whose_start_lost_its_ack(inner: Arc<dyn Storage>) {
             n,
             audit: "a".into(),
             audit_fail_first: 0,
+            relay: None,
         };
         sb.post(EventSource::external("ext"), &event)
             .await
@@ -194,6 +196,7 @@ async fn replay_page_after_another_node_spilled(inner: Arc<dyn Storage>) {
             n,
             audit: "x".into(),
             audit_fail_first: fail,
+            relay: None,
         };
         a.post(EventSource::external("ext"), &event)
             .await
