@@ -59,7 +59,15 @@ fn run_seeds(backend: Backend, default: u64) {
     let mut totals = RunReport::default();
     let mut failures = Vec::new();
     let seeds = seeds(default);
-    for &seed in &seeds {
+    for (i, &seed) in seeds.iter().enumerate() {
+        if i > 0 && i % 500 == 0 {
+            // Long runs report as they go (a run cut short still says how far it got).
+            eprintln!(
+                "{backend:?}: {i} seeds in {:.1} s, {} failed",
+                started.elapsed().as_secs_f64(),
+                failures.len()
+            );
+        }
         let r = run(seed, backend);
         faults.add(&r.faults);
         totals.sends += r.sends;
