@@ -69,6 +69,10 @@ fn run_seeds(backend: Backend, default: u64) {
             );
         }
         let r = run(seed, backend);
+        if std::env::var("SHARDBOX_SIM_TRACE").is_ok() {
+            // Every pick-up and commit with its simulated time, to reduce a failing seed.
+            r.trace.iter().for_each(|line| println!("{line}"));
+        }
         faults.add(&r.faults);
         totals.sends += r.sends;
         totals.posts += r.posts;

@@ -193,6 +193,11 @@ impl FaultyStorage {
             .count()
     }
 
+    /// Forgets the scripted faults of `op` not struck yet.
+    pub fn forget_scripted(&self, op: &str) {
+        self.lock().script.retain(|(o, _, _)| *o != op);
+    }
+
     pub fn enable(&self, on: bool) {
         self.lock().enabled = on;
     }
