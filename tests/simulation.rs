@@ -1,14 +1,19 @@
 //! A deterministic fault-injection simulation: two nodes on a storage that fails calls before
 //! and after they take effect, delays them and drops notifications, under a `ManualClock` and
 //! a paused current-thread tokio runtime per seed; a random workload of sends (bursts,
-//! delayed, TTL, transient and permanent failures under dead-letter and block policies),
-//! posts fanned out to a projection, operator unblocks and dead-letter requeues, projection
-//! catch-ups, node restarts and early lease expiry. After each run the invariants of
-//! `tests/simulation/invariants.rs` are checked (docs/guarantees.md says which guarantee each
+//! delayed, TTL, transient and permanent failures under dead-letter and block policies; some
+//! awaited by their sender's `outcome_with`), posts fanned out to a projection and to a
+//! process manager whose timeouts end its flows, operator unblocks and dead-letter requeues,
+//! projection catch-ups and their cancel, an online re-sharding, node restarts and early
+//! lease expiry (on PostgreSQL also terminated backends). After each run the invariants of
+//! `tests/simulation/invariants.rs` are checked, and during its settle phase the latency
+//! invariant of `tests/simulation/latency.rs` (docs/guarantees.md says which guarantee each
 //! checks).
 //!
 //! ```text
-//!  cargo test --test simulation                               the CI seeds (memory, SQLite)
+//!  cargo test --test simulation                               the CI seeds (memory, SQLite;
+//!                                                             PostgreSQL with SHARDBOX_PG_URL)
+//!  SHARDBOX_SIM_TRACE=1 SHARDBOX_SIM_SEED=<n> …               also print its pick-ups and commits
 //!  SHARDBOX_SIM_SEED=<n> cargo test --test simulation         replay one seed
 //!  SHARDBOX_SIM_SEEDS=5000 cargo test --test simulation       run thousands
 //! ```

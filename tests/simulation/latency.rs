@@ -77,8 +77,8 @@ pub struct LatencyWatch {
     bound: Duration,
     /// (target kind, target id, signal, attempts) -> first sample it was seen eligible.
     eligible_since: BTreeMap<(String, String, String, u32), DateTime<Utc>>,
-    reported: BTreeSet<(String, String, String, u32)>,
-    pub violations: Vec<String>,
+    /// Rows that waited over the bound: the longest wait seen and how it was seen first.
+    over: BTreeMap<(String, String, String, u32), (Duration, String)>,
     /// The longest wait seen, and whose.
     pub worst: (Duration, String),
     pub samples: usize,
@@ -89,8 +89,7 @@ impl LatencyWatch {
         LatencyWatch {
             bound,
             eligible_since: BTreeMap::new(),
-            reported: BTreeSet::new(),
-            violations: Vec::new(),
+            over: BTreeMap::new(),
             worst: (Duration::ZERO, String::new()),
             samples: 0,
         }
@@ -170,22 +169,27 @@ impl LatencyWatch {
                     if waited > self.worst.0 {
                         self.worst = (waited, format!("{}/{} {}", key.0, key.1, key.2));
                     }
-                    if waited > self.bound && self.reported.insert(key.clone()) {
-                        self.violations.push(format!(
-                            "latency: {}/{} signal {} (seq {}, attempts {}) on shard {shard} has waited {} ms (since {since}, now {now}), due and served (lease {:?}), over the bound of {} ms",
-                            key.0,
-                            key.1,
-                            key.2,
-                            row.seq,
-                            row.attempts,
-                            waited.as_millis(),
-                            session.map(|s| (
-                                s.node_id.as_ref().map(|n| n.0.clone()),
-                                s.epoch.0,
-                                s.lease_until
-                            )),
-                            self.bound.as_millis()
-                        ));
+                    if waited > self.bound {
+                        let first = || {
+                            format!(
+                                "latency: {}/{} signal {} (seq {}, attempts {}) on shard {shard}, due and served since {since} (lease at {now}: {:?})",
+                                key.0,
+                                key.1,
+                                key.2,
+                                row.seq,
+                                row.attempts,
+                                session.map(|s| (
+                                    s.node_id.as_ref().map(|n| n.0.clone()),
+                                    s.epoch.0,
+                                    s.lease_until
+                                )),
+                            )
+                        };
+                        let entry = self
+                            .over
+                            .entry(key.clone())
+                            .or_insert_with(|| (waited, first()));
+                        entry.0 = entry.0.max(waited);
                     }
                 }
             }
@@ -193,5 +197,20 @@ impl LatencyWatch {
         // A row not eligible now starts again from its next eligible sample.
         self.eligible_since.retain(|k, _| seen.contains(k));
         Ok(())
+    }
+
+    /// The violations: each row that waited over the bound, with the longest wait seen (up
+    /// to the sample before it was served).
+    pub fn violations(&mut self) -> Vec<String> {
+        let bound = self.bound.as_millis();
+        std::mem::take(&mut self.over)
+            .into_values()
+            .map(|(waited, what)| {
+                format!(
+                    "{what} waited {} ms, over the bound of {bound} ms",
+                    waited.as_millis()
+                )
+            })
+            .collect()
     }
 }

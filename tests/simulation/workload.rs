@@ -156,7 +156,7 @@ async fn simulate(seed: u64, backend: Backend) -> RunReport {
             // them and nobody else's.
             let sep = if url.contains('?') { '&' } else { '?' };
             let tagged = format!("{url}{sep}application_name={}", schema.name);
-            let s = shardbox::PostgresStorage::connect_with(tagged, schema.options(6))
+            let s = shardbox::PostgresStorage::connect_with(tagged, schema.options(3))
                 .await
                 .expect("connect to SHARDBOX_PG_URL");
             pg = Some((url, schema.name.clone()));
@@ -214,7 +214,7 @@ async fn simulate(seed: u64, backend: Backend) -> RunReport {
     let settled = sim.settle(&mut watch).await;
     sim.report.latency_samples = watch.samples;
     sim.report.worst_wait = watch.worst.0;
-    sim.report.violations.append(&mut watch.violations);
+    sim.report.violations.append(&mut watch.violations());
     // The outcomes the senders awaited (each wait ends by its timeout), then one more read of
     // every accepted command's outcome, now that everything is decided.
     for (i, waiter) in std::mem::take(&mut sim.waiters) {
