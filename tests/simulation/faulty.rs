@@ -193,6 +193,13 @@ impl FaultyStorage {
             .count()
     }
 
+    /// Forgets every listener (at the end of a run): a listener's observer holds its node's
+    /// environment, which holds this storage, so a kept one would keep the run's storage
+    /// (and a SQLite pool's threads and files) alive for the rest of the process.
+    pub fn forget_listeners(&self) {
+        self.lock().listeners.clear();
+    }
+
     /// Forgets the scripted faults of `op` not struck yet.
     pub fn forget_scripted(&self, op: &str) {
         self.lock().script.retain(|(o, _, _)| *o != op);

@@ -278,6 +278,7 @@ async fn simulate(seed: u64, backend: Backend) -> RunReport {
         .extend(invariants::end_state(&sim.boxes[0], &sim.oracle, &sim.prefix).await);
     sim.report.violations.append(&mut violations);
     sim.report.faults = sim.faults.counts();
+    sim.faults.forget_listeners();
     sim.report.commits = sim.faults.commits().len();
     sim.report
 }
