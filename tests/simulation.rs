@@ -65,7 +65,11 @@ fn run_seeds(backend: Backend, default: u64) {
     let mut failures = Vec::new();
     let seeds = seeds(default);
     for (i, &seed) in seeds.iter().enumerate() {
-        let every = if backend == Backend::Postgres { 20 } else { 500 };
+        let every = if backend == Backend::Postgres {
+            20
+        } else {
+            500
+        };
         if i > 0 && i % every == 0 {
             // Long runs report as they go (a run cut short still says how far it got).
             eprintln!(
