@@ -1,14 +1,19 @@
 //! A deterministic fault-injection simulation: two nodes on a storage that fails calls before
 //! and after they take effect, delays them and drops notifications, under a `ManualClock` and
 //! a paused current-thread tokio runtime per seed; a random workload of sends (bursts,
-//! delayed, TTL, transient and permanent failures under dead-letter and block policies),
-//! posts fanned out to a projection, operator unblocks and dead-letter requeues, projection
-//! catch-ups, node restarts and early lease expiry. After each run the invariants of
-//! `tests/simulation/invariants.rs` are checked (docs/guarantees.md says which guarantee each
+//! delayed, TTL, transient and permanent failures under dead-letter and block policies; some
+//! awaited by their sender's `outcome_with`), posts fanned out to a projection and to a
+//! process manager whose timeouts end its flows, operator unblocks and dead-letter requeues,
+//! projection catch-ups and their cancel, an online re-sharding, node restarts and early
+//! lease expiry (on PostgreSQL also terminated backends). After each run the invariants of
+//! `tests/simulation/invariants.rs` are checked, and during its settle phase the latency
+//! invariant of `tests/simulation/latency.rs` (docs/guarantees.md says which guarantee each
 //! checks).
 //!
 //! ```text
-//!  cargo test --test simulation                               the CI seeds (memory, SQLite)
+//!  cargo test --test simulation                               the CI seeds (memory, SQLite;
+//!                                                             PostgreSQL with SHARDBOX_PG_URL)
+//!  SHARDBOX_SIM_TRACE=1 SHARDBOX_SIM_SEED=<n> …               also print its pick-ups and commits
 //!  SHARDBOX_SIM_SEED=<n> cargo test --test simulation         replay one seed
 //!  SHARDBOX_SIM_SEEDS=5000 cargo test --test simulation       run thousands
 //! ```
@@ -34,6 +39,7 @@ use std::time::Instant;
 /// Seeds run per backend when `SHARDBOX_SIM_SEEDS` is not set.
 const CI_SEEDS_MEMORY: u64 = 400;
 const CI_SEEDS_SQLITE: u64 = 60;
+const CI_SEEDS_POSTGRES: u64 = 10;
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("SHARDBOX_SIM_SEED") {
@@ -58,8 +64,25 @@ fn run_seeds(backend: Backend, default: u64) {
     let mut totals = RunReport::default();
     let mut failures = Vec::new();
     let seeds = seeds(default);
-    for &seed in &seeds {
+    for (i, &seed) in seeds.iter().enumerate() {
+        let every = if backend == Backend::Postgres {
+            20
+        } else {
+            500
+        };
+        if i > 0 && i % every == 0 {
+            // Long runs report as they go (a run cut short still says how far it got).
+            eprintln!(
+                "{backend:?}: {i} seeds in {:.1} s, {} failed",
+                started.elapsed().as_secs_f64(),
+                failures.len()
+            );
+        }
         let r = run(seed, backend);
+        if std::env::var("SHARDBOX_SIM_TRACE").is_ok() {
+            // Every pick-up and commit with its simulated time, to reduce a failing seed.
+            r.trace.iter().for_each(|line| println!("{line}"));
+        }
         faults.add(&r.faults);
         totals.sends += r.sends;
         totals.posts += r.posts;
@@ -68,6 +91,13 @@ fn run_seeds(backend: Backend, default: u64) {
         totals.catch_ups += r.catch_ups;
         totals.unblocks += r.unblocks;
         totals.requeues += r.requeues;
+        totals.reshards += r.reshards;
+        totals.reshards_done += r.reshards_done;
+        totals.cancels += r.cancels;
+        totals.terminations += r.terminations;
+        totals.outcomes_read += r.outcomes_read;
+        totals.latency_samples += r.latency_samples;
+        totals.worst_wait = totals.worst_wait.max(r.worst_wait);
         totals.commits += r.commits;
         let violations = r.violations;
         if !violations.is_empty() {
@@ -78,7 +108,7 @@ fn run_seeds(backend: Backend, default: u64) {
         }
     }
     println!(
-        "{backend:?}: {} seeds in {:.1} s; faults {faults:?}; sends {}, posts {}, commits {}, restarts {}, lease expiries {}, catch-ups {}, unblocks {}, requeues {}",
+        "{backend:?}: {} seeds in {:.1} s; faults {faults:?}; sends {}, posts {}, commits {}, restarts {}, lease expiries {}, catch-ups {}, cancels {}, unblocks {}, requeues {}, re-shardings {} ({} done), terminations {}, outcomes read {}, latency samples {}, worst wait {} ms",
         seeds.len(),
         started.elapsed().as_secs_f64(),
         totals.sends,
@@ -87,8 +117,15 @@ fn run_seeds(backend: Backend, default: u64) {
         totals.restarts,
         totals.lease_expiries,
         totals.catch_ups,
+        totals.cancels,
         totals.unblocks,
         totals.requeues,
+        totals.reshards,
+        totals.reshards_done,
+        totals.terminations,
+        totals.outcomes_read,
+        totals.latency_samples,
+        totals.worst_wait.as_millis(),
     );
     assert!(
         failures.is_empty(),
@@ -143,4 +180,14 @@ fn memory_seeds_keep_every_invariant() {
 #[test]
 fn sqlite_seeds_keep_every_invariant() {
     run_seeds(Backend::Sqlite, CI_SEEDS_SQLITE);
+}
+
+/// PostgreSQL (a fresh schema per seed): fewer seeds, each slower. Skipped, loudly, without
+/// `SHARDBOX_PG_URL`.
+#[test]
+fn postgres_seeds_keep_every_invariant() {
+    if common::pg_url("simulation::postgres_seeds_keep_every_invariant").is_none() {
+        return;
+    }
+    run_seeds(Backend::Postgres, CI_SEEDS_POSTGRES);
 }

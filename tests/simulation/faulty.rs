@@ -88,6 +88,13 @@ pub struct CommitRecord {
 struct Log {
     /// (shard, epoch) -> who picked it up; a second pick-up of one epoch is a violation.
     picked: BTreeMap<(u32, i64), Holder>,
+    /// (shard, epoch) -> the pick-up's place among all pick-ups (the latency invariant tells
+    /// a lease picked up by a node's current incarnation from one left by a stopped one).
+    pick_order: BTreeMap<(u32, i64), usize>,
+    /// Leases (shard, epoch) whose pick-up or renewal took effect but lost its
+    /// acknowledgement: held in the lock table by a node that does not know it holds them,
+    /// until they run out (the latency invariant excuses them).
+    unacknowledged: BTreeMap<(u32, i64), &'static str>,
     duplicate_pick_ups: Vec<String>,
     /// Highest epoch handed out per shard.
     highest: HashMap<u32, i64>,
@@ -117,6 +124,9 @@ struct State {
     /// order.
     script: Vec<(&'static str, usize, Scripted)>,
     counts: FaultCounts,
+    /// Injected delays still sleeping: faults of the run that are still active after
+    /// [`FaultyStorage::enable`]`(false)` (a call delayed just before holds its caller up).
+    delays_in_flight: usize,
     log: Log,
 }
 
@@ -154,6 +164,7 @@ impl FaultyStorage {
                 script: Vec::new(),
                 listeners: Vec::new(),
                 counts: FaultCounts::default(),
+                delays_in_flight: 0,
                 log: Log::default(),
             })),
         }
@@ -182,8 +193,25 @@ impl FaultyStorage {
             .count()
     }
 
+    /// Forgets every listener (at the end of a run): a listener's observer holds its node's
+    /// environment, which holds this storage, so a kept one would keep the run's storage
+    /// (and a SQLite pool's threads and files) alive for the rest of the process.
+    pub fn forget_listeners(&self) {
+        self.lock().listeners.clear();
+    }
+
+    /// Forgets the scripted faults of `op` not struck yet.
+    pub fn forget_scripted(&self, op: &str) {
+        self.lock().script.retain(|(o, _, _)| *o != op);
+    }
+
     pub fn enable(&self, on: bool) {
         self.lock().enabled = on;
+    }
+
+    /// Injected delays still sleeping (see `State::delays_in_flight`).
+    pub fn delays_in_flight(&self) -> usize {
+        self.lock().delays_in_flight
     }
 
     pub fn counts(&self) -> FaultCounts {
@@ -205,6 +233,23 @@ impl FaultyStorage {
 
     pub fn picked(&self) -> BTreeMap<(u32, i64), Holder> {
         self.lock().log.picked.clone()
+    }
+
+    /// How many pick-ups succeeded so far: a node started now picks up with places from here.
+    pub fn pick_ups(&self) -> usize {
+        self.lock().log.pick_order.len()
+    }
+
+    /// Why the lease (`shard`, `epoch`) is held by a node that does not know it (its pick-up or
+    /// renewal lost its acknowledgement), if it is.
+    pub fn unacknowledged(&self, shard: u32, epoch: i64) -> Option<&'static str> {
+        self.lock().log.unacknowledged.get(&(shard, epoch)).copied()
+    }
+
+    /// The place of the pick-up of (`shard`, `epoch`) among all pick-ups, if one handed it out
+    /// (a re-sharding's switch writes epochs that no pick-up handed out).
+    pub fn pick_place(&self, shard: u32, epoch: i64) -> Option<usize> {
+        self.lock().log.pick_order.get(&(shard, epoch)).copied()
     }
 
     fn decide(&self, op: &str, effect: Effect) -> Decision {
@@ -255,6 +300,8 @@ impl FaultyStorage {
     async fn before(&self, op: &str, effect: Effect) -> Result<Decision, StorageError> {
         let d = self.decide(op, effect);
         if let Some(delay) = d.delay {
+            self.lock().delays_in_flight += 1;
+            let _done = DelayDone(self);
             tokio::time::sleep(delay).await;
         }
         if d.fail_before {
@@ -313,6 +360,15 @@ impl FaultyStorage {
         if let Ok(v) = r {
             self.broadcast(&shards(v));
         }
+    }
+}
+
+/// Counts a delay as over when it ends, also when its call is dropped while it sleeps.
+struct DelayDone<'a>(&'a FaultyStorage);
+
+impl Drop for DelayDone<'_> {
+    fn drop(&mut self) {
+        self.0.lock().delays_in_flight -= 1;
     }
 }
 
@@ -441,7 +497,10 @@ impl InboxStore for FaultyStorage {
         key: &shardbox::core::DedupKey,
         now: DateTime<Utc>,
     ) -> Result<shardbox::core::OutcomeLookup, StorageError> {
-        read!(self, "outcome", self.inner.outcome(key, now))
+        // No fault, no draw from the fault plan: the senders waiting for outcomes wake in an
+        // order tokio's watch channel does not fix (it spreads its waiters over several
+        // `Notify`s picked by a thread-local RNG), and the schedule must not depend on it.
+        self.inner.outcome(key, now).await
     }
 
     async fn expired_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
@@ -507,8 +566,15 @@ impl WorkRegistry for FaultyStorage {
                 holder(lease)
             );
             s.log.trace.push(line);
+            let place = s.log.pick_order.len();
+            s.log.pick_order.entry(key).or_insert(place);
             let highest = s.log.highest.entry(key.0).or_insert(key.1);
             *highest = (*highest).max(key.1);
+            if d.fail_after {
+                s.log
+                    .unacknowledged
+                    .insert(key, "its pick-up lost its acknowledgement");
+            }
         }
         FaultyStorage::ack("pick_up", d, r)
     }
@@ -518,7 +584,15 @@ impl WorkRegistry for FaultyStorage {
         lease: &Lease,
         lease_until: DateTime<Utc>,
     ) -> Result<Lease, StorageError> {
-        write!(self, "renew", self.inner.renew(lease, lease_until))
+        let d = self.before("renew", Effect::Write).await?;
+        let r = self.inner.renew(lease, lease_until).await;
+        if r.is_ok() && d.fail_after {
+            self.lock().log.unacknowledged.insert(
+                (lease.shard.0, lease.epoch.0),
+                "its renewal lost its acknowledgement",
+            );
+        }
+        FaultyStorage::ack("renew", d, r)
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StorageError> {

@@ -11,13 +11,30 @@
 //!                     in event-store order (live, retried or replayed by a catch-up)
 //!  one committer      no (shard, epoch) handed out twice, every commit under an epoch its
 //!                     committer picked up, none under an epoch superseded before it began
+//!  process manager    every relayed event in exactly one batch its flow's timeout flushed
+//!                     to the sink, in event-store order; no timeout handled before it was
+//!                     due; no flow left unfinished (its state removed)
+//!  outcomes           every outcome read agrees with what happened to the command:
+//!                     Handled only if applied (once, with its one event), DeadLettered only
+//!                     if dead-lettered, Dropped only if an operator dropped it, Blocked only
+//!                     for a poison command under the block policy, Expired only with a TTL,
+//!                     never Unknown inside the deduplication window; once settled, the read
+//!                     is the end state's (applied ⇒ Handled, dead-lettered ⇒ DeadLettered or
+//!                     Expired, dropped ⇒ Dropped)
+//!  cancelled rebuild  once a cancelled catch-up ended, each audit instance holds a
+//!                     subsequence of its events in event-store order, none twice (the
+//!                     settle phase then repairs it with a new catch-up; the checks above
+//!                     then want all of them)
+//!  re-sharding        a re-sharding that returned Ok left the count it reported recorded
+//!                     (the checks above hold across it: rows moved, none lost or doubled)
+//!  latency            see `latency.rs` (checked during the settle phase)
 //! ```
 //!
 //! A send that returned `Err` may or may not have been written (a lost acknowledgement): it
 //! must then appear at most once.
 
 use super::faulty::FaultyStorage;
-use super::model::{Applied, Audit, Gate, Ledger};
+use super::model::{Applied, Audit, Gate, Ledger, Relay, Sink};
 use shardbox::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,6 +50,8 @@ pub struct Sent {
     /// Whether it takes part in the per-target order (not delayed, not a dead-lettered one).
     pub ordered: bool,
     pub poison: bool,
+    /// Whether it was sent with a time to live.
+    pub ttl: bool,
     /// How it was sent (delay, TTL, failures, tries), for the report of a failing seed.
     pub note: String,
 }
@@ -48,6 +67,22 @@ pub struct Oracle {
     pub dropped: BTreeSet<String>,
     /// Signals an operator requeued from the dead letters (they lose their place in order).
     pub requeued: BTreeSet<String>,
+    /// Outcomes read by the senders that awaited them, then by the settled read.
+    pub outcomes: Vec<OutcomeRead>,
+    /// Catch-up jobs an operator cancelled (or tried to).
+    pub cancelled: Vec<i64>,
+    /// What each re-sharding returned: (from, to) or the error.
+    pub reshards: Vec<Result<(u32, u32), String>>,
+}
+
+/// One read of a command's outcome.
+#[derive(Debug)]
+pub struct OutcomeRead {
+    /// The command's index in [`Oracle::sent`].
+    pub sent: usize,
+    /// Read after the settle phase (everything decided), or by a sender during the run.
+    pub settled: bool,
+    pub read: Result<CommandOutcome, String>,
 }
 
 impl Oracle {
@@ -69,6 +104,15 @@ pub async fn check(
     if let Err(e) = check_messages(sb, oracle, prefix, &mut v).await {
         v.push(format!("could not read the end state: {e}"));
     }
+    if let Err(e) = check_relays(sb, prefix, &mut v).await {
+        v.push(format!("could not read the relays' sinks: {e}"));
+    }
+    if let Err(e) = check_outcomes(sb, oracle, &mut v).await {
+        v.push(format!(
+            "could not read the end state for the outcomes: {e}"
+        ));
+    }
+    check_reshards(faults, oracle, &mut v).await;
     check_commits(faults, &mut v);
     v
 }
@@ -317,6 +361,190 @@ fn check_commits(faults: &FaultyStorage, v: &mut Vec<String>) {
     for ((shard, epoch), holders) in committers {
         if holders.len() > 1 {
             v.push(format!("one committer per (shard, epoch): shard {shard} epoch {epoch} committed by {holders:?}"));
+        }
+    }
+}
+
+/// Once every cancelled catch-up has ended, before the repair: each audit instance holds a
+/// subsequence of its events in event-store order, none twice (a cancelled rebuild is partial,
+/// never doubled or reordered).
+pub async fn check_cancelled_rebuilds(
+    sb: &Shardbox,
+    oracle: &Oracle,
+    prefix: &str,
+) -> Result<Vec<String>, DeliveryError> {
+    let mut v = Vec::new();
+    let events = all_events(sb).await?;
+    for a in 0..3 {
+        let audit = format!("{prefix}-A{a}");
+        let expected: Vec<(String, u64)> = events
+            .iter()
+            .filter(|(_, e)| e.audit == audit)
+            .map(|(_, e)| (e.source.clone(), e.n))
+            .collect();
+        let seen = sb
+            .projection_state::<Audit>(&audit)
+            .await?
+            .map(|a| a.seen)
+            .unwrap_or_default();
+        let mut rest = expected.iter();
+        let subsequence = seen.iter().all(|x| rest.any(|e| e == x));
+        if !subsequence {
+            v.push(format!(
+                "cancelled rebuild: after cancelling catch-ups {:?}, audit {audit} saw {seen:?}, not a subsequence of its events {expected:?}",
+                oracle.cancelled
+            ));
+        }
+    }
+    Ok(v)
+}
+
+/// The relays: every relayed event in exactly one flushed batch of its flow's sink, in
+/// event-store order, no timeout early, no flow unfinished.
+async fn check_relays(
+    sb: &Shardbox,
+    prefix: &str,
+    v: &mut Vec<String>,
+) -> Result<(), DeliveryError> {
+    let events = all_events(sb).await?;
+    for r in 0..2 {
+        let relay = format!("{prefix}-R{r}");
+        let expected: Vec<u64> = events
+            .iter()
+            .filter(|(_, e)| e.relay.as_deref() == Some(relay.as_str()))
+            .map(|(_, e)| e.n)
+            .collect();
+        let batches = sb
+            .aggregate_state::<Sink>(&relay)
+            .await?
+            .map(|s| s.batches)
+            .unwrap_or_default();
+        let flushed: Vec<u64> = batches.iter().flat_map(|b| b.ns.iter().copied()).collect();
+        if flushed != expected {
+            let (mut a, mut b) = (flushed.clone(), expected.clone());
+            a.sort_unstable();
+            b.sort_unstable();
+            let what = if a == b {
+                "process manager (per-target order)"
+            } else {
+                "process manager (exactly once / no loss)"
+            };
+            v.push(format!(
+                "{what}: relay {relay} flushed {batches:?}, its events are {expected:?} in event-store order"
+            ));
+        }
+        for b in batches.iter().filter(|b| b.early_ms > 0 || b.ns.is_empty()) {
+            v.push(format!(
+                "process manager (timeouts): relay {relay} flushed {:?} {} ms before its timeout was due",
+                b.ns, b.early_ms
+            ));
+        }
+        if let Some(state) = sb.process_state::<Relay>(&relay).await? {
+            v.push(format!(
+                "process manager (timeouts): relay {relay} is still running after the settle phase (its timeout never finished it): {state:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every outcome read agrees with what happened to its command (see the module doc).
+async fn check_outcomes(
+    sb: &Shardbox,
+    oracle: &Oracle,
+    v: &mut Vec<String>,
+) -> Result<(), DeliveryError> {
+    let mut applied: BTreeMap<(&str, &str), Vec<u64>> = BTreeMap::new();
+    for s in &oracle.sent {
+        let key = (s.kind, s.target.as_str());
+        if applied.contains_key(&key) {
+            continue;
+        }
+        let list = if s.kind == Gate::KIND {
+            sb.aggregate_state::<Gate>(&s.target)
+                .await?
+                .map(|g| g.applied)
+        } else {
+            sb.aggregate_state::<Ledger>(&s.target)
+                .await?
+                .map(|l| l.applied)
+        };
+        applied.insert(key, list.unwrap_or_default());
+    }
+    let mut dead: BTreeMap<String, usize> = BTreeMap::new();
+    for d in sb.dead_letters(DeadLetterFilter::all()).await? {
+        *dead
+            .entry(d.letter.original.message.signal_id.0.clone())
+            .or_default() += 1;
+    }
+    for r in &oracle.outcomes {
+        let s = &oracle.sent[r.sent];
+        let c = applied[&(s.kind, s.target.as_str())]
+            .iter()
+            .filter(|n| **n == s.n)
+            .count();
+        let d = dead.get(&s.signal).copied().unwrap_or(0);
+        let requeued = oracle.requeued.contains(&s.signal);
+        let dropped = oracle.dropped.contains(&s.signal);
+        let wrong = match &r.read {
+            Ok(CommandOutcome::Handled { events }) => (c != 1 || events.len() != 1)
+                .then_some("Handled, but it was not applied once with its one event"),
+            Ok(CommandOutcome::DeadLettered { .. }) => (d == 0 && !requeued).then_some(
+                "DeadLettered, but it is not in the dead letters and was never requeued from them",
+            ),
+            Ok(CommandOutcome::Dropped { .. }) => (!dropped || c > 0)
+                .then_some("Dropped, but no operator dropped it (or it was applied)"),
+            Ok(CommandOutcome::Blocked { .. }) => (s.kind != Gate::KIND || !s.poison)
+                .then_some("Blocked, but it is no poison command under the block policy"),
+            Ok(CommandOutcome::Expired) => (!s.ttl || (c > 0 && !requeued))
+                .then_some("Expired, but it had no TTL (or was applied)"),
+            Ok(CommandOutcome::Unknown) => Some("Unknown inside the deduplication window"),
+            Ok(_) => Some("an outcome the simulation does not know"),
+            Err(_) if r.settled => Some("not decided after the settle phase"),
+            Err(_) => None,
+        };
+        let settled_wrong = match (&r.read, r.settled) {
+            (Ok(o), true) => {
+                let ok = if c == 1 {
+                    matches!(o, CommandOutcome::Handled { .. })
+                } else if d > 0 {
+                    matches!(
+                        o,
+                        CommandOutcome::DeadLettered { .. } | CommandOutcome::Expired
+                    )
+                } else if dropped {
+                    matches!(o, CommandOutcome::Dropped { .. })
+                } else {
+                    true
+                };
+                (!ok).then_some("not the end state's outcome")
+            }
+            _ => None,
+        };
+        if let Some(why) = wrong.or(settled_wrong) {
+            v.push(format!(
+                "outcomes: {} {} n={} ({}) read {:?} ({}): {why} (applied {c}, dead-lettered {d}, requeued {requeued}, dropped {dropped})",
+                s.kind,
+                s.target,
+                s.n,
+                s.note,
+                r.read,
+                if r.settled { "settled" } else { "awaited by its sender" },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A re-sharding that returned Ok (the last one) left its count recorded.
+async fn check_reshards(faults: &FaultyStorage, oracle: &Oracle, v: &mut Vec<String>) {
+    use shardbox::core::storage::WorkRegistry;
+    if let Some(Ok((from, to))) = oracle.reshards.last() {
+        match faults.recorded_shard_count().await {
+            Ok(Some(count)) if count == *to => {}
+            other => v.push(format!(
+                "re-sharding: {from} -> {to} returned Ok, but the recorded count is {other:?}"
+            )),
         }
     }
 }

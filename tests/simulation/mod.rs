@@ -2,6 +2,7 @@
 
 pub mod faulty;
 pub mod invariants;
+pub mod latency;
 pub mod model;
 #[cfg(test)]
 mod regressions;

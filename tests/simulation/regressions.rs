@@ -24,6 +24,7 @@ fn apply(n: u64, audit: &str) -> Apply {
         poison: false,
         audit: audit.to_owned(),
         audit_fail_first: 0,
+        relay: None,
     }
 }
 
@@ -110,6 +111,7 @@ async fn catch_up_whose_start_lost_its_ack(inner: Arc<dyn Storage>) {
             n,
             audit: "a".into(),
             audit_fail_first: 0,
+            relay: None,
         };
         sb.post(EventSource::external("ext"), &event)
             .await
@@ -194,6 +196,7 @@ async fn replay_page_after_another_node_spilled(inner: Arc<dyn Storage>) {
             n,
             audit: "x".into(),
             audit_fail_first: fail,
+            relay: None,
         };
         a.post(EventSource::external("ext"), &event)
             .await
@@ -321,6 +324,99 @@ async fn failed_release_of_a_kept_lease(inner: Arc<dyn Storage>) {
     node.shutdown().await.expect("shutdown");
 }
 
+/// Seed 2646 of the simulation's latency invariant (issue 37): a lease kept for a retried
+/// release (its release after a failed turn failed) stayed leased to its live node until it
+/// ran out when a re-sharding was announced meanwhile: the retry woke the shard, and a turn
+/// during the pause only released a lease kept for the linger, not one kept for a retried
+/// release, and scheduled nothing. Once the pause ended no turn came (no poll probes a shard
+/// leased to its own node), so a write nobody heard waited for the lease to run out, and the
+/// operator waited for the lease too. A paused turn now settles that lease as well, and
+/// retries it as after a failed turn while the release fails.
+async fn release_retried_across_a_reshard_pause(inner: Arc<dyn Storage>) {
+    use shardbox::core::storage::{ReshardAnnouncement, WorkRegistry};
+    let notifications_dropped = FaultRates {
+        drop_notification: 1_000,
+        ..FaultRates::default()
+    };
+    let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
+    faults.enable(true);
+    let clock = Arc::new(ManualClock::new(t0()));
+    let build = |name: &str| {
+        Shardbox::builder()
+            .shared_storage(Arc::new(faults.clone()))
+            .clock(clock.clone())
+            .node_id(shardbox::NodeId(format!("node-{name}")))
+            .shards(1)
+            .lease_duration(Duration::from_secs(4))
+            .poll_interval(Duration::from_millis(250))
+            .aggregate::<Ledger>()
+            .projection::<Audit>()
+            .build()
+    };
+    let sb = build("a").await.expect("build the node");
+    // Another process that writes but serves nothing: the node does not hear its writes.
+    let writer = build("writer").await.expect("build the writer");
+    let node = sb.start();
+    let elapse = |ms: u64| {
+        clock.advance(chrono::Duration::milliseconds(ms as i64));
+        tokio::time::sleep(Duration::from_millis(ms))
+    };
+    let applied = || async {
+        sb.aggregate_state::<Ledger>("l")
+            .await
+            .expect("state")
+            .map(|l| l.applied)
+            .unwrap_or_default()
+    };
+    // The first turn's stage fails, and so does every release until the pause is over: the
+    // lease is kept for a retried release.
+    faults.fail_next("read_page", Scripted::Before);
+    for _ in 0..1_000 {
+        faults.fail_next("release", Scripted::Before);
+    }
+    sb.send::<Ledger>("l", &apply(1, "a")).await.expect("send");
+    let operator = shardbox::NodeId("operator".into());
+    let now = shardbox::Clock::now(&*clock);
+    let announcement = ReshardAnnouncement {
+        by: operator.clone(),
+        to: 2,
+        until: now + chrono::Duration::seconds(60),
+    };
+    faults
+        .announce_reshard(&announcement, now)
+        .await
+        .expect("announce a re-sharding");
+    for _ in 0..100 {
+        elapse(10).await;
+    }
+    assert!(
+        faults.scripted_left("release") < 1_000,
+        "the kept lease's release was tried"
+    );
+    // The releases work again and the operator gives up.
+    faults.forget_scripted("release");
+    faults.withdraw_reshard(&operator).await.expect("withdraw");
+    for _ in 0..60 {
+        elapse(10).await;
+    }
+    writer
+        .send::<Ledger>("l", &apply(2, "a"))
+        .await
+        .expect("send after the pause");
+    let mut waited = 0;
+    while applied().await != vec![1, 2] {
+        assert!(
+            waited < 1_000,
+            "both messages are delivered well before the lease kept for a retried release runs \
+             out (4 s after the pick-up): applied {:?} after {waited} ms",
+            applied().await
+        );
+        elapse(10).await;
+        waited += 10;
+    }
+    node.shutdown().await.expect("shutdown");
+}
+
 async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = SqliteOptions::default().checkpoint_interval(None);
@@ -366,6 +462,7 @@ macro_rules! on_every_backend {
 
 on_every_backend!(
     failed_release_of_a_kept_lease,
+    release_retried_across_a_reshard_pause,
     replay_page_after_another_node_spilled,
     requeue_after_an_uncommitted_delivery,
     catch_up_whose_start_lost_its_ack,

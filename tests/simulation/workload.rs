@@ -4,26 +4,38 @@
 //! ```text
 //!  seed ─► SimRng ─┬─ configuration (workers, page size, linger, fault rates)
 //!                  ├─ FaultyStorage (its own stream)
-//!                  └─ steps: sends (bursts, delayed, TTL, transient, poison), posts,
-//!                     unblocks, dead-letter requeues, catch-ups, node restarts,
-//!                     early lease expiry, time steps (ManualClock + paused tokio clock)
-//!  settle: faults off, poison healed, blocked targets requeued, time runs until idle
-//!  check:  invariants::check over the API's view (states, dead letters, events, log)
+//!                  └─ steps: sends (bursts, delayed, TTL, transient, poison; some
+//!                     joining a relay flow, some awaited by their sender's outcome_with),
+//!                     posts, unblocks, dead-letter requeues, catch-ups and their cancel,
+//!                     a re-sharding, node restarts, early lease expiry, terminated
+//!                     PostgreSQL backends, time steps (ManualClock + paused tokio clock)
+//!  settle: faults off, poison healed, blocked targets requeued, a cancelled rebuild
+//!          repaired, time runs until idle; every sample checks the latency invariant
+//!  check:  invariants::check over the API's view (states, dead letters, events, sinks,
+//!          outcomes read, log)
 //! ```
+//!
+//! On PostgreSQL (`Backend::Postgres`, a fresh test schema per seed) the backend's own
+//! `LISTEN`/`NOTIFY` carries the wake-ups (the fault plan drops some), and a step terminates
+//! every backend of the run's connections (pool and listeners) with `pg_terminate_backend`.
+//! A restart of the server is left out: the server is shared with other tests and sessions.
 //!
 //! The framework's clock is a `ManualClock` and tokio's clock is paused: the driver moves
 //! both by the same step, except for an early lease expiry, which moves only the framework's
 //! clock past every lease while the nodes' tasks (heartbeats included) stand still.
 
 use super::faulty::{FaultCounts, FaultRates, FaultyStorage};
-use super::invariants::{self, Oracle, Sent};
-use super::model::{forget_healed, heal, Applied, Apply, Audit, Gate, Ledger};
+use super::invariants::{self, Oracle, OutcomeRead, Sent};
+use super::latency::{self, Incarnations, LatencyWatch};
+use super::model::{forget_healed, heal, Applied, Apply, Audit, Gate, Ledger, Relay, Sink};
 use super::rng::SimRng;
 use chrono::{DateTime, Utc};
 use shardbox::core::memory::MemoryStorage;
 use shardbox::core::{MessageStatus, Storage};
 use shardbox::prelude::*;
-use shardbox::{ManualClock, Node, NodeId, SqliteOptions};
+use shardbox::{
+    Clock, ManualClock, Node, NodeId, OutcomeWait, ReshardOptions, SendReceipt, SqliteOptions,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +44,8 @@ use std::time::Duration;
 pub enum Backend {
     Memory,
     Sqlite,
+    /// A fresh schema of `SHARDBOX_PG_URL` per run.
+    Postgres,
 }
 
 impl Backend {
@@ -39,6 +53,7 @@ impl Backend {
         match self {
             Backend::Memory => "m",
             Backend::Sqlite => "q",
+            Backend::Postgres => "p",
         }
     }
 }
@@ -54,6 +69,15 @@ pub struct RunReport {
     pub catch_ups: usize,
     pub unblocks: usize,
     pub requeues: usize,
+    pub reshards: usize,
+    /// Re-shardings that returned Ok.
+    pub reshards_done: usize,
+    pub cancels: usize,
+    pub terminations: usize,
+    pub outcomes_read: usize,
+    pub latency_samples: usize,
+    /// The longest wait the latency invariant saw in the run.
+    pub worst_wait: Duration,
     pub commits: usize,
     pub violations: Vec<String>,
     /// Every pick-up and commit as the storage saw it, then the end state: two runs of one
@@ -63,7 +87,10 @@ pub struct RunReport {
 
 const NODES: usize = 2;
 const LEASE: Duration = Duration::from_secs(4);
-const SETTLE_ROUNDS: usize = 400;
+const POLL: Duration = Duration::from_millis(250);
+/// The settle phase samples every 100 ms, for at most 200 s.
+const SETTLE_SAMPLE: Duration = Duration::from_millis(100);
+const SETTLE_ROUNDS: usize = 2_000;
 
 /// Runs `seed` on `backend` on a fresh paused current-thread runtime.
 pub fn run(seed: u64, backend: Backend) -> RunReport {
@@ -79,30 +106,62 @@ fn t0() -> DateTime<Utc> {
     DateTime::from_timestamp(1_900_000_000, 0).expect("a valid start time")
 }
 
+/// An outcome awaited by a sender: the command's index in `Oracle::sent` and the wait.
+type Waiter = (
+    usize,
+    tokio::task::JoinHandle<Result<CommandOutcome, DeliveryError>>,
+);
+
 struct Sim {
     rng: SimRng,
     clock: Arc<ManualClock>,
     faults: FaultyStorage,
     boxes: Vec<Shardbox>,
     nodes: Vec<Option<Node>>,
+    incarnations: Incarnations,
     oracle: Oracle,
     report: RunReport,
     prefix: String,
+    /// Receipts of accepted commands, by index in `Oracle::sent`.
+    receipts: Vec<(usize, SendReceipt)>,
+    waiters: Vec<Waiter>,
+    reshard: Option<tokio::task::JoinHandle<Result<shardbox::ReshardReport, DeliveryError>>>,
+    /// The PostgreSQL URL and the `application_name` of the run's connections.
+    pg: Option<(String, String)>,
 }
 
 async fn simulate(seed: u64, backend: Backend) -> RunReport {
     forget_healed();
     let mut rng = SimRng::new(seed);
     let memory = Arc::new(MemoryStorage::new());
-    let (inner, _dir): (Arc<dyn Storage>, Option<tempfile::TempDir>) = match backend {
-        Backend::Memory => (memory.clone(), None),
+    let mut _dir = None;
+    let mut _schema = None;
+    let mut pg = None;
+    let inner: Arc<dyn Storage> = match backend {
+        Backend::Memory => memory.clone(),
         Backend::Sqlite => {
             let dir = tempfile::tempdir().expect("tempdir");
             let options = SqliteOptions::default().checkpoint_interval(None);
             let s = SqliteStorage::open_with(dir.path().join("sim.db"), options)
                 .await
                 .expect("open SQLite");
-            (Arc::new(s), Some(dir))
+            _dir = Some(dir);
+            Arc::new(s)
+        }
+        Backend::Postgres => {
+            let url =
+                std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL for Backend::Postgres");
+            let schema = crate::common::PgSchema::new(&url, &format!("sim_{seed}"));
+            // The run's connections carry the schema's name, so that a step can terminate
+            // them and nobody else's.
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let tagged = format!("{url}{sep}application_name={}", schema.name);
+            let s = shardbox::PostgresStorage::connect_with(tagged, schema.options(3))
+                .await
+                .expect("connect to SHARDBOX_PG_URL");
+            pg = Some((url, schema.name.clone()));
+            _schema = Some(schema);
+            Arc::new(s)
         }
     };
     let rates = FaultRates {
@@ -127,26 +186,62 @@ async fn simulate(seed: u64, backend: Backend) -> RunReport {
     for i in 0..NODES {
         boxes.push(build(&faults, &clock, i, workers, page_size, linger).await);
     }
-    let nodes = boxes.iter().map(|b| Some(b.start())).collect();
     let mut sim = Sim {
         rng,
         clock,
         faults,
         boxes,
-        nodes,
+        nodes: (0..NODES).map(|_| None).collect(),
+        incarnations: Incarnations(vec![None; NODES]),
         oracle: Oracle::default(),
         report: RunReport::default(),
         prefix: format!("s{seed}{}", backend.tag()),
+        receipts: Vec::new(),
+        waiters: Vec::new(),
+        reshard: None,
+        pg,
     };
+    for i in 0..NODES {
+        sim.start_node(i);
+    }
     sim.faults.enable(true);
     let steps = sim.rng.range(40, 90);
     for _ in 0..steps {
         sim.step().await;
     }
     sim.faults.enable(false);
-    let settled = sim.settle().await;
-    for node in sim.nodes.iter_mut() {
-        if let Some(node) = node.take() {
+    let mut watch = LatencyWatch::new(latency::bound(POLL, linger));
+    let settled = sim.settle(&mut watch).await;
+    sim.report.latency_samples = watch.samples;
+    sim.report.worst_wait = watch.worst.0;
+    sim.report.violations.append(&mut watch.violations());
+    // The outcomes the senders awaited (each wait ends by its timeout), then one more read of
+    // every accepted command's outcome, now that everything is decided.
+    for (i, waiter) in std::mem::take(&mut sim.waiters) {
+        let read = match waiter.await {
+            Ok(r) => r,
+            Err(e) => panic!("an outcome waiter panicked: {e}"),
+        };
+        sim.oracle.outcomes.push(OutcomeRead {
+            sent: i,
+            settled: false,
+            read: read.map_err(|e| e.to_string()),
+        });
+    }
+    for (i, receipt) in std::mem::take(&mut sim.receipts) {
+        let read = sim.boxes[0]
+            .outcome_with(&receipt, OutcomeWait::timeout(Duration::from_secs(1)))
+            .await;
+        sim.oracle.outcomes.push(OutcomeRead {
+            sent: i,
+            settled: true,
+            read: read.map_err(|e| e.to_string()),
+        });
+    }
+    sim.report.outcomes_read = sim.oracle.outcomes.len();
+    sim.report.reshards_done = sim.oracle.reshards.iter().filter(|r| r.is_ok()).count();
+    for i in 0..NODES {
+        if let Some(node) = sim.nodes[i].take() {
             if let Err(e) = node.shutdown().await {
                 sim.report.violations.push(format!("shutdown failed: {e}"));
             }
@@ -183,6 +278,7 @@ async fn simulate(seed: u64, backend: Backend) -> RunReport {
         .extend(invariants::end_state(&sim.boxes[0], &sim.oracle, &sim.prefix).await);
     sim.report.violations.append(&mut violations);
     sim.report.faults = sim.faults.counts();
+    sim.faults.forget_listeners();
     sim.report.commits = sim.faults.commits().len();
     sim.report
 }
@@ -208,7 +304,7 @@ async fn build(
         .page_size(page_size)
         .catch_up_page_size(5)
         .lease_duration(LEASE)
-        .poll_interval(Duration::from_millis(250))
+        .poll_interval(POLL)
         .lease_linger(linger)
         .dedup_window(Duration::from_secs(3_600))
         .ttl_sweep_interval(Duration::from_secs(1))
@@ -224,7 +320,9 @@ async fn build(
         )
         .aggregate::<Ledger>()
         .aggregate::<Gate>()
+        .aggregate::<Sink>()
         .projection::<Audit>()
+        .process_manager::<Relay>()
         .build()
         .await
         .expect("build a node")
@@ -236,6 +334,12 @@ impl Sim {
         self.clock
             .advance(chrono::Duration::milliseconds(ms as i64));
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    /// Starts node `i`: its pick-ups from now on are its current incarnation's.
+    fn start_node(&mut self, i: usize) {
+        self.incarnations.0[i] = Some(self.faults.pick_ups());
+        self.nodes[i] = Some(self.boxes[i].start());
     }
 
     /// A live node's Shardbox (the operator and the senders use any node).
@@ -265,6 +369,9 @@ impl Sim {
                         + chrono::Duration::seconds(1),
                 );
             }
+            73..=74 => self.reshard(),
+            75..=76 => self.cancel_catch_up().await,
+            77..=78 if self.pg.is_some() => self.terminate_backends().await,
             _ => {
                 let ms = self.rng.range(10, 900);
                 self.elapse(ms).await;
@@ -278,6 +385,7 @@ impl Sim {
         let count = self.rng.range(1, 3);
         let mut used = Vec::new();
         let mut tasks = Vec::new();
+        let mut waits = Vec::new();
         for _ in 0..count {
             let gate = self.rng.chance(300);
             let target = if gate {
@@ -309,8 +417,15 @@ impl Sim {
                 poison,
                 audit: format!("{}-A{}", self.prefix, self.rng.below(3)),
                 audit_fail_first: u32::from(self.rng.chance(100)),
+                relay: self.relay(),
             };
             let signal = format!("{}-m{n}", self.prefix);
+            // Some senders await the outcome (for up to 20 s: some time out).
+            let wait = self
+                .rng
+                .chance(400)
+                .then(|| Duration::from_millis(self.rng.range(200, 20_000)));
+            waits.push(wait);
             let sb = self.any_box();
             let mut sent = Sent {
                 kind: if gate { Gate::KIND } else { Ledger::KIND },
@@ -320,12 +435,14 @@ impl Sim {
                 accepted: false,
                 ordered: delay.is_none() && (gate || !poison),
                 poison,
+                ttl: ttl.is_some(),
                 note: format!(
                     "poison {poison}, fail_first {}, delay {delay:?}, ttl {ttl:?}",
                     command.fail_first
                 ),
             };
             tasks.push(tokio::spawn(async move {
+                let mut receipt = None;
                 for _ in 0..3 {
                     let mut options = SendOptions::default().signal_id(signal.clone());
                     if let Some(d) = delay {
@@ -340,20 +457,41 @@ impl Sim {
                         sb.send_with::<Ledger>(&target, &command, options).await
                     };
                     sent.note.push_str(if r.is_ok() { ", ok" } else { ", err" });
-                    if r.is_ok() {
+                    if let Ok(r) = r {
                         sent.accepted = true;
+                        receipt = Some(r);
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                sent
+                (sent, receipt)
             }));
         }
-        for task in tasks {
-            let sent = task.await.expect("a send task");
+        for (task, wait) in tasks.into_iter().zip(waits) {
+            let (sent, receipt) = task.await.expect("a send task");
             self.report.sends += 1;
+            let i = self.oracle.sent.len();
             self.oracle.sent.push(sent);
+            let Some(receipt) = receipt else { continue };
+            if let Some(timeout) = wait {
+                let sb = self.any_box();
+                let r = receipt.clone();
+                self.waiters.push((
+                    i,
+                    tokio::spawn(async move {
+                        sb.outcome_with(&r, OutcomeWait::timeout(timeout)).await
+                    }),
+                ));
+            }
+            self.receipts.push((i, receipt));
         }
+    }
+
+    /// The relay flow an event joins, if any (one in three).
+    fn relay(&mut self) -> Option<String> {
+        self.rng
+            .chance(333)
+            .then(|| format!("{}-R{}", self.prefix, self.rng.below(2)))
     }
 
     async fn post(&mut self) {
@@ -364,6 +502,7 @@ impl Sim {
             n,
             audit: format!("{}-A{}", self.prefix, self.rng.below(3)),
             audit_fail_first: u32::from(self.rng.chance(100)),
+            relay: self.relay(),
         };
         let signal = format!("{}-p{n}", self.prefix);
         let sb = self.any_box();
@@ -439,24 +578,81 @@ impl Sim {
         let _ = sb.catch_up::<Audit>(request).await;
     }
 
+    /// An operator cancels a running catch-up (the settle phase repairs the partial rebuild
+    /// with a new catch-up of every instance).
+    async fn cancel_catch_up(&mut self) {
+        let sb = self.any_box();
+        let Ok(running) = sb.storage().running_catch_ups().await else {
+            return;
+        };
+        if running.is_empty() {
+            return;
+        }
+        let job = &running[self.rng.below(running.len() as u64) as usize];
+        // Recorded before the call: a lost acknowledgement may have cancelled it.
+        self.oracle.cancelled.push(job.id);
+        self.report.cancels += 1;
+        let _ = sb.cancel_catch_up(job.id).await;
+    }
+
+    /// An operator re-shards while the nodes run (one at a time; it runs beside the steps,
+    /// waiting for the nodes to hand their shards over). The nodes were built with 4 shards.
+    fn reshard(&mut self) {
+        if self.reshard.as_ref().is_some_and(|r| !r.is_finished()) {
+            return;
+        }
+        let to = [2, 3, 5, 8][self.rng.below(4) as usize];
+        let sb = self.any_box();
+        self.report.reshards += 1;
+        self.reshard = Some(tokio::spawn(async move {
+            let options = ReshardOptions {
+                timeout: Duration::from_secs(20),
+            };
+            sb.reshard_with(to, &options).await
+        }));
+    }
+
+    /// Terminates every PostgreSQL backend of the run (the pool's connections and the nodes'
+    /// listeners), as a server that drops its connections would.
+    async fn terminate_backends(&mut self) {
+        let Some((url, name)) = self.pg.clone() else {
+            return;
+        };
+        self.report.terminations += 1;
+        let killed = tokio::task::spawn_blocking(move || {
+            use diesel::Connection;
+            let mut admin = diesel::PgConnection::establish(&url).map_err(|e| e.to_string())?;
+            shardbox::storage::test_schema::terminate_backends(&mut admin, &name)
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .expect("the terminate task");
+        if let Err(e) = killed {
+            eprintln!("could not terminate the run's backends: {e}");
+        }
+    }
+
     async fn restart(&mut self) {
         let i = self.rng.below(NODES as u64) as usize;
         match self.nodes[i].take() {
             Some(node) => {
                 self.report.restarts += 1;
+                self.incarnations.0[i] = None;
                 let _ = node.shutdown().await;
                 // Down for a while (the other node takes its shards), or back at once.
                 if self.rng.chance(500) {
-                    self.nodes[i] = Some(self.boxes[i].start());
+                    self.start_node(i);
                 }
             }
-            None => self.nodes[i] = Some(self.boxes[i].start()),
+            None => self.start_node(i),
         }
     }
 
     /// Without faults: heals every poison command, requeues blocked targets, restarts
-    /// stopped nodes, and lets time run until nothing is pending.
-    async fn settle(&mut self) -> Result<(), String> {
+    /// stopped nodes, waits for a re-sharding in progress, repairs the rebuilds that were
+    /// cancelled (after checking what they left), and lets time run until nothing is pending,
+    /// sampling the latency invariant every `SETTLE_SAMPLE`.
+    async fn settle(&mut self, watch: &mut LatencyWatch) -> Result<(), String> {
         for s in &self.oracle.sent {
             if s.poison {
                 heal(&s.signal);
@@ -464,11 +660,15 @@ impl Sim {
         }
         for i in 0..NODES {
             if self.nodes[i].is_none() {
-                self.nodes[i] = Some(self.boxes[i].start());
+                self.start_node(i);
             }
+        }
+        if std::env::var("SHARDBOX_SIM_LOG").is_ok() {
+            tracing::info!(now = %self.clock.now(), "the settle phase starts: faults off");
         }
         let sb = self.boxes[0].clone();
         let mut last = String::new();
+        let mut repaired = self.oracle.cancelled.is_empty();
         for _ in 0..SETTLE_ROUNDS {
             let blocked = sb.blocked_targets().await.map_err(|e| e.to_string())?;
             for b in &blocked {
@@ -476,24 +676,58 @@ impl Sim {
                     .await
                     .map_err(|e| e.to_string())?;
             }
+            if self.reshard.as_ref().is_some_and(|r| r.is_finished()) {
+                if let Some(r) = self.reshard.take() {
+                    let report = r.await.expect("the re-sharding task");
+                    self.oracle
+                        .reshards
+                        .push(report.map(|r| (r.from, r.to)).map_err(|e| e.to_string()));
+                }
+            }
             let counts = sb.storage().counts(None).await.map_err(|e| e.to_string())?;
             let running = sb
                 .storage()
                 .running_catch_ups()
                 .await
                 .map_err(|e| e.to_string())?;
-            if counts.pending() == 0 && counts.blocked == 0 && running.is_empty() {
-                return Ok(());
+            watch
+                .sample(
+                    &self.faults,
+                    &self.incarnations,
+                    self.clock.now(),
+                    self.reshard.is_some(),
+                    !running.is_empty(),
+                )
+                .await?;
+            if counts.pending() == 0
+                && counts.blocked == 0
+                && running.is_empty()
+                && self.reshard.is_none()
+            {
+                if repaired {
+                    return Ok(());
+                }
+                // Every cancelled job has ended: what it left is checked, then repaired.
+                invariants::check_cancelled_rebuilds(&sb, &self.oracle, &self.prefix)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .for_each(|v| self.report.violations.push(v));
+                sb.catch_up::<Audit>(CatchUp::all())
+                    .await
+                    .map_err(|e| format!("the repair catch-up: {e}"))?;
+                repaired = true;
             }
             last = format!(
-                "{counts:?}, running catch-ups {:?}",
-                running.iter().map(|j| (j.id, j.status)).collect::<Vec<_>>()
+                "{counts:?}, running catch-ups {:?}, re-sharding {}",
+                running.iter().map(|j| (j.id, j.status)).collect::<Vec<_>>(),
+                self.reshard.is_some()
             );
-            self.elapse(500).await;
+            self.elapse(SETTLE_SAMPLE.as_millis() as u64).await;
         }
         Err(format!(
             "no loss (liveness): the Inbox did not settle within {} s without faults: {last}",
-            SETTLE_ROUNDS / 2
+            (SETTLE_SAMPLE * SETTLE_ROUNDS as u32).as_secs()
         ))
     }
 }

@@ -39,7 +39,12 @@ use crate::model::error::{DeliveryError, StorageError};
 use crate::model::ids::{NodeId, ShardIndex, WorkerId};
 use crate::storage::{Lease, ReshardAnnouncement, ReshardMoves, ReshardSwitch};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// The runtime's clock, not the system's: the same in production, and under a paused test
+// runtime the operator renews its leases and announcement, and gives up, on the clock the
+// nodes' timers run on (with the system's, its leases ran out between two renewals and the
+// gathering never ended before its timeout in real time).
+use tokio::time::Instant;
 
 /// What a re-sharding did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +114,11 @@ pub async fn reshard(
             switched_in: Duration::ZERO,
         });
     }
-    let me = NodeId(format!("reshard-{}-{:08x}", seat.node_id.0, rand_suffix()));
+    let me = NodeId(format!(
+        "reshard-{}-{:08x}",
+        seat.node_id.0,
+        operator_suffix(seat.clock.now())
+    ));
     tracing::info!(from, to, by = %me, "re-sharding: announcing");
     let started = Instant::now();
     announce(seat, &me, to).await?;
@@ -292,13 +301,15 @@ fn refused(reason: String) -> DeliveryError {
 }
 
 /// A few random bits for the operator's holder id, so that two operators on one node differ.
-fn rand_suffix() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
+fn operator_suffix(now: chrono::DateTime<chrono::Utc>) -> u32 {
+    // From the node's clock and the process, with a fixed hasher: distinct for two operators
+    // (another process, or another instant), and the same when a test on a manual clock
+    // replays a schedule (a random suffix made two replays of one seed differ).
+    use std::hash::Hasher;
+    // `DefaultHasher::new` has fixed keys: stable within a build, which is all it needs.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write_i64(now.timestamp());
+    h.write_u32(now.timestamp_subsec_nanos());
+    h.write_u32(std::process::id());
     h.finish() as u32
 }

@@ -34,10 +34,23 @@ pub(super) async fn serve(
     let config = &delivery.env().config;
     if queue.is_paused() || shard.0 >= delivery.env().registry.shard_count() {
         // A re-sharding is in progress, or the shard left the layout: not ours to pick up.
-        if let Some(lease) = queue.unpark(shard, None) {
-            if let Err(e) = delivery.release(&lease).await {
-                tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires");
-            }
+        // A lease this node still has on it goes now — kept for the linger, or kept for a
+        // retried release after a failed one (see `unreleased`): the operator waits for it,
+        // and once the pause ends no turn may come to settle it (the shard may be another
+        // member's), so it would stay leased here until it ran out.
+        let released = match queue.unpark(shard, None) {
+            Some(lease) => delivery.release(&lease).await,
+            None => Ok(()),
+        };
+        let settled = match released {
+            Ok(()) => delivery.settle_unreleased(shard).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = settled {
+            // Kept for a retried release: tried again as after a failed turn.
+            let after = retry_delay(queue.turn_failed(shard), config.poll_interval);
+            tracing::warn!(%shard, error = %e, retry_in = ?after, "could not release a lease of a paused or moved shard; retried");
+            spawn_retry(delivery, queue, shard, after);
         }
         queue.finish(shard, TurnEnd::HandedOver);
         return;

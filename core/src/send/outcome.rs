@@ -55,7 +55,11 @@ fn listen_for_outcomes(env: &DeliveryEnv) {
     env.outcomes.listen_once(|| {
         let listener = env.storage.write_listener()?;
         let node = NodeId(format!("{}/outcomes", env.config.node_id));
-        let observer: Arc<dyn ShardObserver> = env.outcomes.clone();
+        // Weakly: the signals keep the listener's handle, and a listener holding the signals
+        // would keep both alive for good — its connection and thread outliving the
+        // environment (one per Shardbox dropped after awaiting an outcome).
+        let observer: Arc<dyn ShardObserver> =
+            Arc::new(WeakSignals(Arc::downgrade(&env.outcomes)));
         match listener.listen(&node, crate::MAX_SHARDS, observer) {
             Ok(handle) => Some(handle),
             Err(error) => {
@@ -64,6 +68,29 @@ fn listen_for_outcomes(env: &DeliveryEnv) {
             }
         }
     });
+}
+
+/// The outcome signals as the listener sees them: gone once the environment is.
+struct WeakSignals(std::sync::Weak<crate::runner::outcomes::OutcomeSignals>);
+
+impl ShardObserver for WeakSignals {
+    fn on_write(&self, shards: &[crate::model::ids::ShardIndex]) {
+        if let Some(signals) = self.0.upgrade() {
+            signals.on_write(shards);
+        }
+    }
+
+    fn on_missed_writes(&self) {
+        if let Some(signals) = self.0.upgrade() {
+            signals.on_missed_writes();
+        }
+    }
+
+    fn on_outcomes(&self, shards: &[crate::model::ids::ShardIndex]) {
+        if let Some(signals) = self.0.upgrade() {
+            signals.on_outcomes(shards);
+        }
+    }
 }
 
 impl Inbox {
