@@ -329,6 +329,10 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
         "all_dead_tuples_per_delivered",
         (0..5).map(churn).sum::<f64>(),
     ));
+    e.push((
+        "inbox_hot_share_of_dead_versions",
+        final_db.hot_updates[0] as f64 / final_db.churn[0].max(1) as f64,
+    ));
     let after_warm = rows.iter().filter(|r| r.t_s >= warm_s);
     e.push((
         "inbox_dead_tuples_peak",

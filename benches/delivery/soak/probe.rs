@@ -33,6 +33,9 @@ pub struct DbSample {
     /// PostgreSQL: tuples updated or deleted so far in each of [`TABLES`], each leaving a
     /// dead version behind (`n_tup_upd + n_tup_del`).
     pub churn: [i64; 5],
+    /// PostgreSQL: of those, updates that were HOT (no index entry; their dead versions are
+    /// pruned within the page, without a vacuum).
+    pub hot_updates: [i64; 5],
     /// PostgreSQL: the whole schema; SQLite: the database file (page count × page size).
     pub total_bytes: i64,
     /// SQLite: bytes of free pages in the file.
@@ -70,6 +73,8 @@ struct TableStat {
     dead: i64,
     #[diesel(sql_type = BigInt)]
     churn: i64,
+    #[diesel(sql_type = BigInt)]
+    hot: i64,
 }
 
 #[derive(QueryableByName)]
@@ -172,7 +177,8 @@ fn postgres(
     let mut s = DbSample::default();
     let stats: Vec<TableStat> = diesel::sql_query(
         "SELECT c.relname::text AS name, pg_total_relation_size(c.oid) AS bytes, \
-         COALESCE(t.n_dead_tup, 0) AS dead, COALESCE(t.n_tup_upd + t.n_tup_del, 0) AS churn \
+         COALESCE(t.n_dead_tup, 0) AS dead, COALESCE(t.n_tup_upd + t.n_tup_del, 0) AS churn, \
+         COALESCE(t.n_tup_hot_upd, 0) AS hot \
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          LEFT JOIN pg_stat_user_tables t ON t.relid = c.oid \
          WHERE n.nspname = $1 AND c.relkind = 'r'",
@@ -185,6 +191,7 @@ fn postgres(
             s.table_bytes[i] = t.bytes;
             s.dead_tuples[i] = t.dead;
             s.churn[i] = t.churn;
+            s.hot_updates[i] = t.hot;
         }
     }
     rows(&mut s, diesel::sql_query(ROWS).get_result(conn)?);
@@ -210,7 +217,7 @@ fn sqlite(conn: &mut SqliteConnection, path: &PathBuf) -> Result<DbSample, diese
     // Per table through the `dbstat` table, where SQLite was built with it.
     let stats: Result<Vec<TableStat>, _> = diesel::sql_query(
         "SELECT COALESCE(m.tbl_name, d.name) AS name, SUM(d.pgsize) AS bytes, \
-         0 AS dead, 0 AS churn \
+         0 AS dead, 0 AS churn, 0 AS hot \
          FROM dbstat d LEFT JOIN sqlite_master m ON m.name = d.name GROUP BY 1",
     )
     .load(conn);
