@@ -359,7 +359,9 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
     ));
     let held = *lock(&bg.held);
     if let (Some(from), Some(until)) = (held.from_s, held.until_s) {
-        let h = series::around_hold(&rows, warm_s, from, until);
+        // The phase before the hold starts after half of what precedes it at most, so that
+        // a hold taken right after the warm-up still has a "before".
+        let h = series::around_hold(&rows, warm_s.min(from / 2.0), from, until);
         e.push(("hold_from_s", from));
         e.push(("hold_until_s", until));
         for (i, phase) in ["before", "during", "after"].iter().enumerate() {
