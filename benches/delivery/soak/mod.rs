@@ -236,7 +236,7 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
         // The sample.
         let h = lock(&LATENCY).replace(model::histogram());
         let (p50, p99) = match &h {
-            Some(h) if h.len() > 0 => {
+            Some(h) if !h.is_empty() => {
                 let _ = total.add(h);
                 (
                     h.value_at_quantile(0.5) as f64 / 1e3,
@@ -296,7 +296,11 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
     }
     let audit = audit(&producer, a.targets, &sent).await?;
     let totals = fleet.totals();
-    let s = lock(&sent);
+    // What was sent, read out of the lock (no guard is held across the awaits below).
+    let (messages, refused, expiring, send_errors) = {
+        let s = lock(&sent);
+        (s.messages, s.refused, s.expiring, s.errors)
+    };
     let dead_letters = purged
         + producer
             .count_dead_letters(DeadLetterFilter::all())
@@ -305,13 +309,13 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
     let mut r = Report {
         workload: a.workload.name(),
         backend: db.backend.name(),
-        n: s.messages as usize,
+        n: messages as usize,
         msgs_per_s: totals.delivered as f64 / started.elapsed().as_secs_f64(),
         p50_ms: total.value_at_quantile(0.5) as f64 / 1e3,
         p99_ms: total.value_at_quantile(0.99) as f64 / 1e3,
         max_ms: total.max() as f64 / 1e3,
-        lost: audit.lost + s.refused.saturating_sub(dead_letters),
-        duplicates: audit.doubled + dead_letters.saturating_sub(s.refused),
+        lost: audit.lost + refused.saturating_sub(dead_letters),
+        duplicates: audit.doubled + dead_letters.saturating_sub(refused),
         ..Report::default()
     };
     let e = &mut r.extra;
@@ -341,12 +345,12 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
             .fold(0.0, f64::max),
     ));
     e.push(("dead_letters", dead_letters as f64));
-    e.push(("dead_letters_expected", s.refused as f64));
+    e.push(("dead_letters_expected", refused as f64));
     e.push(("expired", totals.expired as f64));
-    e.push(("expiring_sent", s.expiring as f64));
+    e.push(("expiring_sent", expiring as f64));
     e.push(("late_applied", audit.late as f64));
     e.push(("retries", totals.retries as f64));
-    e.push(("send_errors", s.errors as f64));
+    e.push(("send_errors", send_errors as f64));
     e.push(("restarts", fleet.restarts as f64));
     e.push(("reshards", resharded as f64));
     e.push(("catch_ups", catch_ups as f64));
