@@ -10,7 +10,11 @@ default 2)] [--batch B (default: page size)] \
 [--cache-capacity C (default: the framework's)] [--workers W (live, latency, scale, jobs: \
 workers per node, default 4)] [--handler-concurrency C (jobs: the node's total, each worker \
 may use all of it, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)] \
-[--paced (jobs: producers offer --rate msgs/s instead of sending as fast as they can)]";
+[--paced (jobs: producers offer --rate msgs/s instead of sending as fast as they can)] \
+[--minutes M (soak: length of the run, default 30)] [--sample-secs S (soak: default 60)] \
+[--vacuum-secs V (soak, PostgreSQL: VACUUM (ANALYZE) of the schema every V s; default 60 when \
+the server's autovacuum is off, else 0 = none)] [--hold-xmin-minutes N --hold-xmin-after M \
+(soak, PostgreSQL: a snapshot held open elsewhere for N minutes from minute M)]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -38,6 +42,7 @@ pub enum Workload {
     Cluster,
     Jobs,
     Reshard,
+    Soak,
 }
 
 impl Workload {
@@ -50,6 +55,7 @@ impl Workload {
             Workload::Cluster => "cluster",
             Workload::Reshard => "reshard",
             Workload::Jobs => "jobs",
+            Workload::Soak => "soak",
         }
     }
 }
@@ -90,6 +96,17 @@ pub struct Args {
     pub node_process: Option<String>,
     /// Hidden: the PostgreSQL schema a node process serves (with `--node-process`).
     pub schema: Option<String>,
+    /// `soak`: length of the run, minutes.
+    pub minutes: f64,
+    /// `soak`: seconds between samples.
+    pub sample_secs: u64,
+    /// `soak`, PostgreSQL: seconds between the workload's own `VACUUM (ANALYZE)` of the schema
+    /// (`None`: every 60 s if the server's autovacuum is off, else never; 0: never).
+    pub vacuum_secs: Option<u64>,
+    /// `soak`, PostgreSQL: minutes a snapshot is held open on a connection of its own
+    /// (0: none), and the minute of the run it is taken at.
+    pub hold_xmin_minutes: f64,
+    pub hold_xmin_after: f64,
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
@@ -121,8 +138,14 @@ impl Args {
             work_ms: 1.0,
             node_process: None,
             schema: None,
+            minutes: 30.0,
+            sample_secs: 60,
+            vacuum_secs: None,
+            hold_xmin_minutes: 0.0,
+            hold_xmin_after: 0.0,
         };
         let mut n = None;
+        let mut rate = None;
         while let Some(flag) = it.next() {
             match flag.as_str() {
                 "--bench" => {} // cargo bench passes it to harness = false targets
@@ -143,6 +166,7 @@ impl Args {
                         Some("cluster") => Workload::Cluster,
                         Some("reshard") => Workload::Reshard,
                         Some("jobs") => Workload::Jobs,
+                        Some("soak") => Workload::Soak,
                         other => return Err(format!("--workload: unknown workload {other:?}")),
                     }
                 }
@@ -152,7 +176,7 @@ impl Args {
                 "--page-size" => a.page_size = number("--page-size", it.next())?,
                 "--workers" => a.workers = number("--workers", it.next())?,
                 "--nodes" => a.nodes = number("--nodes", it.next())?,
-                "--rate" => a.rate = number("--rate", it.next())?,
+                "--rate" => rate = Some(number("--rate", it.next())?),
                 "--secs" => a.secs = number("--secs", it.next())?,
                 "--warmup" => a.warmup = number("--warmup", it.next())?,
                 "--rounds" => a.rounds = number("--rounds", it.next())?,
@@ -169,12 +193,24 @@ impl Args {
                     a.node_process = Some(it.next().ok_or("--node-process needs a node id")?)
                 }
                 "--schema" => a.schema = Some(it.next().ok_or("--schema needs a schema name")?),
+                "--minutes" => a.minutes = number("--minutes", it.next())?,
+                "--sample-secs" => a.sample_secs = number("--sample-secs", it.next())?,
+                "--vacuum-secs" => a.vacuum_secs = Some(number("--vacuum-secs", it.next())?),
+                "--hold-xmin-minutes" => {
+                    a.hold_xmin_minutes = number("--hold-xmin-minutes", it.next())?
+                }
+                "--hold-xmin-after" => a.hold_xmin_after = number("--hold-xmin-after", it.next())?,
                 other => return Err(format!("unknown flag `{other}`")),
             }
         }
         a.n = n.unwrap_or(match a.workload {
             Workload::CatchUp => 200_000,
             _ => 100_000,
+        });
+        // The soak offers a steady mixed load well below saturation: it measures growth.
+        a.rate = rate.unwrap_or(match a.workload {
+            Workload::Soak => 300,
+            _ => 1_000,
         });
         if a.batch == 0 {
             a.batch = a.page_size;
@@ -188,9 +224,12 @@ impl Args {
             || a.workers == 0
             || a.handler_concurrency == 0
             || !(a.work_ms >= 0.0 && a.work_ms <= 60_000.0)
+            || !(a.minutes > 0.0 && a.minutes <= 10_000.0)
+            || a.sample_secs == 0
+            || !(a.hold_xmin_minutes >= 0.0 && a.hold_xmin_after >= 0.0)
         {
             return Err(
-                "--n, --targets, --shards, --page-size, --nodes, --rounds, --workers and --handler-concurrency must be > 0, --work-ms 0..=60000".into(),
+                "--n, --targets, --shards, --page-size, --nodes, --rounds, --workers, --handler-concurrency, --minutes and --sample-secs must be > 0, --work-ms 0..=60000, the --hold-xmin-* values >= 0".into(),
             );
         }
         Ok(a)

@@ -5,6 +5,7 @@
 //! cargo bench --bench delivery -- --backend sqlite --workload live [--n 100000]
 //!     [--targets 1000] [--shards 16] [--page-size 256] [--nodes 3] [--rate 1000] [--secs 10]
 //!     [--handler-concurrency 64] [--work-ms 1]   (the `jobs` workload)
+//!     [--minutes 30] [--sample-secs 60] [--hold-xmin-minutes N --hold-xmin-after M]  (`soak`)
 //! ```
 //!
 //! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
@@ -21,6 +22,7 @@ mod jobs;
 mod model;
 mod report;
 mod reshard;
+mod soak;
 mod statements;
 mod timeline;
 mod traffic;
@@ -67,6 +69,7 @@ fn main() {
             Workload::Cluster => cluster::run(&args).await,
             Workload::Jobs => jobs::jobs(&args).await,
             Workload::Reshard => reshard::reshard(&args).await,
+            Workload::Soak => soak::soak(&args).await,
         }
     });
     match result {
