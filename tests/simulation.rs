@@ -101,10 +101,13 @@ fn run_seeds(backend: Backend, default: u64) {
         totals.commits += r.commits;
         let violations = r.violations;
         if !violations.is_empty() {
-            failures.push(format!(
+            let failure = format!(
                 "SEED={seed} ({backend:?}): {}\n  re-run: SHARDBOX_SIM_SEED={seed} cargo test --test simulation",
                 violations.join("\n  ")
-            ));
+            );
+            // Said at once too: a long run cut short still shows what it found.
+            eprintln!("{failure}");
+            failures.push(failure);
         }
     }
     println!(

@@ -669,12 +669,25 @@ impl Sim {
         let sb = self.boxes[0].clone();
         let mut last = String::new();
         let mut repaired = self.oracle.cancelled.is_empty();
+        // A read that fails (a pooled connection a terminated backend left dead) is tried
+        // again next round: only a settle phase that never succeeds is a violation.
+        macro_rules! or_next_round {
+            ($e:expr) => {
+                match $e {
+                    Ok(v) => v,
+                    Err(e) => {
+                        last = format!("a settle-phase call failed: {e}");
+                        self.elapse(SETTLE_SAMPLE.as_millis() as u64).await;
+                        continue;
+                    }
+                }
+            };
+        }
         for _ in 0..SETTLE_ROUNDS {
-            let blocked = sb.blocked_targets().await.map_err(|e| e.to_string())?;
+            let blocked = or_next_round!(sb.blocked_targets().await);
             for b in &blocked {
-                sb.unblock(&b.target, Unblock::Requeue)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                // One that fails is still blocked next round, and requeued then.
+                let _ = sb.unblock(&b.target, Unblock::Requeue).await;
             }
             if self.reshard.as_ref().is_some_and(|r| r.is_finished()) {
                 if let Some(r) = self.reshard.take() {
@@ -684,21 +697,19 @@ impl Sim {
                         .push(report.map(|r| (r.from, r.to)).map_err(|e| e.to_string()));
                 }
             }
-            let counts = sb.storage().counts(None).await.map_err(|e| e.to_string())?;
-            let running = sb
-                .storage()
-                .running_catch_ups()
-                .await
-                .map_err(|e| e.to_string())?;
-            watch
-                .sample(
-                    &self.faults,
-                    &self.incarnations,
-                    self.clock.now(),
-                    self.reshard.is_some(),
-                    !running.is_empty(),
-                )
-                .await?;
+            let counts = or_next_round!(sb.storage().counts(None).await);
+            let running = or_next_round!(sb.storage().running_catch_ups().await);
+            or_next_round!(
+                watch
+                    .sample(
+                        &self.faults,
+                        &self.incarnations,
+                        self.clock.now(),
+                        self.reshard.is_some(),
+                        !running.is_empty(),
+                    )
+                    .await
+            );
             if counts.pending() == 0
                 && counts.blocked == 0
                 && running.is_empty()
@@ -708,14 +719,11 @@ impl Sim {
                     return Ok(());
                 }
                 // Every cancelled job has ended: what it left is checked, then repaired.
-                invariants::check_cancelled_rebuilds(&sb, &self.oracle, &self.prefix)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .for_each(|v| self.report.violations.push(v));
-                sb.catch_up::<Audit>(CatchUp::all())
-                    .await
-                    .map_err(|e| format!("the repair catch-up: {e}"))?;
+                let left = or_next_round!(
+                    invariants::check_cancelled_rebuilds(&sb, &self.oracle, &self.prefix).await
+                );
+                or_next_round!(sb.catch_up::<Audit>(CatchUp::all()).await);
+                self.report.violations.extend(left);
                 repaired = true;
             }
             last = format!(
