@@ -41,6 +41,31 @@ async fn build(
     .expect("build")
 }
 
+/// Writes, as another application version would, a command for kind `ghost`, which no node
+/// of these tests registers.
+async fn write_ghost(sb: &Shardbox, storage: &(impl Storage + ?Sized), at: DateTime<Utc>) {
+    let ghost = NewMessage {
+        signal_id: "ghost-1".into(),
+        kind: MessageKind::Command,
+        target_kind: "ghost".into(),
+        target_id: "g".into(),
+        tenant: String::new(),
+        payload: b"{}".to_vec(),
+        payload_type: "ghost.command".into(),
+        metadata: Default::default(),
+        received_at: at,
+        deliver_after: None,
+        expires_at: None,
+    };
+    storage
+        .write(WriteBatch {
+            events: vec![],
+            messages: vec![sb.address(ghost)],
+        })
+        .await
+        .unwrap();
+}
+
 /// A station that, the first time it runs, stalls past the lease while another node takes
 /// the shard over.
 struct Stall {
@@ -343,26 +368,7 @@ async fn an_idle_shards_outcome_records_are_purged_after_the_window() {
         .await;
         let node = sb.start();
         // A command for a kind no node handles: dead-lettered at its first attempt.
-        let ghost = NewMessage {
-            signal_id: "ghost-1".into(),
-            kind: MessageKind::Command,
-            target_kind: "ghost".into(),
-            target_id: "g".into(),
-            tenant: String::new(),
-            payload: b"{}".to_vec(),
-            payload_type: "ghost.command".into(),
-            metadata: Default::default(),
-            received_at: clock.now(),
-            deliver_after: None,
-            expires_at: None,
-        };
-        storage
-            .write(WriteBatch {
-                events: vec![],
-                messages: vec![sb.address(ghost)],
-            })
-            .await
-            .unwrap();
+        write_ghost(&sb, storage.as_ref(), clock.now()).await;
         assert!(node.drain(Duration::from_secs(10)).await.unwrap());
         assert_eq!(storage.dead_letters().await.unwrap().len(), 1);
         assert_eq!(storage.outcome_records().await.unwrap(), 1);
@@ -631,26 +637,7 @@ async fn rows_for_an_unregistered_kind_follow_the_failure_policy_and_never_stall
     })
     .await;
     // Another application version wrote a row for a kind this node does not know.
-    let ghost = NewMessage {
-        signal_id: "ghost-1".into(),
-        kind: MessageKind::Command,
-        target_kind: "ghost".into(),
-        target_id: "g".into(),
-        tenant: String::new(),
-        payload: b"{}".to_vec(),
-        payload_type: "ghost.command".into(),
-        metadata: Default::default(),
-        received_at: clock.now(),
-        deliver_after: None,
-        expires_at: None,
-    };
-    storage
-        .write(WriteBatch {
-            events: vec![],
-            messages: vec![sb.address(ghost)],
-        })
-        .await
-        .unwrap();
+    write_ghost(&sb, storage.as_ref(), clock.now()).await;
     sb.send::<Tally>("t-1", &TallyCommand::Add(1))
         .await
         .unwrap();

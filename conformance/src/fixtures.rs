@@ -221,6 +221,14 @@ pub fn state(key: EntityKey, state: Option<&str>) -> EntityStateWrite {
     }
 }
 
+/// The `seq` of the row of `signal` among `rows` (a page read); panics if it is not there.
+pub fn seq_of(rows: &[InboxMessage], signal: &str) -> i64 {
+    rows.iter()
+        .find(|m| m.message.signal_id.0 == signal)
+        .map(|m| m.seq)
+        .expect("row of the page")
+}
+
 /// The signal ids of `rows`, in order.
 pub fn signals(rows: &[InboxMessage]) -> Vec<String> {
     rows.iter().map(|r| r.message.signal_id.0.clone()).collect()

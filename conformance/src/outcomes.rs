@@ -61,13 +61,7 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         .read_page(ShardIndex(0), t0(), 10)
         .await
         .expect("read");
-    let seq = |signal: &str| {
-        page.messages
-            .iter()
-            .find(|m| m.message.signal_id.0 == signal)
-            .map(|m| m.seq)
-            .expect("row of the page")
-    };
+    let seq = |signal: &str| seq_of(&page.messages, signal);
     // s1's target emitted 17 events (more than one probe reads), s4's none; another target's
     // event for s1 is not s1's.
     let s1_events: Vec<SignalId> = (0..17)
@@ -221,13 +215,7 @@ pub async fn unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock
         .read_page(ShardIndex(0), t0(), 10)
         .await
         .expect("read");
-    let seq = |signal: &str| {
-        page.messages
-            .iter()
-            .find(|m| m.message.signal_id.0 == signal)
-            .map(|m| m.seq)
-            .expect("row of the page")
-    };
+    let seq = |signal: &str| seq_of(&page.messages, signal);
     let remove = |seq| RowUpdate {
         seq,
         change: RowChange::Remove,
