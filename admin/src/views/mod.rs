@@ -16,6 +16,7 @@
 
 pub mod blocked;
 pub mod catch_ups;
+pub mod dead_letter_preview;
 pub mod dead_letters;
 pub mod since;
 pub mod status;
