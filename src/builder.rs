@@ -8,8 +8,8 @@ use shardbox_core::DeliveryEnv;
 use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityKind,
-    EntityRegistry, FailurePolicy, Inbox, NodeId, ProcessManager, Projection, Reactor, Services,
-    ShardStrategy, StableHashStrategy, Storage, SystemClock,
+    EntityRegistry, FailurePolicy, Inbox, KindLimits, NodeId, ProcessManager, Projection, Reactor,
+    Services, ShardStrategy, StableHashStrategy, Storage, SystemClock,
 };
 use shardbox_core::{
     AggregateHandler, EntityHandler, ProcessManagerHandler, ProjectionHandler, ReactorHandler,
@@ -238,6 +238,23 @@ impl ShardboxBuilder {
     /// ```
     pub fn kind_policy_of<E: EntityKind<F>, F>(self, policy: FailurePolicy) -> Self {
         self.kind_policy(E::KIND, policy)
+    }
+
+    /// Limits entity kind `kind`'s handler calls: at most `limits.max_concurrent` at once on a
+    /// node, at most `limits.rate_per_second` started per second over the cluster (split
+    /// evenly among the live nodes that register the kind). A limited call waits before it
+    /// starts, where it stands: its target's later messages wait behind it, so order is kept.
+    /// The build-time value; [`Shardbox::set_kind_settings`](crate::Shardbox::set_kind_settings)
+    /// changes it while nodes run. An unknown kind fails [`build`](Self::build) with
+    /// [`ConfigError::UnknownKind`].
+    pub fn kind_limits(mut self, kind: &str, limits: KindLimits) -> Self {
+        self.config = self.config.kind_limits(kind, limits);
+        self
+    }
+
+    /// [`kind_limits`](Self::kind_limits) with `E`'s `KIND` (write the family as `_`).
+    pub fn kind_limits_of<E: EntityKind<F>, F>(self, limits: KindLimits) -> Self {
+        self.kind_limits(E::KIND, limits)
     }
 
     /// Uses a custom shard strategy (default: [`StableHashStrategy`]).

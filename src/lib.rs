@@ -52,6 +52,7 @@ pub mod admin;
 mod builder;
 mod catch_up;
 mod failures;
+mod kinds;
 mod pipeline;
 mod reads;
 mod shardbox;
@@ -64,7 +65,8 @@ pub use shardbox::{Node, Shardbox};
 
 pub use shardbox_core::storage::{
     BlockedTarget, CatchUpStatus, CatchUpTargets, DeadLetterFilter, DeadLetterId, EntityKey,
-    Member, RequeueReport, ReshardMoves, StorageReads, StoredDeadLetter, Unblock, UnblockReport,
+    Member, RequeueReport, ReshardMoves, ResumeReport, StorageReads, StoredDeadLetter, Unblock,
+    UnblockReport,
 };
 
 /// The storage conformance suite (the `shardbox-conformance` crate), for authors of another
@@ -114,12 +116,12 @@ pub use shardbox_core::{
     Aggregate, Backoff, CatchUp, CatchUpProgress, Clock, CommandOutcome, ConfigError, Context,
     Conveyor, DeliveryConfig, DeliveryError, DeliveryMonitor, DeliveryReport, EntityKind, EventSet,
     EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
-    IdField, IdProblem, Intent, InvalidId, KindRole, ManualClock, Message, MetricsSnapshot,
-    NextAttempt, NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions,
-    ProcessManager, Projection, Reactor, RegisteredKind, ReshardOptions, ReshardReport,
-    SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
-    StageReport, Station, StationContext, StorageError, StrategyRecord, SystemClock,
-    MAX_DELIVER_STAGES, MAX_ID_BYTES,
+    IdField, IdProblem, Intent, InvalidId, KindControl, KindLimits, KindRole, KindSettings,
+    ManualClock, Message, MetricsSnapshot, NextAttempt, NodeId, NoopMonitor, OutcomeWait, Outgoing,
+    PayloadError, ProcessActions, ProcessManager, Projection, Reactor, RegisteredKind,
+    ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
+    StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError,
+    StrategyRecord, SystemClock, MAX_DELIVER_STAGES, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 pub use shardbox_core::{PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES};

@@ -85,6 +85,9 @@ pub use model::ids::{
     Emitter, IdField, IdProblem, InvalidId, LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId,
     MAX_ID_BYTES, MAX_NODE_ID_BYTES,
 };
+pub use model::kind_controls::{
+    exhausted_name, exhausted_of, KindControl, KindControls, KindLimits, KindSettings,
+};
 pub use model::kind_role::{decode_kinds, encode_kinds, KindRole, RegisteredKind};
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
@@ -109,8 +112,8 @@ pub use stage::context::StationContext;
 pub use stage::conveyor::{AfterCommit, Conveyor, Intent, EXPIRED_REASON};
 pub use stage::station::Station;
 pub use storage::{
-    CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, Lease, ListenerHandle,
-    ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
+    CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, KindControlStore, Lease,
+    ListenerHandle, ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
 };
 pub use telemetry::describe::{describe_metrics, metric_help};
 pub use telemetry::gauges::GaugeSample;

@@ -4,7 +4,8 @@
 //!  batches (target, its rows in seq order) ─► each polled once on the stage's task:
 //!      done ─► its result                    (a fold, a decision: no task, no timer)
 //!      waits ─► goes on as a tokio task of its own, at most handler_concurrency at a time
-//!               on this worker and max_in_flight_handlers on the node
+//!               on this worker and max_in_flight_handlers on the node; each handler call
+//!               of a limited kind waits for its turn under the kind's gate (`KindRules`)
 //!        ─► results back in the order of the batches, whatever order they finished in
 //! ```
 //!
@@ -86,11 +87,14 @@ pub(crate) async fn run_batches(
         let env = env.clone();
         let mut call = Box::pin(async move {
             let _permit = permit;
+            let kind = batch.handler.kind();
+            let gate = env.kinds().gate_of(kind);
             let run = BatchRun {
                 now,
                 services: env.registry().services(),
-                timeout: env.config().handler_timeout_of(batch.handler.kind()),
+                timeout: env.kinds().handler_timeout_of(kind),
                 max_payload_bytes: env.config().max_payload_bytes,
+                gate: gate.as_deref(),
             };
             let messages: Vec<&InboxMessage> = batch.messages.iter().collect();
             let result = batch

@@ -146,6 +146,18 @@ diesel::table! {
 }
 
 diesel::table! {
+    /// The kinds' stored controls: a pause and run-time settings (JSON), read by every node.
+    shardbox_kind_controls (kind) {
+        kind -> Text,
+        /// When the kind was paused (NULL: not paused).
+        paused_at -> Nullable<BigInt>,
+        /// `KindSettings::to_stored`.
+        settings -> Text,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
     /// Membership: the running nodes' heartbeats.
     shardbox_nodes (node_id) {
         node_id -> Text,

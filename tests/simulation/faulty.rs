@@ -27,14 +27,15 @@ use chrono::{DateTime, Utc};
 use shardbox::core::storage::listener::ListenerControl;
 use shardbox::core::storage::{
     BlockedTarget, CatchUpJob, CatchUpStore, CommitReport, DeadLetterFilter, DeadLetterStore,
-    EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, Lease,
-    ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ReshardAnnouncement,
-    ReshardMoves, ReshardSwitch, ShardLayout, ShardObserver, ShardSession, StageCommit,
-    StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener, WriteReport,
+    EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, KindControlStore,
+    Lease, ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ReshardAnnouncement,
+    ReshardMoves, ReshardSwitch, ResumeReport, ShardLayout, ShardObserver, ShardSession,
+    StageCommit, StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener,
+    WriteReport,
 };
 use shardbox::core::{
-    EventSource, InboxMessage, NodeId, ShardIndex, SignalId, Storage, StoredEvent, StrategyRecord,
-    WorkerId,
+    EventSource, InboxMessage, KindControl, KindSettings, NodeId, ShardIndex, SignalId, Storage,
+    StoredEvent, StrategyRecord, WorkerId,
 };
 use shardbox::StorageError;
 use std::collections::{BTreeMap, HashMap};
@@ -856,6 +857,41 @@ impl DeadLetterStore for FaultyStorage {
         let r = self.inner.unblock_target(target, action, now).await;
         self.heard(&r, |report| report.shards.clone());
         FaultyStorage::ack("unblock_target", d, r)
+    }
+}
+
+#[async_trait]
+impl KindControlStore for FaultyStorage {
+    async fn kind_controls(&self) -> Result<Vec<KindControl>, StorageError> {
+        read!(self, "kind_controls", self.inner.kind_controls())
+    }
+
+    async fn pause_kind(&self, kind: &str, now: DateTime<Utc>) -> Result<bool, StorageError> {
+        let d = self.before("pause_kind", Effect::Write).await?;
+        let r = self.inner.pause_kind(kind, now).await;
+        FaultyStorage::ack("pause_kind", d, r)
+    }
+
+    async fn resume_kind(
+        &self,
+        kind: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ResumeReport, StorageError> {
+        let d = self.before("resume_kind", Effect::Write).await?;
+        let r = self.inner.resume_kind(kind, now).await;
+        self.heard(&r, |report| report.shards.clone());
+        FaultyStorage::ack("resume_kind", d, r)
+    }
+
+    async fn set_kind_settings(
+        &self,
+        kind: &str,
+        settings: &KindSettings,
+        now: DateTime<Utc>,
+    ) -> Result<(), StorageError> {
+        let d = self.before("set_kind_settings", Effect::Write).await?;
+        let r = self.inner.set_kind_settings(kind, settings, now).await;
+        FaultyStorage::ack("set_kind_settings", d, r)
     }
 }
 

@@ -39,7 +39,7 @@ impl<A: Aggregate> AggregateHandler<A> {
     ) -> Result<(Vec<A::Event>, Vec<NewEvent>), HandlerError> {
         let command: A::Command = decode(m)?;
         let cx = context(A::KIND, m, run);
-        let events = guarded(A::KIND, run.timeout, state.handle(&command, &cx)).await?;
+        let events = guarded(A::KIND, run.timeout, run.gate, state.handle(&command, &cx)).await?;
         let mut stored = Vec::with_capacity(events.len());
         for (n, event) in events.iter().enumerate() {
             let payload = serde_json::to_vec(event).map_err(|e| {

@@ -6,6 +6,7 @@
 //! timeout or a panic into an error. [`CatchUnwind`] also guards a worker's turn in the runner.
 
 use crate::entity::handler_error::HandlerError;
+use crate::entity::kind_gate::KindGate;
 use std::any::Any;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -21,11 +22,19 @@ use std::time::Duration;
 /// once before the timer is set, and never pay for one (a timer entry is a lock on the
 /// runtime's timer wheel to add it and another to remove it, per call). A call that waits
 /// gets its timeout from that first poll on.
+///
+/// Under a [`KindGate`] (the kind's limits) the call first waits for its turn; the wait is
+/// not part of its timeout.
 pub(crate) async fn guarded<T>(
     kind: &str,
     timeout: Duration,
+    gate: Option<&KindGate>,
     call: impl Future<Output = Result<T, HandlerError>>,
 ) -> Result<T, HandlerError> {
+    let _pass = match gate {
+        Some(gate) => Some(gate.enter().await),
+        None => None,
+    };
     let mut call = CatchUnwind(Box::pin(call));
     let first = std::future::poll_fn(|cx| {
         Poll::Ready(match Pin::new(&mut call).poll(cx) {

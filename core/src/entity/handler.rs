@@ -70,6 +70,9 @@ pub struct BatchRun<'a> {
     /// The largest payload an emitted event or command may carry (`max_payload_bytes`): a
     /// larger one fails its message permanently (`target_batch::emitted_payload`).
     pub max_payload_bytes: usize,
+    /// The kind's limits on this node, if it has any: each handler call waits for its turn
+    /// there first (see [`KindGate`](crate::entity::kind_gate::KindGate)).
+    pub gate: Option<&'a crate::entity::kind_gate::KindGate>,
 }
 
 /// An entity kind as delivery sees it.

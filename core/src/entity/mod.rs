@@ -30,6 +30,7 @@ pub mod guard;
 pub mod handler;
 pub mod handler_error;
 pub mod kind;
+pub mod kind_gate;
 pub mod payload;
 pub mod process;
 pub mod process_handler;

@@ -50,10 +50,16 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
         let cx = context(P::KIND, m, run);
         let actions = if m.message.kind == MessageKind::Command {
             let command: P::Command = decode(m)?;
-            guarded(P::KIND, run.timeout, flow.on_command(&command, &cx)).await?
+            guarded(
+                P::KIND,
+                run.timeout,
+                run.gate,
+                flow.on_command(&command, &cx),
+            )
+            .await?
         } else {
             let event: P::Event = decode(m)?;
-            guarded(P::KIND, run.timeout, flow.on_event(&event, &cx)).await?
+            guarded(P::KIND, run.timeout, run.gate, flow.on_event(&event, &cx)).await?
         };
         let (outgoing, finished) = actions.into_parts();
         Ok((emitted_commands(m, outgoing, run)?, finished))

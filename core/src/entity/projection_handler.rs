@@ -48,7 +48,7 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
             let mut step = match decode::<P::Event>(m) {
                 Ok(event) => {
                     let cx = context(P::KIND, m, &run);
-                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await
+                    guarded(P::KIND, run.timeout, run.gate, view.apply(&event, &cx)).await
                 }
                 Err(e) => Err(e),
             };
@@ -61,8 +61,13 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
                         for earlier in &batch[..i] {
                             if let Ok(event) = decode::<P::Event>(earlier) {
                                 let cx = context(P::KIND, earlier, &run);
-                                let _ =
-                                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await;
+                                let _ = guarded(
+                                    P::KIND,
+                                    run.timeout,
+                                    run.gate,
+                                    view.apply(&event, &cx),
+                                )
+                                .await;
                             }
                         }
                     }

@@ -31,7 +31,7 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
             let step = match decode::<R::Event>(m) {
                 Ok(event) => {
                     let cx = context(R::KIND, m, &run);
-                    guarded(R::KIND, run.timeout, self.0.react(&event, &cx))
+                    guarded(R::KIND, run.timeout, run.gate, self.0.react(&event, &cx))
                         .await
                         .and_then(|outgoing| {
                             result.commands.extend(emitted_commands(m, outgoing, &run)?);

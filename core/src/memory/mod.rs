@@ -24,6 +24,7 @@ mod due_index;
 mod entities;
 mod events;
 mod inbox;
+mod kind_controls;
 mod outcomes;
 mod registry;
 mod reshard;
@@ -67,6 +68,8 @@ struct State {
     members: BTreeMap<NodeId, Member>,
     /// Command outcomes, kept for the deduplication window.
     outcomes: outcomes::Outcomes,
+    /// The kinds' stored controls (pauses, run-time settings), by kind.
+    kind_controls: BTreeMap<String, crate::model::kind_controls::KindControl>,
 }
 
 fn target_of(m: &InboxMessage) -> EntityKey {
@@ -237,13 +240,18 @@ impl State {
     /// Makes every parked row of `target` due at once (an unblock), whatever a reader's
     /// clock says; returns their shards, one per row.
     fn release_parked(&mut self, target: &EntityKey) -> Vec<ShardIndex> {
+        self.release_parked_where(|row| target_of(row) == *target)
+    }
+
+    /// Makes every parked row that `matches` due at once; returns their shards, one per row.
+    fn release_parked_where(&mut self, matches: impl Fn(&InboxMessage) -> bool) -> Vec<ShardIndex> {
         let parked: Vec<(ShardIndex, i64)> = self
             .pending
             .iter()
             .flat_map(|(shard, seqs)| seqs.iter().map(move |seq| (*shard, *seq)))
             .filter(|(_, seq)| {
                 let row = &self.rows[seq];
-                crate::catch_up::is_parked(row.message.deliver_after) && target_of(row) == *target
+                crate::catch_up::is_parked(row.message.deliver_after) && matches(row)
             })
             .collect();
         for (shard, seq) in &parked {

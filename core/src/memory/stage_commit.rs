@@ -52,9 +52,11 @@ impl State {
     ) {
         // Parked after the other changes: a block committed with them counts.
         let mut behind_block = Vec::new();
+        let mut paused = Vec::new();
         for u in updates {
             match u.change {
                 RowChange::BehindBlock => behind_block.push(u.seq),
+                RowChange::Paused => paused.push(u.seq),
                 RowChange::Remove => {
                     self.remove(u.seq);
                 }
@@ -87,6 +89,9 @@ impl State {
         }
         for seq in behind_block {
             self.park_behind_block(seq);
+        }
+        for seq in paused {
+            self.park_paused(seq);
         }
     }
 

@@ -4,6 +4,7 @@
 use crate::model::error::ConfigError;
 use crate::model::failure::FailurePolicy;
 use crate::model::ids::NodeId;
+use crate::model::kind_controls::KindLimits;
 use crate::model::payload_limit::DEFAULT_MAX_PAYLOAD_BYTES;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -75,6 +76,11 @@ pub struct DeliveryConfig {
     pub handler_timeout: Duration,
     /// `handler_timeout` per entity kind.
     pub kind_handler_timeouts: HashMap<String, Duration>,
+    /// Limits on the handler calls of an entity kind (at most N at once on a node, at most R
+    /// per second over the cluster; see [`KindLimits`]). None by default: a kind's calls are
+    /// bounded by `handler_concurrency` and `max_in_flight_handlers` only. Changeable at run
+    /// time (`Shardbox::set_kind_settings`, `shardbox kinds set`).
+    pub kind_limits: HashMap<String, KindLimits>,
     /// The largest serialized payload a send, a post or a handler's emitted event or
     /// command may carry (256 B..=256 MiB). Default 1 MiB ([`DEFAULT_MAX_PAYLOAD_BYTES`]).
     /// A send or post over it is refused with `DeliveryError::PayloadTooLarge` and writes
@@ -106,6 +112,7 @@ impl Default for DeliveryConfig {
             max_in_flight_handlers: 1_024,
             handler_timeout: Duration::from_secs(60),
             kind_handler_timeouts: HashMap::new(),
+            kind_limits: HashMap::new(),
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
         }
     }
@@ -130,8 +137,13 @@ impl DeliveryConfig {
             .unwrap_or(self.handler_timeout)
     }
 
+    /// The build-time limits of `kind` (none unless `kind_limits` names it).
+    pub fn limits_of(&self, kind: &str) -> KindLimits {
+        self.kind_limits.get(kind).copied().unwrap_or_default()
+    }
+
     /// Checks that every setting keyed by entity kind (`kind_policy`,
-    /// `kind_handler_timeout`) names one of the `registered` kinds: a misspelled kind would
+    /// `kind_handler_timeout`, `kind_limits`) names one of the `registered` kinds: a misspelled kind would
     /// apply to nothing and leave the real kind on the defaults. The error names the
     /// setting, the unknown kind and the registered kinds.
     pub fn check_kinds(&self, registered: &[&str]) -> Result<(), ConfigError> {
@@ -141,6 +153,7 @@ impl DeliveryConfig {
                 "kind_handler_timeout",
                 sorted_keys(&self.kind_handler_timeouts),
             ),
+            ("kind_limits", sorted_keys(&self.kind_limits)),
         ];
         for (setting, kinds) in settings {
             if let Some(kind) = kinds.into_iter().find(|k| !registered.contains(k)) {
@@ -266,6 +279,12 @@ impl DeliveryConfigBuilder {
         self.config
             .kind_handler_timeouts
             .insert(kind.to_owned(), timeout);
+        self
+    }
+
+    /// Gives `kind` limits on its handler calls (see [`DeliveryConfig::kind_limits`]).
+    pub fn kind_limits(mut self, kind: &str, limits: KindLimits) -> Self {
+        self.config.kind_limits.insert(kind.to_owned(), limits);
         self
     }
 

@@ -33,7 +33,8 @@ impl DeliveryConfig {
         self.validate_windows()?;
         self.validate_node()?;
         self.validate_handlers()?;
-        self.validate_policies()
+        self.validate_policies()?;
+        self.validate_kind_limits()
     }
 
     /// The shard count, the page sizes and the payload limit.
@@ -160,6 +161,27 @@ impl DeliveryConfig {
             if *timeout < Duration::from_millis(1) || *timeout > Duration::from_secs(24 * 3600) {
                 return Err(invalid("handler_timeout", timeout, "must be 1ms..=24h"));
             }
+        }
+        Ok(())
+    }
+
+    /// Each kind's limits (the first kind at fault in name order is named).
+    fn validate_kind_limits(&self) -> Result<(), ConfigError> {
+        let mut kinds: Vec<_> = self.kind_limits.iter().collect();
+        kinds.sort_by_key(|(kind, _)| *kind);
+        for (kind, limits) in kinds {
+            limits.validate("kind_limits").map_err(|err| match err {
+                ConfigError::Invalid {
+                    field,
+                    value,
+                    reason,
+                } => ConfigError::Invalid {
+                    field,
+                    value: format!("kind `{kind}`: {value}"),
+                    reason,
+                },
+                other => other,
+            })?;
         }
         Ok(())
     }

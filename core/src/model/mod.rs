@@ -6,6 +6,7 @@
 //!                                   config_limits (what each config field may be)
 //!  time_limits, payload_limit (what a send may carry) ◄── error, config
 //!  outcome (what became of a command)   kind_role (what a registered kind is)
+//!  kind_controls (a kind's pause, run-time settings and limits) ──► config, failure
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
 //! ```
 //!
@@ -21,6 +22,7 @@ pub mod event;
 pub mod failure;
 pub mod hash;
 pub mod ids;
+pub mod kind_controls;
 pub mod kind_role;
 pub mod message;
 pub mod outcome;

@@ -1,4 +1,5 @@
-//! Operator actions, written once: requeue, purge and unblock, catch-up start and cancel, and
+//! Operator actions, written once: requeue, purge and unblock, catch-up start and cancel, a
+//! kind's pause, resume and run-time settings, and
 //! where a tool without the application may put rows.
 //!
 //! ```text
@@ -22,9 +23,11 @@
 
 mod catch_up;
 mod dead_letters;
+mod kinds;
 pub mod placement;
 
 pub use catch_up::{
     cancel_catch_up, check_projection_served, start_catch_up, CatchUpStart, StartedCatchUp,
 };
 pub use dead_letters::{purge_dead_letters, requeue_dead_letters, unblock, Placement};
+pub use kinds::{kind_controls, pause_kind, resume_kind, set_kind_settings};

@@ -158,6 +158,7 @@ impl Delivery {
             shard: Some(shard),
             ..DeliveryReport::default()
         };
+        env.ensure_kind_controls().await?;
         loop {
             let now = env.clock.now();
             let half = env.config.lease_span() / 2;

@@ -48,6 +48,7 @@ use crate::model::ids::{ShardIndex, WorkerId};
 use crate::runner::cycle::{ending_within, plan_round, ShardCycle};
 use crate::runner::delivery::Delivery;
 use crate::runner::env::DeliveryEnv;
+use crate::runner::kind_controls::follow_kind_controls;
 use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
 use crate::runner::turn::serve;
@@ -110,6 +111,11 @@ impl LocalRunner {
         queue
             .tasks
             .spawn(report_gauges(env.clone(), stop_rx.clone()).instrument(span));
+        // Kinds paused, run-time policies and limits are read every poll interval.
+        let span = tracing::info_span!("kind_controls", node = %node);
+        queue
+            .tasks
+            .spawn(follow_kind_controls(env.clone(), stop_rx.clone()).instrument(span));
         // Messages whose TTL passes before they are due are expired by a periodic sweep.
         let span = tracing::info_span!("ttl_sweep", node = %node);
         queue

@@ -26,6 +26,7 @@ pub mod delivery;
 pub(crate) mod due;
 pub mod env;
 pub mod expiry;
+mod kind_controls;
 pub mod liveness;
 pub mod local;
 pub mod outcomes;

@@ -4,6 +4,7 @@
 //! ```text
 //!  StationContext ─┬─ registry()  kinds, handlers, routing
 //!                  ├─ config(), clock(), monitor(), node_id()
+//!                  ├─ kinds()     the rules each kind follows now (pause, policy, limits)
 //!                  └─ reads (StorageReads, by Deref): load_states, read_events, event_seqs,
 //!                     catch-up jobs
 //! ```
@@ -24,6 +25,7 @@ use crate::entity::registry::EntityRegistry;
 use crate::model::clock::Clock;
 use crate::model::config::DeliveryConfig;
 use crate::model::ids::NodeId;
+use crate::stage::kind_rules::KindRules;
 use crate::storage::{Storage, StorageReads};
 use crate::telemetry::monitor::DeliveryMonitor;
 use std::sync::Arc;
@@ -33,6 +35,7 @@ pub struct StationContext {
     registry: Arc<EntityRegistry>,
     reads: StorageReads,
     config: DeliveryConfig,
+    kinds: KindRules,
     monitor: Arc<dyn DeliveryMonitor>,
     clock: Arc<dyn Clock>,
 }
@@ -58,6 +61,7 @@ impl StationContext {
         StationContext {
             registry,
             reads: StorageReads::new(storage),
+            kinds: KindRules::new(config.clone()),
             config,
             monitor,
             clock,
@@ -72,6 +76,12 @@ impl StationContext {
     /// The validated configuration.
     pub fn config(&self) -> &DeliveryConfig {
         &self.config
+    }
+
+    /// The rules each entity kind follows now: the stored controls (pauses, run-time
+    /// policies and limits, read every poll interval) over the configuration.
+    pub fn kinds(&self) -> &KindRules {
+        &self.kinds
     }
 
     /// The delivery's clock.

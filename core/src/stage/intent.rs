@@ -47,6 +47,9 @@ pub enum Intent {
     /// stage blocks). Parked until an operator unblocks the target; see
     /// [`RowChange::BehindBlock`](crate::storage::RowChange::BehindBlock).
     BehindBlock,
+    /// Not handled: its kind is paused. Parked untouched (no attempt, no error) until the kind
+    /// is resumed; see [`RowChange::Paused`](crate::storage::RowChange::Paused).
+    Paused,
     /// Its time to live ran out before delivery: removed and counted (and dead-lettered with
     /// reason `expired` when `dead_letter_expired` is set).
     Expired,
@@ -62,7 +65,11 @@ impl Intent {
     pub(crate) fn decides_outcome(&self) -> bool {
         !matches!(
             self,
-            Intent::Duplicate | Intent::Hold { .. } | Intent::RetryAt { .. } | Intent::BehindBlock
+            Intent::Duplicate
+                | Intent::Hold { .. }
+                | Intent::RetryAt { .. }
+                | Intent::BehindBlock
+                | Intent::Paused
         )
     }
 
@@ -85,7 +92,8 @@ impl Intent {
             | Intent::Duplicate
             | Intent::Hold { .. }
             | Intent::RetryAt { .. }
-            | Intent::BehindBlock => return None,
+            | Intent::BehindBlock
+            | Intent::Paused => return None,
         })
     }
 }

@@ -18,5 +18,6 @@
 pub mod context;
 pub mod conveyor;
 pub mod intent;
+pub mod kind_rules;
 pub mod row_changes;
 pub mod station;

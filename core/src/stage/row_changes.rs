@@ -6,6 +6,7 @@
 //!  (row, intent) ─► outcome recorded? (a command's, within the dedup window)
 //!                ─► Delivered / Duplicate ─► delivered (kept for its window) or removed
 //!                   Hold / BehindBlock    ─► held, or parked behind the block
+//!                   Paused                ─► parked until its kind is resumed
 //!                   RetryAt / Block       ─► attempts + 1, the error kept
 //!                   DeadLetter / Drop     ─► removed (the dead letter kept)
 //!                   Expired               ─► removed (dead-lettered if configured); rows held
@@ -136,6 +137,10 @@ impl RowChanges {
             Some(Intent::BehindBlock) => {
                 report.held += 1;
                 RowChange::BehindBlock
+            }
+            Some(Intent::Paused) => {
+                report.held += 1;
+                RowChange::Paused
             }
             Some(Intent::RetryAt { at, error }) => {
                 report.retried += 1;

@@ -52,6 +52,13 @@ pub enum RowChange {
     /// [`RowChange::Block`] included); otherwise (an unblock committed after the page was
     /// read) the row is left unchanged, still due.
     BehindBlock,
+    /// Its kind is paused: parked (`deliver_after` set to
+    /// [`crate::catch_up::parked_until`], nothing else changed) until the kind is resumed,
+    /// which makes the kind's parked rows due at once (see `KindControlStore::resume_kind`).
+    /// Applied after the commit's other changes and only if the kind is still paused then;
+    /// otherwise (a resume committed after the page was read) the row is left unchanged,
+    /// still due.
+    Paused,
 }
 
 /// A change to the row with `seq`.

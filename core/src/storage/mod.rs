@@ -7,6 +7,7 @@
 //!  EntityStore   load framework-kept entity states
 //!  CatchUpStore  catch-up jobs
 //!  DeadLetterStore  operators: dead letters (list, count, requeue, purge), blocked targets
+//!  KindControlStore  kinds paused, run-time settings (every node reads them)
 //!  Inspect       tests and operators: every row and dead letter as stored (read-only)
 //!  StorageReads  a read-only view over all of them (what `Shardbox::storage()` hands out)
 //! ```
@@ -22,6 +23,7 @@ mod entities;
 mod events;
 mod inbox;
 mod inspect;
+mod kind_controls;
 pub mod listener;
 pub mod observer;
 mod reads;
@@ -42,6 +44,7 @@ pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
 pub use inspect::Inspect;
+pub use kind_controls::{KindControlStore, ResumeReport};
 pub use reads::StorageReads;
 pub use registry::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
@@ -53,7 +56,13 @@ pub use write::{WriteBatch, WriteReport};
 /// Every storage capability together: what a delivery needs from a backend.
 #[async_trait::async_trait]
 pub trait Storage:
-    InboxStore + WorkRegistry + EventStore + EntityStore + CatchUpStore + DeadLetterStore
+    InboxStore
+    + WorkRegistry
+    + EventStore
+    + EntityStore
+    + CatchUpStore
+    + DeadLetterStore
+    + KindControlStore
 {
     /// A short description of the backend and database for logs (no secrets).
     fn describe(&self) -> String;

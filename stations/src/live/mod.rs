@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  open to_deliver rows ─► expired? ─► duplicate? (page, recent-delivery cache)
+//!        ─► kind paused? (parked until the resume)
 //!        ─► target blocked? (parked) ─► waiting behind a retry? (hold until it)
 //!        ─► kind registered? (else failure)
 //!        ─► group by target, seq order ─► load states once ─► handler(batch) once per target,
@@ -85,6 +86,8 @@ impl LiveDelivery {
         let waiting: HashMap<EntityKey, DateTime<Utc>> =
             conveyor.waiting().iter().cloned().collect();
         let blocked: HashSet<EntityKey> = conveyor.blocked().iter().cloned().collect();
+        let kinds = conveyor.context().kinds();
+        let any_paused = kinds.any_paused();
         let mut sorted = SortedRows::default();
         let mut seen = HashSet::new();
         for (i, m) in conveyor.open().filter(|(_, m)| {
@@ -100,6 +103,15 @@ impl LiveDelivery {
             let key = m.dedup_key();
             if !seen.insert(key.clone()) || self.recent.is_duplicate(&key, m.seq, now) {
                 sorted.decided.push((i, Intent::Duplicate));
+                continue;
+            }
+            // A paused kind's live rows wait, untouched, for the resume (a catch-up's rows go
+            // on: the job is stopped by cancelling it).
+            if any_paused
+                && m.status == MessageStatus::ToDeliver
+                && kinds.is_paused(&m.message.target_kind)
+            {
+                sorted.decided.push((i, Intent::Paused));
                 continue;
             }
             let target = target_of(m);

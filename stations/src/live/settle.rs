@@ -145,7 +145,7 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
         now,
     });
     let decision = match action {
-        FailureAction::FollowPolicy => env.config().policy_of(&m.message.target_kind).decide(
+        FailureAction::FollowPolicy => env.kinds().policy_of(&m.message.target_kind).decide(
             attempts,
             error.next_attempt(),
             now,

@@ -246,6 +246,8 @@ fn connect_blocking(
 }
 
 impl Dialect for PgConnection {
+    const SHARE_LOCK: &'static str = " FOR SHARE";
+
     fn write_transaction<T>(
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,

@@ -248,6 +248,7 @@ macro_rules! commit_units {
             let mut blocked = Vec::new();
             let mut removed = Vec::new();
             let mut behind_block = Vec::new();
+            let mut paused = Vec::new();
             for u in updates {
                 match u.change {
                     RowChange::Delivered { keep_until } => {
@@ -264,6 +265,7 @@ macro_rules! commit_units {
                     }
                     RowChange::Remove => removed.push(u.seq),
                     RowChange::BehindBlock => behind_block.push(u.seq),
+                    RowChange::Paused => paused.push(u.seq),
                 }
             }
             for (keep_until, seqs) in delivered {
@@ -334,6 +336,21 @@ macro_rules! commit_units {
                         .filter(im::seq.eq_any(chunk)),
                 )
                 .set(im::deliver_after.eq(park_if_blocked(parked)))
+                .execute(conn)?)
+            })?;
+            // Likewise last, and only if the kind is still paused (see `sql::kind_controls`).
+            for_each_chunk(conn, shard, paused, |conn, chunk| {
+                Ok(diesel::update(
+                    im::inbox_messages
+                        .filter(im::shard.eq(s))
+                        .filter(im::seq.eq_any(chunk)),
+                )
+                .set(
+                    im::deliver_after.eq($crate::sql::kind_controls::park_if_paused(
+                        parked,
+                        <Conn as Dialect>::SHARE_LOCK,
+                    )),
+                )
                 .execute(conn)?)
             })
         }

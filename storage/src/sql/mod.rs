@@ -22,6 +22,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod entities;
 pub(crate) mod events;
 pub(crate) mod inbox;
+pub(crate) mod kind_controls;
 pub(crate) mod outcomes;
 pub(crate) mod page_read;
 pub(crate) mod predicate;
@@ -122,6 +123,11 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// no two can wait on each other in a circle. PostgreSQL: `SELECT … ORDER BY shard FOR
     /// UPDATE`; SQLite needs nothing, its write transactions exclude each other.
     fn lock_sessions_in_order(&mut self, shards: &[i32]) -> Result<(), Failure>;
+
+    /// The clause a sub-select appends to hold the rows it read until the transaction ends,
+    /// against a concurrent update (see `sql::kind_controls`). PostgreSQL: ` FOR SHARE`;
+    /// SQLite: nothing, its write transactions exclude each other.
+    const SHARE_LOCK: &'static str;
 
     /// Inside a write transaction: the recorded `shard_count` setting, read under a lock that
     /// holds until the transaction ends — `exclusive` for a re-sharding's switch, shared for
@@ -237,6 +243,7 @@ macro_rules! units {
         $crate::sql::catch_up::catch_up_units!();
         $crate::sql::dead_letters::dead_letter_units!();
         $crate::sql::outcomes::outcome_units!();
+        $crate::sql::kind_controls::kind_control_units!();
     };
 }
 pub(crate) use traits::storage_impls;

@@ -5,7 +5,7 @@
 //! unit of work of the backend's `units` module.
 
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
-/// `DeadLetterStore`, `Storage` and [`crate::Inspect`] for `$storage` (which implements
+/// `DeadLetterStore`, `KindControlStore`, `Storage` and [`crate::Inspect`] for `$storage` (which implements
 /// `SchemaCheck` itself; a struct with a
 /// `db: Db<Conn>` field and
 /// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —,
@@ -224,6 +224,52 @@ macro_rules! storage_impls {
                 let target = target.clone();
                 self.db
                     .run(move |conn| $units::unblock_target(conn, target, action, now))
+                    .await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl shardbox_core::KindControlStore for $storage {
+            async fn kind_controls(
+                &self,
+            ) -> Result<Vec<shardbox_core::KindControl>, shardbox_core::StorageError> {
+                self.db.run(move |conn| $units::kind_controls(conn)).await
+            }
+
+            async fn pause_kind(
+                &self,
+                kind: &str,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<bool, shardbox_core::StorageError> {
+                let kind = kind.to_owned();
+                self.db
+                    .run(move |conn| $units::pause_kind(conn, kind, now))
+                    .await
+            }
+
+            async fn resume_kind(
+                &self,
+                kind: &str,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<shardbox_core::storage::ResumeReport, shardbox_core::StorageError> {
+                let kind = kind.to_owned();
+                let report = self
+                    .db
+                    .run(move |conn| $units::resume_kind(conn, kind, now))
+                    .await?;
+                self.written_backend(&report.shards);
+                Ok(report)
+            }
+
+            async fn set_kind_settings(
+                &self,
+                kind: &str,
+                settings: &shardbox_core::KindSettings,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<(), shardbox_core::StorageError> {
+                let (kind, settings) = (kind.to_owned(), settings.clone());
+                self.db
+                    .run(move |conn| $units::set_kind_settings(conn, kind, settings, now))
                     .await
             }
         }

@@ -203,6 +203,8 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStorage,
 }
 
 impl Dialect for SqliteConnection {
+    const SHARE_LOCK: &'static str = "";
+
     fn write_transaction<T>(
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, Failure>,

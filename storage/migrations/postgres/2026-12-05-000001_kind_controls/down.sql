@@ -1,0 +1,1 @@
+DROP TABLE shardbox_kind_controls;
