@@ -96,6 +96,7 @@ mod dedup;
 mod events;
 mod failures;
 mod inbox;
+mod kind_controls;
 mod outcomes;
 mod registry;
 mod reshard;
@@ -131,6 +132,9 @@ pub use inbox::{
     deliver_after_is_respected, depths_by_wait, due_pages_take_the_first_rows_by_seq,
     paging_with_equal_timestamps_crosses_pages, write_all_reports_each_batch,
     write_then_read_in_seq_order,
+};
+pub use kind_controls::{
+    a_paused_kinds_rows_are_parked_until_the_resume, a_resume_racing_parks_leaves_no_row_parked,
 };
 pub use outcomes::{
     command_outcomes_are_kept_for_their_window,
@@ -199,6 +203,8 @@ macro_rules! conformance_suite {
             blocked_row_stops_only_its_target,
             unblock_by_requeue_drop_or_dead_letter,
             rows_behind_a_block_are_parked_until_the_unblock,
+            a_paused_kinds_rows_are_parked_until_the_resume,
+            a_resume_racing_parks_leaves_no_row_parked,
             dead_letters_are_listed_counted_and_purged_by_filter,
             requeued_dead_letters_return_to_the_inbox,
             concurrent_requeue_of_one_dead_letter_requeues_it_once,
