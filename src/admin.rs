@@ -61,6 +61,18 @@ impl RunningNode for MountedNode {
         env.metrics.record_unblocked(unblocked);
         env.notify(shards);
     }
+
+    fn kinds_changed(&self, shards: &[ShardIndex]) {
+        let env = self.shardbox.env().clone();
+        let shards = shards.to_vec();
+        // Read on a task: the caller is a request handler that answers meanwhile.
+        tokio::spawn(async move {
+            if let Err(e) = env.refresh_kind_controls().await {
+                tracing::warn!(error = %e, "reading the kinds' controls after a change failed");
+            }
+            env.notify(&shards);
+        });
+    }
 }
 
 impl Shardbox {

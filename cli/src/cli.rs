@@ -49,6 +49,11 @@ pub enum Command {
     /// Targets stopped by a blocked message.
     #[command(subcommand)]
     Blocked(BlockedCommand),
+    /// Entity kinds while the nodes run: list them, pause and resume one (its messages wait
+    /// in the Inbox, in order, untouched), change its failure policy, handler timeout and
+    /// limits. Stored: every node follows within its poll interval, and across restarts.
+    #[command(subcommand)]
+    Kinds(KindsCommand),
     /// Catch-up jobs: start, list, watch, cancel. The replay itself runs on the
     /// application's nodes (a node that has the projection).
     #[command(subcommand, name = "catch-up")]
@@ -225,6 +230,63 @@ pub enum UnblockAction {
     Drop,
     /// Move it to the dead letters.
     DeadLetter,
+}
+
+/// `shardbox kinds …`
+#[derive(Debug, Subcommand)]
+pub enum KindsCommand {
+    /// Every kind the live nodes register or the database holds controls for: its role, the
+    /// nodes that register it, whether it is paused, its run-time settings.
+    List,
+    /// Pauses a kind on every node: its messages stay in the Inbox, in order, with no
+    /// attempt spent, until `kinds resume`; other kinds go on. Nodes stop delivering it
+    /// within their poll interval (a call already running finishes).
+    Pause {
+        /// The entity kind.
+        kind: String,
+        /// Pause a kind no live node registers (its nodes are down).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Resumes a paused kind: its waiting messages are due at once, in order per target.
+    Resume {
+        /// The entity kind.
+        kind: String,
+        /// Resume a kind no live node registers.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Changes a kind's run-time settings. Options not given keep their stored value
+    /// (--clear first clears them all: the nodes' build-time configuration applies again).
+    /// A failure policy is given whole: --max-attempts, --backoff and --on-exhausted.
+    Set {
+        /// The entity kind.
+        kind: String,
+        /// Attempts in all (failure policy).
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Back-off between attempts: fixed:<ms> or exponential:<base ms>:<cap ms>.
+        #[arg(long)]
+        backoff: Option<String>,
+        /// What happens after the last attempt: dead_letter, drop or block.
+        #[arg(long)]
+        on_exhausted: Option<String>,
+        /// The handler timeout, in milliseconds.
+        #[arg(long)]
+        handler_timeout_ms: Option<u64>,
+        /// At most this many calls of the kind at once on a node.
+        #[arg(long)]
+        max_concurrent: Option<u32>,
+        /// At most this many calls of the kind per second over the cluster.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Clear the stored settings first.
+        #[arg(long)]
+        clear: bool,
+        /// Change a kind no live node registers.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// `shardbox catch-up …`

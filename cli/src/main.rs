@@ -26,6 +26,7 @@ mod confirm;
 mod db;
 mod dead_letters;
 mod error;
+mod kinds;
 mod migrate;
 mod output;
 mod reshard;
@@ -91,6 +92,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             dead_letters::run(&*verified().await?, command, json, now).await
         }
         Command::Blocked(command) => blocked::run(&*verified().await?, command, json, now).await,
+        Command::Kinds(command) => kinds::run(&*verified().await?, command, json, now).await,
         Command::CatchUp(command) => catch_up::run(&*verified().await?, command, json).await,
         Command::Reshard {
             shards,

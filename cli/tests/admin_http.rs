@@ -558,6 +558,61 @@ async fn mounted(storage: Arc<dyn Storage>) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Kinds: listed with the node that registers them; paused through the API, a new
+    // command waits; resumed, it is delivered (the mounted node reads the change at once).
+    let kinds = get(&read_only, "/api/kinds").await.json();
+    let ledger = kinds["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "ledger")
+        .cloned()
+        .expect("ledger listed");
+    assert_eq!(ledger["nodes"], json!([node_id]));
+    assert_eq!(ledger["paused"], false);
+    refused(
+        &post(&read_only, "/api/kinds/ledger/pause", json!({})).await,
+        403,
+        "allow_actions",
+    );
+    let paused = post(&actions, "/api/kinds/ledger/pause", json!({})).await;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    assert_eq!(paused.json()["paused"], true);
+    sb.send::<Ledger>("l-20", &seed::Cmd::Ok)
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        sb.aggregate_state::<Ledger>("l-20")
+            .await
+            .unwrap()
+            .is_none(),
+        "a paused kind's command waits"
+    );
+    let bad = post(
+        &actions,
+        "/api/kinds/ledger/settings",
+        json!({ "settings": { "max_concurrent": 0 } }),
+    )
+    .await;
+    refused(&bad, 400, "max_concurrent 0");
+    let resumed = post(&actions, "/api/kinds/ledger/resume", json!({})).await;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    assert_eq!(resumed.json()["released"], 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sb
+        .aggregate_state::<Ledger>("l-20")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "delivered after the resume"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     let requeued_counter = format!("shardbox_requeued_total{{node=\"{node_id}\"}} 1");
     assert!(get(&actions, "/metrics")
         .await

@@ -312,6 +312,50 @@ async fn operate(sb: &Shardbox, storage: &dyn Storage, db: &str, schema: Option<
     );
     assert_eq!(after["totals"]["parked"], 0);
 
+    // kinds: a tool refuses a kind no live node registers unless forced; pause, list, set
+    // (options not given keep their stored value), resume, clear — the library reads the same.
+    assert_eq!(
+        code(&run(db, schema, &["kinds", "pause", "ledger"])),
+        2,
+        "no live node registers it: refused"
+    );
+    let paused = json(db, schema, &["kinds", "pause", "ledger", "--force"]);
+    assert_eq!(paused["paused"], true);
+    let listed = json(db, schema, &["kinds", "list"]);
+    assert_eq!(listed["kinds"][0]["kind"], "ledger");
+    assert_eq!(listed["kinds"][0]["paused"], true);
+    let set = json(
+        db,
+        schema,
+        &["kinds", "set", "ledger", "--max-concurrent", "3"],
+    );
+    assert_eq!(set["settings"]["max_concurrent"], 3);
+    let set = json(db, schema, &["kinds", "set", "ledger", "--rate", "5"]);
+    assert_eq!(
+        (
+            &set["settings"]["max_concurrent"],
+            &set["settings"]["rate_per_second"]
+        ),
+        (&3.into(), &5.0.into()),
+        "options not given keep their stored value"
+    );
+    let half = run(
+        db,
+        schema,
+        &["kinds", "set", "ledger", "--max-attempts", "2"],
+    );
+    assert_eq!(code(&half), 2);
+    assert!(String::from_utf8_lossy(&half.stderr).contains("given whole"));
+    let controls = sb.kind_controls().await.expect("controls");
+    assert_eq!(controls.len(), 1);
+    assert!(controls[0].paused_since.is_some());
+    assert_eq!(controls[0].settings.limits.max_concurrent, Some(3));
+    let resumed = json(db, schema, &["kinds", "resume", "ledger"]);
+    assert_eq!(resumed["was_paused"], true);
+    let cleared = json(db, schema, &["kinds", "set", "ledger", "--clear"]);
+    assert_eq!(cleared["settings"], serde_json::json!({}));
+    assert_eq!(cleared["paused"], false);
+
     // catch-ups and migrations.
     assert_eq!(
         json(db, schema, &["catch-up", "list"])["running"],

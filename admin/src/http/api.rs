@@ -17,6 +17,10 @@
 //!                                     → the started job (CatchUpView)
 //!  GET  /api/catch-ups/{id}           one job's progress
 //!  POST /api/catch-ups/{id}/cancel    → the job, `cancelling` until its next step
+//!  GET  /api/kinds                    every kind: paused or not, run-time settings (KindList)
+//!  POST /api/kinds/{kind}/pause       body: {} or {"force": true} → PauseOutcome
+//!  POST /api/kinds/{kind}/resume      body: {} or {"force": true} → ResumeOutcome
+//!  POST /api/kinds/{kind}/settings    body: {settings: SettingsView, force?} → the KindView
 //! ```
 //!
 //! A list answers at most [`MAX_LIST`] rows (`limit` above it is a 400). Every request passes
@@ -34,7 +38,8 @@ use crate::http::state::AdminState;
 use crate::views::blocked::UnblockRequest;
 use crate::views::catch_ups::StartRequest;
 use crate::views::dead_letters::{DeadLetterAction, DeadLetterQuery};
-use crate::views::{blocked, catch_ups, dead_letters, status};
+use crate::views::kinds::SettingsView;
+use crate::views::{blocked, catch_ups, dead_letters, kinds, status};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -315,4 +320,81 @@ pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiE
 pub async fn cancel_catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
     allowed(&state)?;
     ok(catch_ups::cancel(&*state.storage, id, Utc::now()).await?)
+}
+
+/// The body of a kind action: `{}`, or `{"force": true}` to act on a kind no live node
+/// registers and the database holds no controls for.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindAction {
+    #[serde(default)]
+    force: bool,
+}
+
+/// The body of `POST /api/kinds/{kind}/settings`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindSettingsRequest {
+    /// The kind's run-time settings (`{}` clears them).
+    settings: SettingsView,
+    #[serde(default)]
+    force: bool,
+}
+
+/// `GET /api/kinds`: every kind the live nodes register or the database holds controls
+/// for: paused or not, its run-time settings.
+pub async fn kinds(State(state): State<AdminState>) -> ApiResult {
+    ok(kinds::list(&*state.storage, Utc::now()).await?)
+}
+
+/// `POST /api/kinds/{kind}/pause`.
+pub async fn pause_kind(
+    State(state): State<AdminState>,
+    Path(kind): Path<String>,
+    body: Result<Json<KindAction>, JsonRejection>,
+) -> ApiResult {
+    allowed(&state)?;
+    let Json(action) = body?;
+    let outcome = kinds::pause(&*state.storage, &kind, action.force, Utc::now()).await?;
+    if let Some(node) = &state.node {
+        node.kinds_changed(&[]);
+    }
+    ok(outcome)
+}
+
+/// `POST /api/kinds/{kind}/resume`.
+pub async fn resume_kind(
+    State(state): State<AdminState>,
+    Path(kind): Path<String>,
+    body: Result<Json<KindAction>, JsonRejection>,
+) -> ApiResult {
+    allowed(&state)?;
+    let Json(action) = body?;
+    let outcome = kinds::resume(&*state.storage, &kind, action.force, Utc::now()).await?;
+    if let Some(node) = &state.node {
+        node.kinds_changed(&outcome.report.shards);
+    }
+    ok(outcome)
+}
+
+/// `POST /api/kinds/{kind}/settings`.
+pub async fn set_kind_settings(
+    State(state): State<AdminState>,
+    Path(kind): Path<String>,
+    body: Result<Json<KindSettingsRequest>, JsonRejection>,
+) -> ApiResult {
+    allowed(&state)?;
+    let Json(request) = body?;
+    let view = kinds::set(
+        &*state.storage,
+        &kind,
+        &request.settings,
+        request.force,
+        Utc::now(),
+    )
+    .await?;
+    if let Some(node) = &state.node {
+        node.kinds_changed(&[]);
+    }
+    ok(view)
 }

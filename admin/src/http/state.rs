@@ -29,6 +29,13 @@ pub trait RunningNode: Send + Sync {
     fn requeued(&self, requeued: usize, shards: &[ShardIndex]);
     /// Counts `unblocked` blocked messages let go on in `shards` and wakes their workers.
     fn unblocked(&self, unblocked: usize, shards: &[ShardIndex]);
+    /// A kind was paused, resumed (its messages made due in `shards`) or given new run-time
+    /// settings: the node reads the kinds' controls again now rather than at its next poll,
+    /// and wakes the workers of `shards`. The default does nothing (the node follows at its
+    /// next poll interval).
+    fn kinds_changed(&self, shards: &[ShardIndex]) {
+        let _ = shards;
+    }
 }
 
 /// The router's state.

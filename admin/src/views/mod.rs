@@ -6,6 +6,7 @@
 //!  dead_letters  list, show, requeue, purge (with the library's filters)
 //!  blocked       list, unblock
 //!  catch_ups     running jobs, one job's progress
+//!  kinds         every kind: paused or not, run-time settings; pause, resume, set
 //!  since         the time forms operators write (RFC 3339 or an age)
 //! ```
 //!
@@ -18,6 +19,7 @@ pub mod blocked;
 pub mod catch_ups;
 pub mod dead_letter_preview;
 pub mod dead_letters;
+pub mod kinds;
 pub mod since;
 pub mod status;
 
