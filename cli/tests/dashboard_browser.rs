@@ -28,6 +28,8 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
     let path = dir.path().join("dashboard.db");
     let storage = SqliteStorage::open(&path).await.expect("open");
     let (sb, gate) = seed::seed(Arc::new(storage)).await;
+    // A paused kind, which the page lists with a resume button.
+    sb.pause_kind(Ledger::KIND).await.expect("pause");
     let server = Served::start(path.to_str().expect("utf-8"), None, &["--allow-actions"]);
     let url = format!("http://{}/", server.addr);
 
@@ -75,6 +77,20 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
             .and_then(|p| p.parse::<u32>().ok())
             .is_some_and(|p| p >= 1));
 
+        let paused = browser.find("tr[data-kind=\"ledger\"]", Duration::from_secs(1));
+        assert_eq!(
+            browser.attribute(&paused, "data-paused").as_deref(),
+            Some("true")
+        );
+        assert!(browser.text(&paused).contains("paused since"));
+        let resume = browser.find("button[data-resume=\"ledger\"]", Duration::from_secs(1));
+        browser.click(&resume);
+        browser.wait_until("the kind shows running", WAIT, |b| {
+            !b.find_all("tr[data-kind=\"ledger\"][data-paused=\"false\"]")
+                .is_empty()
+        });
+        assert_eq!(browser.text_of("#message"), "ledger resumed, 0 due");
+
         let requeue = browser.find(
             &format!("button[data-requeue=\"{id}\"]"),
             Duration::from_secs(1),
@@ -98,6 +114,10 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
     })
     .await
     .expect("browser steps");
+
+    let ledger = sb.kind_controls().await.expect("controls");
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].paused_since, None, "resumed from the page");
 
     // A node over the same database delivers the requeued command, now accepted.
     gate.0.store(true, Ordering::SeqCst);
