@@ -11,6 +11,7 @@ default 2)] [--batch B (default: page size)] \
 workers per node, default 4)] [--handler-concurrency C (jobs: the node's total, each worker \
 may use all of it, default 64)] [--work-ms W (jobs: each handler's awaited work, default 1)] \
 [--paced (jobs: producers offer --rate msgs/s instead of sending as fast as they can)] \
+[--kind-limit K (jobs: at most K calls of the job kind at once, a kind_limits concurrency limit)] \
 [--minutes M (soak: length of the run, default 30)] [--sample-secs S (soak: default 60)] \
 [--vacuum-secs V (soak, PostgreSQL: VACUUM (ANALYZE) of the schema every V s; default 60 when \
 the server's autovacuum is off, else 0 = none)] [--hold-xmin-minutes N --hold-xmin-after M \
@@ -91,6 +92,8 @@ pub struct Args {
     pub paced: bool,
     /// `jobs`: milliseconds each handler awaits.
     pub work_ms: f64,
+    /// `jobs`: a concurrency limit on the job kind (`kind_limits`), if any.
+    pub kind_limit: Option<u32>,
     /// Hidden: run as one node process of the `cluster` workload, with this node id (see
     /// the `cluster` module), instead of running a workload.
     pub node_process: Option<String>,
@@ -132,6 +135,7 @@ impl Args {
             rounds: 2,
             batch: 0,
             paced: false,
+            kind_limit: None,
             cache_capacity: None,
             workers: 4,
             handler_concurrency: 64,
@@ -186,6 +190,7 @@ impl Args {
                 "--work-ms" => a.work_ms = number("--work-ms", it.next())?,
                 "--batch" => a.batch = number("--batch", it.next())?,
                 "--paced" => a.paced = true,
+                "--kind-limit" => a.kind_limit = Some(number("--kind-limit", it.next())?),
                 "--cache-capacity" => {
                     a.cache_capacity = Some(number("--cache-capacity", it.next())?)
                 }

@@ -130,7 +130,17 @@ async fn jobs_run(
     a: &Args,
 ) -> Result<(f64, Histogram<u64>, u64, u64), String> {
     let workers = a.workers.min(a.handler_concurrency);
-    let sb = Shardbox::builder()
+    let mut builder = Shardbox::builder();
+    if let Some(limit) = a.kind_limit {
+        builder = builder.kind_limits(
+            Job::KIND,
+            shardbox::KindLimits {
+                max_concurrent: Some(limit),
+                rate_per_second: None,
+            },
+        );
+    }
+    let sb = builder
         .shared_storage(storage)
         .node_id(NodeId("bench-jobs".into()))
         .shards(a.shards)
