@@ -160,9 +160,14 @@ async fn send_rounds<E: Aggregate<Command = Work>>(
     }
 }
 
-async fn a_paused_kind_waits_across_a_restart_then_resumes_in_order(storage: Arc<dyn Storage>) {
+/// The first node on `storage`, the restarted one on `reopened` (the same database opened
+/// again, as a new process would).
+async fn a_paused_kind_waits_across_a_restart_then_resumes_in_order(
+    storage: Arc<dyn Storage>,
+    reopened: Arc<dyn Storage>,
+) {
     let seen = Arc::new(Seen::default());
-    let sb = node(storage.clone(), &seen, "pause-1", None).await;
+    let sb = node(storage, &seen, "pause-1", None).await;
     let running = sb.start();
     assert!(
         sb.pause::<Mailer, _>().await.expect("pause"),
@@ -185,7 +190,7 @@ async fn a_paused_kind_waits_across_a_restart_then_resumes_in_order(storage: Arc
     drop(sb);
 
     // A new node over the same database: the pause is stored.
-    let sb = node(storage, &seen, "pause-2", None).await;
+    let sb = node(reopened, &seen, "pause-2", None).await;
     let running = sb.start();
     send_rounds::<Mailer>(&sb, "m", 5, 1, 5).await;
     send_rounds::<Ledger>(&sb, "l", 5, 1, 3).await;
@@ -271,11 +276,15 @@ async fn a_rate_limit_paces_calls(storage: Arc<dyn Storage>) {
     seen.assert_in_order(Mailer::KIND);
 }
 
-async fn settings_and_pauses_set_on_one_node_are_followed_by_another(storage: Arc<dyn Storage>) {
+/// Nodes A and B on two storages over one database (separate connections).
+async fn settings_and_pauses_set_on_one_node_are_followed_by_another(
+    a_storage: Arc<dyn Storage>,
+    b_storage: Arc<dyn Storage>,
+) {
     let seen = Arc::new(Seen::default());
     // A only writes (it never starts); B delivers.
-    let a = node(storage.clone(), &seen, "steer-a", None).await;
-    let b = node(storage, &seen, "steer-b", None).await;
+    let a = node(a_storage, &seen, "steer-a", None).await;
+    let b = node(b_storage, &seen, "steer-b", None).await;
     let running = b.start();
     // B has served a stage (and read the controls) before the change.
     a.send::<Ledger>("steer-0", &Work::Do(0))
@@ -346,8 +355,44 @@ async fn settings_and_pauses_set_on_one_node_are_followed_by_another(storage: Ar
 }
 
 common::on_every_backend!("flow_control";
-    a_paused_kind_waits_across_a_restart_then_resumes_in_order,
     a_concurrency_limit_is_never_exceeded_and_keeps_order,
     a_rate_limit_paces_calls,
+);
+
+/// Runs `case` on two storages over one database of `backend` (`common::two_storages`).
+macro_rules! on_two_storages {
+    ($($case:ident),* $(,)?) => {
+        $(
+            mod $case {
+                async fn on(backend: &str) {
+                    let test = concat!("flow_control_", stringify!($case));
+                    let Some((a, b, _guard)) = crate::common::two_storages(backend, test, 4).await
+                    else {
+                        return;
+                    };
+                    super::$case(a, b).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn memory() {
+                    on("memory").await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    on("sqlite").await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    on("postgres").await;
+                }
+            }
+        )*
+    };
+}
+
+on_two_storages!(
+    a_paused_kind_waits_across_a_restart_then_resumes_in_order,
     settings_and_pauses_set_on_one_node_are_followed_by_another,
 );
