@@ -31,16 +31,6 @@ fn block(seq: i64, attempts: u32, error: &str) -> RowUpdate {
     }
 }
 
-/// Commits `updates` at `now` under a fresh pick-up of `shard` and releases it.
-async fn commit_at<S: Storage>(store: &S, shard: u32, now: DateTime<Utc>, updates: Vec<RowUpdate>) {
-    let lease = pick(store, shard, "node-a", now).await;
-    store
-        .commit_stage(stage(&lease, now, updates))
-        .await
-        .expect("commit");
-    store.release(&lease).await.expect("release");
-}
-
 /// Dead-letters `row` at `at` with `reason` in a fenced commit (removing it from the Inbox).
 async fn kill<S: Storage>(store: &S, row: &InboxMessage, reason: &str, at: DateTime<Utc>) {
     let lease: Lease = pick(store, row.shard.0, "node-a", at).await;

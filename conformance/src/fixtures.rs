@@ -247,3 +247,18 @@ pub async fn event_seqs_by_id<S: shardbox_core::EventStore + ?Sized>(
         .map(|(id, seq)| (id.0, seq))
         .collect()
 }
+
+/// Commits `updates` at `now` under a fresh pick-up of `shard` by `node-a` and releases it.
+pub async fn commit_at<S: Storage>(
+    store: &S,
+    shard: u32,
+    now: DateTime<Utc>,
+    updates: Vec<RowUpdate>,
+) {
+    let lease = pick(store, shard, "node-a", now).await;
+    store
+        .commit_stage(stage(&lease, now, updates))
+        .await
+        .expect("commit");
+    store.release(&lease).await.expect("release");
+}

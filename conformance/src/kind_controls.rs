@@ -16,21 +16,6 @@ fn paused(seq: i64) -> RowUpdate {
     }
 }
 
-/// Commits `updates` at `now` under a fresh pick-up of `shard` and releases it.
-async fn commit_at<S: Storage>(
-    store: &S,
-    shard: u32,
-    now: chrono::DateTime<chrono::Utc>,
-    updates: Vec<RowUpdate>,
-) {
-    let lease = pick(store, shard, "node-a", now).await;
-    store
-        .commit_stage(stage(&lease, now, updates))
-        .await
-        .expect("commit");
-    store.release(&lease).await.expect("release");
-}
-
 /// A stage's park of a row whose kind is not paused (any more) leaves it due; while the kind
 /// is paused its parked rows are not read, not due, have no due time and are still pending;
 /// other kinds go on; the resume makes them due at once (whatever the reader's clock) in

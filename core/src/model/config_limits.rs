@@ -167,46 +167,38 @@ impl DeliveryConfig {
 
     /// Each kind's limits (the first kind at fault in name order is named).
     fn validate_kind_limits(&self) -> Result<(), ConfigError> {
-        let mut kinds: Vec<_> = self.kind_limits.iter().collect();
-        kinds.sort_by_key(|(kind, _)| *kind);
-        for (kind, limits) in kinds {
-            limits.validate("kind_limits").map_err(|err| match err {
-                ConfigError::Invalid {
-                    field,
-                    value,
-                    reason,
-                } => ConfigError::Invalid {
-                    field,
-                    value: format!("kind `{kind}`: {value}"),
-                    reason,
-                },
-                other => other,
-            })?;
-        }
-        Ok(())
+        per_kind(&self.kind_limits, |limits| limits.validate("kind_limits"))
     }
 
     /// The failure policies: the default one and each kind's.
     fn validate_policies(&self) -> Result<(), ConfigError> {
         self.failure_policy.validate("failure_policy")?;
-        // Named as the builder method, with the kind (the first at fault in name order, so the
-        // same one every time): a bare "invalid policy" would not say which call to fix.
-        let mut kinds: Vec<_> = self.kind_policies.iter().collect();
-        kinds.sort_by_key(|(kind, _)| *kind);
-        for (kind, policy) in kinds {
-            policy.validate("kind_policy").map_err(|err| match err {
-                ConfigError::Invalid {
-                    field,
-                    value,
-                    reason,
-                } => ConfigError::Invalid {
-                    field,
-                    value: format!("kind `{kind}`: {value}"),
-                    reason,
-                },
-                other => other,
-            })?;
-        }
-        Ok(())
+        per_kind(&self.kind_policies, |policy| policy.validate("kind_policy"))
     }
+}
+
+/// Checks each kind's setting of `settings` with `check`, in kind name order; the error of the
+/// first at fault names its kind beside the value. Named as the builder method, with the kind
+/// (the same one every time): a bare "invalid policy" would not say which call to fix.
+fn per_kind<V>(
+    settings: &std::collections::HashMap<String, V>,
+    check: impl Fn(&V) -> Result<(), ConfigError>,
+) -> Result<(), ConfigError> {
+    let mut kinds: Vec<_> = settings.iter().collect();
+    kinds.sort_by_key(|(kind, _)| *kind);
+    for (kind, setting) in kinds {
+        check(setting).map_err(|err| match err {
+            ConfigError::Invalid {
+                field,
+                value,
+                reason,
+            } => ConfigError::Invalid {
+                field,
+                value: format!("kind `{kind}`: {value}"),
+                reason,
+            },
+            other => other,
+        })?;
+    }
+    Ok(())
 }
