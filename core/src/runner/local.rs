@@ -50,7 +50,7 @@ use crate::runner::delivery::Delivery;
 use crate::runner::env::DeliveryEnv;
 use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
-use crate::runner::turn::serve;
+use crate::runner::turn::{retry_failed_release, serve};
 use crate::runner::wake_queue::WakeQueue;
 use crate::runner::worker::{panic_message, supervise};
 use crate::storage::listener::{ListenerHandle, ListenerStats};
@@ -294,7 +294,8 @@ async fn follow_layout(
             tracing::info!(by, "a re-sharding was announced; handing every shard back");
             for lease in queue.unpark_all() {
                 if let Err(e) = delivery.release(&lease).await {
-                    tracing::warn!(shard = %lease.shard, error = %e, "could not release a kept lease; it expires");
+                    let retry_in = retry_failed_release(delivery, queue, lease.shard);
+                    tracing::warn!(shard = %lease.shard, error = %e, ?retry_in, "could not release a kept lease; retried");
                 }
             }
         } else {
