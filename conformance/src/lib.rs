@@ -148,6 +148,7 @@ pub use registry::{
 };
 pub use reshard::{
     a_reshard_switch_is_refused_whole, a_reshard_switch_moves_every_row_to_its_targets_shard,
+    a_shard_made_again_hands_out_no_epoch_twice,
     a_write_addressed_by_another_count_is_refused_whole,
     addressed_writes_of_messages_are_checked_and_counted,
     one_reshard_announcement_is_in_force_at_a_time,
@@ -214,6 +215,7 @@ macro_rules! conformance_suite {
             unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock,
             a_reshard_switch_moves_every_row_to_its_targets_shard,
             a_reshard_switch_is_refused_whole,
+            a_shard_made_again_hands_out_no_epoch_twice,
             a_write_addressed_by_another_count_is_refused_whole,
             addressed_writes_of_messages_are_checked_and_counted,
             one_reshard_announcement_is_in_force_at_a_time,

@@ -1,6 +1,7 @@
 //! Re-sharding cases: the switch moves every row and record to its target's shard and
 //! re-lays the lock table, or writes nothing; a write addressed by another count is refused
-//! whole; one announcement is in force at a time.
+//! whole; one announcement is in force at a time; no epoch is handed out twice across
+//! layouts.
 
 use super::catch_up::{ids, spec};
 use super::fixtures::*;
@@ -256,6 +257,60 @@ pub async fn a_reshard_switch_moves_every_row_to_its_targets_shard<S: Storage + 
         (0..8).collect::<Vec<_>>(),
         "no row outside the layout"
     );
+}
+
+/// A shard that a re-sharding to fewer shards dropped, and a later one made again, hands out
+/// epochs above every epoch it handed out before, as every shard kept does; no lease of an
+/// old layout matches a shard of the new one (issue 37: the dropped shards' epochs were
+/// forgotten, and handed out a second time).
+pub async fn a_shard_made_again_hands_out_no_epoch_twice<S: Storage + Inspect>(store: S) {
+    store.claim_shard_count(4).await.expect("claim");
+    // Every shard gets its row, then shard 3 runs ahead of the others.
+    let mut handed_out = 0;
+    for shard in [0, 1, 2, 3, 3, 3, 3, 3] {
+        let lease = pick(&store, shard, "node-a", secs(1)).await;
+        store.release(&lease).await.expect("release");
+        handed_out = handed_out.max(lease.epoch.0);
+    }
+    let mut old_leases = Vec::new();
+    for (from, to) in [(4, 2), (2, 4)] {
+        let leases = hold_all(&store, from, secs(2)).await;
+        old_leases.extend(leases.iter().cloned());
+        handed_out = handed_out.max(leases.iter().map(|l| l.epoch.0).max().unwrap_or(0));
+        store
+            .reshard(ReshardSwitch {
+                from,
+                to,
+                leases,
+                route: route(to),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("switch {from} -> {to}: {e}"));
+    }
+    let pick_above = |shard: u32| {
+        let store = &store;
+        async move {
+            let lease = pick(store, shard, "node-a", secs(3)).await;
+            assert!(
+                lease.epoch.0 > handed_out,
+                "shard {shard} hands out epoch {}, not above the {handed_out} handed out before",
+                lease.epoch
+            );
+        }
+    };
+    // The shards made again, then the shards kept, once no old lease matched them.
+    pick_above(3).await;
+    pick_above(2).await;
+    for lease in old_leases.iter().filter(|l| l.shard.0 < 2) {
+        assert!(
+            store.renew(lease, secs(3)).await.is_err(),
+            "the switch's lease of shard {} (epoch {}) matches no shard of the new layout",
+            lease.shard,
+            lease.epoch
+        );
+    }
+    pick_above(0).await;
+    pick_above(1).await;
 }
 
 /// The switch refuses, writing nothing, when the recorded count is not its `from` or when

@@ -124,11 +124,33 @@ struct State {
     /// Scripted faults by operation name: (op, calls to let pass first, fault), used up in
     /// order.
     script: Vec<(&'static str, usize, Scripted)>,
+    /// Scripted pauses by operation name: (op, calls to let pass first, gate), used up in
+    /// order (see [`FaultyStorage::gate_later`]).
+    gates: Vec<(&'static str, usize, Gate)>,
     counts: FaultCounts,
     /// Injected delays still sleeping: faults of the run that are still active after
     /// [`FaultyStorage::enable`]`(false)` (a call delayed just before holds its caller up).
     delays_in_flight: usize,
     log: Log,
+}
+
+/// A scripted pause of one call (see [`FaultyStorage::gate_later`]).
+#[derive(Clone, Default)]
+pub struct Gate {
+    reached: Arc<tokio::sync::Notify>,
+    open: Arc<tokio::sync::Notify>,
+}
+
+impl Gate {
+    /// Waits until the call stopped at the gate.
+    pub async fn reached(&self) {
+        self.reached.notified().await;
+    }
+
+    /// Lets the call go on.
+    pub fn open(&self) {
+        self.open.notify_one();
+    }
 }
 
 /// What one call does, decided before it runs.
@@ -163,6 +185,7 @@ impl FaultyStorage {
                 rates,
                 enabled: false,
                 script: Vec::new(),
+                gates: Vec::new(),
                 listeners: Vec::new(),
                 counts: FaultCounts::default(),
                 delays_in_flight: 0,
@@ -183,6 +206,20 @@ impl FaultyStorage {
     /// Lets `pass` calls of `op` go through, then makes the next one fail as `fault`.
     pub fn fail_later(&self, op: &'static str, pass: usize, fault: Scripted) {
         self.lock().script.push((op, pass, fault));
+    }
+
+    /// Lets `pass` calls of `op` go through, then makes the next one wait, before it runs,
+    /// until the returned gate is opened: a regression test runs another node's work at that
+    /// exact point of a stage.
+    pub fn gate_later(&self, op: &'static str, pass: usize) -> Gate {
+        let gate = Gate::default();
+        self.lock().gates.push((op, pass, gate.clone()));
+        gate
+    }
+
+    /// Forgets the gates not reached yet.
+    pub fn forget_gates(&self) {
+        self.lock().gates.clear();
     }
 
     /// Scripted faults not struck yet, of `op`.
@@ -297,8 +334,24 @@ impl FaultyStorage {
         }
     }
 
-    /// Runs the part of a call before the inner storage: the delay and the failure before.
+    /// The gate a call of `op` stops at now, if one is scripted for it.
+    fn gate(&self, op: &str) -> Option<Gate> {
+        let mut s = self.lock();
+        let at = s.gates.iter().position(|(o, _, _)| *o == op)?;
+        if s.gates[at].1 > 0 {
+            s.gates[at].1 -= 1;
+            return None;
+        }
+        Some(s.gates.remove(at).2)
+    }
+
+    /// Runs the part of a call before the inner storage: a scripted gate, the delay and the
+    /// failure before.
     async fn before(&self, op: &str, effect: Effect) -> Result<Decision, StorageError> {
+        if let Some(gate) = self.gate(op) {
+            gate.reached.notify_one();
+            gate.open.notified().await;
+        }
         let d = self.decide(op, effect);
         if let Some(delay) = d.delay {
             self.lock().delays_in_flight += 1;

@@ -30,7 +30,8 @@ impl WorkRegistry for MemoryStorage {
             return Ok(None);
         }
         // A new row starts at the highest epoch of any shard, so that a shard whose row a
-        // re-sharding dropped never hands out an epoch it handed out before.
+        // re-sharding dropped never hands out an epoch it handed out before (the switch
+        // keeps that the highest ever handed out; see `State::reshard`).
         let top = state
             .sessions
             .values()

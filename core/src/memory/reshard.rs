@@ -75,16 +75,21 @@ impl State {
             );
             moves.catch_ups += 1;
         }
-        // Old leases can never match a new shard's epochs: they start above all of them.
+        // Every row of the new layout, kept or new, starts above every epoch handed out so
+        // far: no lease of the old layout can match one, and the highest epoch of the rows
+        // kept is still the highest ever handed out, which a new row starts from (see
+        // `pick_up`). Were the kept rows left as they were, the epochs of the rows dropped
+        // below were forgotten, and a later re-sharding that made those shards again would
+        // hand them out a second time (issue 37: memory seeds 626, 1814, 3609).
         let top = self.sessions.values().map(|s| s.epoch.0).max().unwrap_or(0);
-        for lease in &switch.leases {
-            if let Some(s) = self.sessions.get_mut(&lease.shard) {
-                s.lease_until = None;
-            }
-        }
         // Rows at or above `from` belong to no layout (a stale pick-up's): they go too.
         self.sessions
             .retain(|shard, _| shard.0 < switch.to.min(switch.from));
+        for s in self.sessions.values_mut() {
+            // Held by the switch (checked above): freed.
+            s.epoch = LeaseEpoch(top + 1);
+            s.lease_until = None;
+        }
         for shard in (switch.from..switch.to).map(ShardIndex) {
             self.sessions.insert(
                 shard,

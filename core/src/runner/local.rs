@@ -51,7 +51,7 @@ use crate::runner::env::DeliveryEnv;
 use crate::runner::kind_controls::follow_kind_controls;
 use crate::runner::sweep::sweep_periodically;
 use crate::runner::tasks::stopped;
-use crate::runner::turn::serve;
+use crate::runner::turn::{retry_failed_release, serve};
 use crate::runner::wake_queue::WakeQueue;
 use crate::runner::worker::{panic_message, supervise};
 use crate::storage::listener::{ListenerHandle, ListenerStats};
@@ -300,7 +300,8 @@ async fn follow_layout(
             tracing::info!(by, "a re-sharding was announced; handing every shard back");
             for lease in queue.unpark_all() {
                 if let Err(e) = delivery.release(&lease).await {
-                    tracing::warn!(shard = %lease.shard, error = %e, "could not release a kept lease; it expires");
+                    let retry_in = retry_failed_release(delivery, queue, lease.shard);
+                    tracing::warn!(shard = %lease.shard, error = %e, ?retry_in, "could not release a kept lease; retried");
                 }
             }
         } else {

@@ -113,6 +113,24 @@ pub(super) async fn serve(
     queue.finish(shard, end);
 }
 
+/// After a release of `shard`'s lease failed outside a turn (the lease watch handing a kept
+/// lease back when a re-sharding is announced): the lease is kept for a retried release (see
+/// `unreleased`), retried as after a failed turn. Without it nothing was due to settle it:
+/// once the pause ended, no poll probed the shard (leased to this node), and its rows waited
+/// until the lease ran out (issue 37, seed 1406). Returns when it is tried again.
+pub(super) fn retry_failed_release(
+    delivery: &Arc<Delivery>,
+    queue: &Arc<WakeQueue>,
+    shard: ShardIndex,
+) -> Duration {
+    let after = retry_delay(
+        queue.turn_failed(shard),
+        delivery.env().config.poll_interval,
+    );
+    spawn_retry(delivery, queue, shard, after);
+    after
+}
+
 /// How long after the `failures`-th failed turn in a row a shard is tried again: 25 ms,
 /// doubling (16 times at most), at most a poll interval — soon after a database hiccup,
 /// without spinning on a database that stays down.

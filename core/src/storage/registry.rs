@@ -188,8 +188,10 @@ pub trait WorkRegistry: Send + Sync + 'static {
     /// writes wait for: checks the recorded count and that `switch.leases` still hold every
     /// shard, gives every inbox row, dead letter and kept outcome the shard of its target
     /// among `to`, computes the affected shards of running catch-ups again, frees the leases,
-    /// drops the lock-table rows of shards `>= to` (new ones start above every epoch handed
-    /// out, so no old lease can match them), records `to` and ends the announcement.
+    /// drops the lock-table rows of shards `>= to`, gives every row of the new layout, kept or
+    /// new, an epoch above every epoch handed out (so no old lease can match one, and no shard
+    /// hands an epoch out twice, also one that a later re-sharding makes again), records `to`
+    /// and ends the announcement.
     /// Refused with [`StorageError::ShardCountChanged`] or [`StorageError::LeaseLost`],
     /// writing nothing.
     async fn reshard(&self, switch: ReshardSwitch) -> Result<ReshardMoves, StorageError>;

@@ -2,7 +2,8 @@
 //! rebuilt from overtaking (or doubling) the replay.
 //!
 //! ```text
-//!  tick row of job J (in J's home shard) ─► one replay step:
+//!  tick row of job J (in J's home shard) ─► one replay step (J's other ticks in the page
+//!                                           are consumed: one step per job and stage):
 //!      Started/InProgress: read catch_up_page_size events after the cursor, route them to
 //!                          J's targets, apply them straight to the targets' states (or, if
 //!                          one is not handled, write them as `to_catch_up` rows for live
@@ -44,7 +45,7 @@ use shardbox_core::{
     Conveyor, DeliveryError, Intent, LeaseEpoch, MessageKind, MessageStatus, ShardIndex, SignalId,
     Station,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 pub use replay::tick_message;
@@ -133,8 +134,18 @@ impl Station for CatchUpStation {
             .filter(|(_, m)| m.message.target_kind == TICK_KIND)
             .map(|(i, m)| (i, m.message.target_id.parse().ok()))
             .collect();
+        // One step per job and stage. A job can have two ticks in one page (a resumed job's
+        // tick written from the job as it was before a step, beside the step's own next
+        // tick), and each would take its step from the job's stored cursor: the same page
+        // replayed twice in one commit, once written as rows and once applied straight to
+        // the states if what it found waiting changed in between (issue 37, seed 2912). The
+        // step taken writes the job's next tick, so the others are consumed.
+        let mut stepped = HashSet::new();
         for (index, job_id) in ticks {
             match job_id {
+                Some(id) if !stepped.insert(id) => {
+                    conveyor.record(index, Intent::Delivered { keep_until: None });
+                }
                 Some(id) => self.tick(conveyor, index, id).await?,
                 None => conveyor.record(
                     index,

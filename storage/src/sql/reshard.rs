@@ -7,7 +7,8 @@
 //!          Dialect::read_shard_count_locked) ─► check it is `from` ─► free the operator's
 //!          leases of 0..from (each must still hold) ─► inbox rows, dead letters, kept
 //!          outcomes: shard = route(target) ─► running catch-ups: affected shards again
-//!          ─► lock table: drop shards >= to, new ones start above every epoch
+//!          ─► lock table: drop shards >= to, every row left and new starts above
+//!          every epoch handed out
 //!          ─► shard_count = to, announcement gone
 //! ```
 //!
@@ -223,22 +224,32 @@ macro_rules! reshard_units {
                         .execute(conn)?;
                     moves.catch_ups += 1;
                 }
-                // The lock table: shards >= to go; new ones start above every epoch handed
-                // out, so that no lease of the old layout can ever match one of them.
+                // The lock table: shards >= to go; every row of the new layout, kept or new,
+                // starts above every epoch handed out, so that no lease of the old layout can
+                // ever match one of them, and the highest epoch of the rows kept is still the
+                // highest ever handed out, which a new row starts from (see `pick_up`). Were
+                // the kept rows left as they were, the epochs of the rows dropped here were
+                // forgotten, and a later re-sharding that made those shards again would hand
+                // them out a second time (issue 37).
                 let top: Option<i64> = shard_sessions::table
                     .select(diesel::dsl::max(shard_sessions::epoch))
                     .first(conn)?;
+                let fresh = top.unwrap_or(0) + 1;
                 let to = i32::try_from(switch.to)
                     .map_err(|_| Failure::corrupt(format!("shard count {}", switch.to)))?;
                 // Rows at or above `from` belong to no layout (a stale pick-up's): they go too.
                 let keep = to.min(switch.from as i32);
                 diesel::delete(shard_sessions::table.filter(shard_sessions::shard.ge(keep)))
                     .execute(conn)?;
+                // The rows kept were freed above (the switch held them all).
+                diesel::update(shard_sessions::table)
+                    .set(shard_sessions::epoch.eq(fresh))
+                    .execute(conn)?;
                 for shard in (switch.from as i32)..to {
                     diesel::insert_into(shard_sessions::table)
                         .values((
                             shard_sessions::shard.eq(shard),
-                            shard_sessions::epoch.eq(top.unwrap_or(0) + 1),
+                            shard_sessions::epoch.eq(fresh),
                         ))
                         .execute(conn)?;
                 }
