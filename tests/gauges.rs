@@ -8,7 +8,10 @@ use metrics::{
     Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
 use serde::{Deserialize, Serialize};
-use shardbox::core::{describe_metrics, GaugeSample, NodeId, ShardIndex, WorkerId};
+use shardbox::core::{
+    describe_metrics, publish_kind_controls, GaugeSample, KindControls, NodeId, ShardIndex,
+    WorkerId,
+};
 use shardbox::prelude::*;
 use shardbox::{Backoff, ExhaustedOutcome, FailurePolicy, StorageReads};
 use std::collections::{BTreeMap, BTreeSet};
@@ -186,10 +189,16 @@ async fn gauges_show_a_seeded_database() {
     let sample = GaugeSample::read(&StorageReads::new(storage.clone()), &node, 4, later)
         .await
         .expect("read");
+    // One kind paused, one paused and resumed: 1 and 0.
+    sb.pause_kind(Ledger::KIND).await.expect("pause");
+    sb.pause_kind(Vault::KIND).await.expect("pause");
+    sb.resume_kind(Vault::KIND).await.expect("resume");
+    let kinds = KindControls::new(sb.kind_controls().await.expect("controls"));
     let seen = Arc::new(Seen::default());
     metrics::with_local_recorder(&TestRecorder(seen.clone()), || {
         describe_metrics();
         sample.publish(&node);
+        publish_kind_controls(&kinds, &node);
     });
 
     let gauges = seen.gauges.lock().unwrap().clone();
@@ -219,6 +228,8 @@ async fn gauges_show_a_seeded_database() {
         "shard 2, not other's 3"
     );
     assert_eq!(gauge("shardbox_catch_ups_running{}"), 0.0);
+    assert_eq!(gauge("shardbox_kind_paused{kind=ledger}"), 1.0);
+    assert_eq!(gauge("shardbox_kind_paused{kind=vault}"), 0.0, "resumed");
     let lag = gauge("shardbox_lag_seconds{}");
     assert!((10.0..60.0).contains(&lag), "l-3 waited 10 s: {lag}");
     let lagging: Vec<f64> = (0..4)
@@ -242,5 +253,5 @@ async fn gauges_show_a_seeded_database() {
     ] {
         assert!(described.contains(name), "{name} is described");
     }
-    assert_eq!(described.len(), 29, "19 counters, 9 gauges, 1 histogram");
+    assert_eq!(described.len(), 30, "19 counters, 10 gauges, 1 histogram");
 }

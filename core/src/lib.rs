@@ -116,7 +116,7 @@ pub use storage::{
     ListenerHandle, ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
 };
 pub use telemetry::describe::{describe_metrics, metric_help};
-pub use telemetry::gauges::GaugeSample;
+pub use telemetry::gauges::{publish_kind_controls, GaugeSample};
 pub use telemetry::metrics::{DeliveryMetrics, LatencySummary, MetricsSnapshot};
 pub use telemetry::monitor::{
     DeliveryMonitor, FailureAction, FailureInfo, NoopMonitor, StageInfo, StageReport,

@@ -6,6 +6,7 @@
 //!  every poll_interval ──────► read ────────────────┼─► kind_controls() (+ members, if a kind
 //!  a pause/resume/set here ──► read at once ────────┘   has a rate: its nodes divide it)
 //!                                                      ─► station.kinds().replace(snapshot)
+//!                                                      ─► gauge shardbox_kind_paused{kind}
 //! ```
 //!
 //! So a change made on any node is followed by every node within a poll interval, and by the
@@ -39,6 +40,7 @@ impl DeliveryEnv {
             }
             snapshot = snapshot.with_nodes(nodes_of);
         }
+        crate::telemetry::gauges::publish_kind_controls(&snapshot, &self.config.node_id);
         self.station.kinds().replace(snapshot);
         Ok(())
     }

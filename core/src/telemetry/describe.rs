@@ -34,7 +34,7 @@ pub const COUNTERS: [(&str, &str); 19] = [
 ];
 
 /// Gauges: (name, unit, help).
-pub const GAUGES: [(&str, Unit, &str); 9] = [
+pub const GAUGES: [(&str, Unit, &str); 10] = [
     ("shardbox_inbox_depth", Unit::Count, "Inbox rows by what they wait for (state: due, delayed, retrying, parked, replay, blocked, delivered), over all shards, or per shard where labelled shard."),
     ("shardbox_shard_lag_seconds", Unit::Seconds, "Age of the oldest due message of the shard (0 when none is due)."),
     ("shardbox_lag_seconds", Unit::Seconds, "Age of the oldest due message over all shards (0 when none is due)."),
@@ -44,6 +44,7 @@ pub const GAUGES: [(&str, Unit, &str); 9] = [
     ("shardbox_catch_ups_running", Unit::Count, "Catch-up jobs running."),
     ("shardbox_catch_up_replayed", Unit::Count, "Events a running catch-up has replayed (labels job, projection)."),
     ("shardbox_catch_up_total", Unit::Count, "Events a running catch-up replays in all, estimated (labels job, projection)."),
+    ("shardbox_kind_paused", Unit::Count, "1 while the entity kind (label kind) is paused, as the reporting node last read it; 0 once resumed."),
 ];
 
 /// The stage latency histogram: (name, help).

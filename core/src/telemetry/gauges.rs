@@ -7,6 +7,8 @@
 //!                                          DeadLetterStore::count_dead_letters,
 //!                                          CatchUpStore::running_catch_ups (4 queries)
 //!  GaugeSample::publish(node)              metrics::gauge!(…).set(…), labelled `node`
+//!  publish_kind_controls(controls, node)   shardbox_kind_paused{kind}, at each read of the
+//!                                          kinds' controls (every poll interval, no query)
 //! ```
 //!
 //! The Inbox, dead letters and catch-ups are the whole database's, so every node reports the
@@ -16,6 +18,7 @@
 use crate::catch_up::CatchUpProgress;
 use crate::model::error::StorageError;
 use crate::model::ids::{NodeId, ShardIndex};
+use crate::model::kind_controls::KindControls;
 use crate::storage::{DeadLetterFilter, ShardDepth, StorageReads};
 use chrono::{DateTime, Utc};
 
@@ -135,5 +138,22 @@ impl GaugeSample {
             metrics::gauge!("shardbox_catch_up_replayed", &labels).set(*replayed as f64);
             metrics::gauge!("shardbox_catch_up_total", &labels).set(*total as f64);
         }
+    }
+}
+
+/// Sets `shardbox_kind_paused{kind}` for every kind with stored controls: 1 while paused, 0
+/// once resumed (a resumed kind keeps its row, so its gauge goes back to 0).
+pub fn publish_kind_controls(controls: &KindControls, node: &NodeId) {
+    for control in controls.all() {
+        metrics::gauge!(
+            "shardbox_kind_paused",
+            "node" => node.0.clone(),
+            "kind" => control.kind.clone()
+        )
+        .set(if control.paused_since.is_some() {
+            1.0
+        } else {
+            0.0
+        });
     }
 }
