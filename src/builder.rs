@@ -9,7 +9,7 @@ use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityKind,
     EntityRegistry, FailurePolicy, Inbox, KindLimits, NodeId, ProcessManager, Projection, Reactor,
-    Services, ShardStrategy, StableHashStrategy, Storage, SystemClock,
+    Services, ShardStrategy, StableHashStrategy, Storage, SystemClock, TracePropagator,
 };
 use shardbox_core::{
     AggregateHandler, EntityHandler, ProcessManagerHandler, ProjectionHandler, ReactorHandler,
@@ -30,6 +30,7 @@ pub struct ShardboxBuilder {
     handlers: Vec<Arc<dyn EntityHandler>>,
     services: Services,
     pipeline_edits: Vec<PipelineEdit>,
+    trace: Option<Arc<dyn TracePropagator>>,
 }
 
 impl Default for ShardboxBuilder {
@@ -43,6 +44,7 @@ impl Default for ShardboxBuilder {
             handlers: Vec::new(),
             services: Services::new(),
             pipeline_edits: Vec::new(),
+            trace: None,
         }
     }
 }
@@ -200,6 +202,24 @@ impl ShardboxBuilder {
         self
     }
 
+    /// Carries traces across messages with `propagator`: a send or post writes the caller's
+    /// span into the message's metadata, each handler call runs in a span
+    /// (`shardbox.handle`: kind, target_id, tenant, shard, attempt, signal) parented on it, and
+    /// what the call emits carries the call's span. Off by default (no span per call, no
+    /// metadata written). With the `otel` feature, [`crate::otel::TraceContext`] is the W3C
+    /// trace context of OpenTelemetry; see [`trace_context`](Self::trace_context).
+    pub fn trace_propagator(mut self, propagator: impl TracePropagator) -> Self {
+        self.trace = Some(Arc::new(propagator));
+        self
+    }
+
+    /// Carries OpenTelemetry's W3C trace context across messages
+    /// ([`trace_propagator`](Self::trace_propagator) with [`crate::otel::TraceContext`]).
+    #[cfg(feature = "otel")]
+    pub fn trace_context(self) -> Self {
+        self.trace_propagator(crate::otel::TraceContext)
+    }
+
     /// Gives entity kind `kind` (its `KIND`) its own failure policy. A kind that no
     /// registered entity has fails [`build`](Self::build) with
     /// [`ConfigError::UnknownKind`], naming the registered kinds;
@@ -344,6 +364,9 @@ impl ShardboxBuilder {
         // A setting for a misspelled kind would apply to nothing, silently.
         config.check_kinds(&registry.kinds())?;
         registry.set_services(self.services);
+        if let Some(trace) = self.trace {
+            registry.set_trace_propagator(trace);
+        }
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
         pipeline

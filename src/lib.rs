@@ -53,6 +53,8 @@ mod builder;
 mod catch_up;
 mod failures;
 mod kinds;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod pipeline;
 mod reads;
 mod shardbox;
@@ -121,7 +123,7 @@ pub use shardbox_core::{
     PayloadError, ProcessActions, ProcessManager, Projection, Reactor, RegisteredKind,
     ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
     StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError,
-    StrategyRecord, SystemClock, MAX_DELIVER_STAGES, MAX_ID_BYTES,
+    StrategyRecord, SystemClock, TracePropagator, MAX_DELIVER_STAGES, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 pub use shardbox_core::{PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES};

@@ -73,6 +73,7 @@ pub use entity::projection_handler::ProjectionHandler;
 pub use entity::reactor_handler::ReactorHandler;
 pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
+pub use entity::trace::TracePropagator;
 pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};

@@ -95,6 +95,7 @@ pub(crate) async fn run_batches(
                 timeout: env.kinds().handler_timeout_of(kind),
                 max_payload_bytes: env.config().max_payload_bytes,
                 gate: gate.as_deref(),
+                trace: env.registry().trace_propagator(),
             };
             let messages: Vec<&InboxMessage> = batch.messages.iter().collect();
             let result = batch

@@ -15,6 +15,7 @@ use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     all_failed, context, decode, emitted_payload, finish_state, load_state, settle,
 };
+use crate::entity::trace::{call_span, emitted_metadata};
 use crate::entity::traits::{Aggregate, Message};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::InboxMessage;
@@ -39,7 +40,10 @@ impl<A: Aggregate> AggregateHandler<A> {
     ) -> Result<(Vec<A::Event>, Vec<NewEvent>), HandlerError> {
         let command: A::Command = decode(m)?;
         let cx = context(A::KIND, m, run);
-        let events = guarded(A::KIND, run.timeout, run.gate, state.handle(&command, &cx)).await?;
+        let span = call_span(run, A::KIND, m);
+        let handled = state.handle(&command, &cx);
+        let events = guarded(A::KIND, run.timeout, run.gate, &span, handled).await?;
+        let metadata = emitted_metadata(run, &span, m);
         let mut stored = Vec::with_capacity(events.len());
         for (n, event) in events.iter().enumerate() {
             let payload = serde_json::to_vec(event).map_err(|e| {
@@ -64,7 +68,7 @@ impl<A: Aggregate> AggregateHandler<A> {
                 tenant: m.message.tenant.clone(),
                 occurred_at: run.now,
                 payload,
-                metadata: m.message.metadata.clone(),
+                metadata: metadata.clone(),
             });
         }
         Ok((events, stored))

@@ -25,17 +25,23 @@ use std::time::Duration;
 ///
 /// Under a [`KindGate`] (the kind's limits) the call first waits for its turn; the wait is
 /// not part of its timeout.
+///
+/// The call runs in `span` (its handler-call span, `Span::none()` without tracing).
 pub(crate) async fn guarded<T>(
     kind: &str,
     timeout: Duration,
     gate: Option<&KindGate>,
+    span: &tracing::Span,
     call: impl Future<Output = Result<T, HandlerError>>,
 ) -> Result<T, HandlerError> {
     let _pass = match gate {
         Some(gate) => Some(gate.enter().await),
         None => None,
     };
-    let mut call = CatchUnwind(Box::pin(call));
+    let mut call = CatchUnwind(Box::pin(tracing::Instrument::instrument(
+        call,
+        span.clone(),
+    )));
     let first = std::future::poll_fn(|cx| {
         Poll::Ready(match Pin::new(&mut call).poll(cx) {
             Poll::Ready(done) => Some(done),

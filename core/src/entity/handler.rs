@@ -59,7 +59,7 @@ pub struct BatchResult {
 
 /// How one batch is run: the stage's time, the application's services and the time one
 /// handler call may take.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct BatchRun<'a> {
     /// The time of the delivery stage.
     pub now: DateTime<Utc>,
@@ -73,6 +73,21 @@ pub struct BatchRun<'a> {
     /// The kind's limits on this node, if it has any: each handler call waits for its turn
     /// there first (see [`KindGate`](crate::entity::kind_gate::KindGate)).
     pub gate: Option<&'a crate::entity::kind_gate::KindGate>,
+    /// The delivery's trace propagator, if it has one: each handler call then runs in a span
+    /// parented on its message's trace context (see [`crate::entity::trace`]).
+    pub trace: Option<&'a dyn crate::entity::trace::TracePropagator>,
+}
+
+impl std::fmt::Debug for BatchRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchRun")
+            .field("now", &self.now)
+            .field("timeout", &self.timeout)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("gate", &self.gate)
+            .field("traced", &self.trace.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// An entity kind as delivery sees it.

@@ -39,4 +39,5 @@ pub mod reactor_handler;
 pub mod registry;
 pub mod services;
 pub mod target_batch;
+pub mod trace;
 pub mod traits;

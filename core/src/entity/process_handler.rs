@@ -19,6 +19,7 @@ use crate::entity::target_batch::{
     all_failed, context, decode, decode_event, emitted_commands, finish_state, load_state, settle,
     subscriber_face,
 };
+use crate::entity::trace::call_span;
 use crate::entity::traits::{EventSet, Message};
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::{InboxMessage, MessageKind, NewMessage};
@@ -48,21 +49,18 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
         run: &BatchRun<'_>,
     ) -> Result<(Vec<NewMessage>, bool), HandlerError> {
         let cx = context(P::KIND, m, run);
+        let span = call_span(run, P::KIND, m);
         let actions = if m.message.kind == MessageKind::Command {
             let command: P::Command = decode(m)?;
-            guarded(
-                P::KIND,
-                run.timeout,
-                run.gate,
-                flow.on_command(&command, &cx),
-            )
-            .await?
+            let handled = flow.on_command(&command, &cx);
+            guarded(P::KIND, run.timeout, run.gate, &span, handled).await?
         } else {
             let event: P::Event = decode(m)?;
-            guarded(P::KIND, run.timeout, run.gate, flow.on_event(&event, &cx)).await?
+            let handled = flow.on_event(&event, &cx);
+            guarded(P::KIND, run.timeout, run.gate, &span, handled).await?
         };
         let (outgoing, finished) = actions.into_parts();
-        Ok((emitted_commands(m, outgoing, run)?, finished))
+        Ok((emitted_commands(m, outgoing, run, &span)?, finished))
     }
 }
 

@@ -14,6 +14,7 @@ use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     all_failed, context, decode, decode_event, finish_state, load_state, settle, subscriber_face,
 };
+use crate::entity::trace::call_span;
 use crate::entity::traits::{EventSet, Projection};
 use crate::model::event::NewEvent;
 use crate::model::message::InboxMessage;
@@ -48,7 +49,9 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
             let mut step = match decode::<P::Event>(m) {
                 Ok(event) => {
                     let cx = context(P::KIND, m, &run);
-                    guarded(P::KIND, run.timeout, run.gate, view.apply(&event, &cx)).await
+                    let span = call_span(&run, P::KIND, m);
+                    let applied = view.apply(&event, &cx);
+                    guarded(P::KIND, run.timeout, run.gate, &span, applied).await
                 }
                 Err(e) => Err(e),
             };
@@ -61,13 +64,11 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
                         for earlier in &batch[..i] {
                             if let Ok(event) = decode::<P::Event>(earlier) {
                                 let cx = context(P::KIND, earlier, &run);
-                                let _ = guarded(
-                                    P::KIND,
-                                    run.timeout,
-                                    run.gate,
-                                    view.apply(&event, &cx),
-                                )
-                                .await;
+                                // A replay of applies already traced: no span of its own.
+                                let none = tracing::Span::none();
+                                let applied = view.apply(&event, &cx);
+                                let _ =
+                                    guarded(P::KIND, run.timeout, run.gate, &none, applied).await;
                             }
                         }
                     }

@@ -8,6 +8,7 @@ use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     context, decode, decode_event, emitted_commands, settle, subscriber_face,
 };
+use crate::entity::trace::call_span;
 use crate::entity::traits::{EventSet, Reactor};
 use crate::model::event::NewEvent;
 use crate::model::message::InboxMessage;
@@ -31,10 +32,13 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
             let step = match decode::<R::Event>(m) {
                 Ok(event) => {
                     let cx = context(R::KIND, m, &run);
-                    guarded(R::KIND, run.timeout, run.gate, self.0.react(&event, &cx))
+                    let span = call_span(&run, R::KIND, m);
+                    let reacted = self.0.react(&event, &cx);
+                    guarded(R::KIND, run.timeout, run.gate, &span, reacted)
                         .await
                         .and_then(|outgoing| {
-                            result.commands.extend(emitted_commands(m, outgoing, &run)?);
+                            let commands = emitted_commands(m, outgoing, &run, &span)?;
+                            result.commands.extend(commands);
                             Ok(())
                         })
                 }

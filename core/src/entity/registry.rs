@@ -25,6 +25,8 @@ pub struct EntityRegistry {
     /// The strategy and the shard count as this process last learned it.
     addressing: Addressing,
     services: Services,
+    /// Carries traces across messages, if the application asked for it.
+    trace: Option<Arc<dyn crate::entity::trace::TracePropagator>>,
 }
 
 impl std::fmt::Debug for EntityRegistry {
@@ -46,7 +48,21 @@ impl EntityRegistry {
             subscribers: HashMap::new(),
             addressing: Addressing::new(strategy, shard_count),
             services: Services::new(),
+            trace: None,
         }
+    }
+
+    /// Carries traces across messages with `propagator` (see [`crate::entity::trace`]).
+    pub fn set_trace_propagator(
+        &mut self,
+        propagator: Arc<dyn crate::entity::trace::TracePropagator>,
+    ) {
+        self.trace = Some(propagator);
+    }
+
+    /// The trace propagator, if any.
+    pub fn trace_propagator(&self) -> Option<&dyn crate::entity::trace::TracePropagator> {
+        self.trace.as_deref()
     }
 
     /// Gives the handlers of every kind the application's `services` (see

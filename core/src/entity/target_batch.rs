@@ -111,14 +111,16 @@ pub(crate) fn emitted_commands(
     m: &InboxMessage,
     outgoing: Vec<Outgoing>,
     run: &BatchRun<'_>,
+    span: &tracing::Span,
 ) -> Result<Vec<NewMessage>, HandlerError> {
+    let metadata = crate::entity::trace::emitted_metadata(run, span, m);
     outgoing
         .into_iter()
         .enumerate()
         .map(|(n, out)| {
             let id = m.message.emitted_id("command", n);
             emitted_payload(m, &out.payload_type, &out.payload, run.max_payload_bytes)?;
-            let c = out.into_message(id, &m.message.tenant, &m.message.metadata, run.now)?;
+            let c = out.into_message(id, &m.message.tenant, &metadata, run.now)?;
             validate_address(&c.tenant, &c.target_kind, &c.target_id, &c.signal_id)
                 .map(|()| c)
                 .map_err(|e| HandlerError::new(format!("reacted with an invalid command: {e}")))

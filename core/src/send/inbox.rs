@@ -16,7 +16,7 @@ use crate::model::error::DeliveryError;
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::ShardIndex;
 use crate::model::ids::{validate, validate_address, IdField, SignalId};
-use crate::model::message::{InboxWrite, MessageKind, NewMessage};
+use crate::model::message::{InboxWrite, MessageKind, Metadata, NewMessage};
 use crate::model::payload_limit::check_payload;
 use crate::runner::env::DeliveryEnv;
 use crate::send::options::{validate_times, SendOptions};
@@ -152,7 +152,9 @@ impl Inbox {
         let now = self.env.clock.now();
         let mut messages = Vec::with_capacity(commands.len());
         for (n, (id, command)) in commands.iter().enumerate() {
-            let message = new_command::<A>(id, command, &options, options.signal(Some(n)), now)?;
+            let mut message =
+                new_command::<A>(id, command, &options, options.signal(Some(n)), now)?;
+            self.traced(&mut message.metadata);
             validate_command(&message, self.env.config.max_payload_bytes)?;
             messages.push(self.env.registry.address(message));
         }
@@ -164,7 +166,11 @@ impl Inbox {
     }
 
     /// Sends an already serialized command. The target kind must be registered.
-    pub async fn send_message(&self, message: NewMessage) -> Result<SendReceipt, DeliveryError> {
+    pub async fn send_message(
+        &self,
+        mut message: NewMessage,
+    ) -> Result<SendReceipt, DeliveryError> {
+        self.traced(&mut message.metadata);
         validate_times(&message)?;
         validate_command(&message, self.env.config.max_payload_bytes)?;
         self.env.registry.check_registered(&message.target_kind)?;
@@ -213,13 +219,14 @@ impl Inbox {
             messages: Vec::with_capacity(events.len()),
         };
         for (n, (source, event)) in events.iter().enumerate() {
-            let event = new_event(
+            let mut event = new_event(
                 source.clone(),
                 event,
                 &options,
                 options.signal(Some(n)),
                 now,
             )?;
+            self.traced(&mut event.metadata);
             validate_event(&event, self.env.config.max_payload_bytes)?;
             self.fan_out(&event, &options, now, &mut batch.messages)?;
             batch.events.push(event);
@@ -231,9 +238,10 @@ impl Inbox {
     /// per subscriber, atomically.
     pub async fn post_event(
         &self,
-        event: NewEvent,
+        mut event: NewEvent,
         options: SendOptions,
     ) -> Result<SendReceipt, DeliveryError> {
+        self.traced(&mut event.metadata);
         validate_event(&event, self.env.config.max_payload_bytes)?;
         let now = self.env.clock.now();
         let mut messages = Vec::new();
@@ -244,6 +252,15 @@ impl Inbox {
             messages,
         };
         self.write(signal_id, batch).await
+    }
+
+    /// Writes the caller's current span into `metadata` as the trace context, when the
+    /// delivery carries traces (see [`crate::entity::trace`]); a caller outside any trace
+    /// leaves the metadata as given (a trace context it carries already is kept).
+    fn traced(&self, metadata: &mut Metadata) {
+        if let Some(trace) = self.env.registry.trace_propagator() {
+            trace.inject(&tracing::Span::current(), metadata);
+        }
     }
 
     /// Appends one row per subscriber of `event` to `messages`; an event some subscriber
