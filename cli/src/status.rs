@@ -30,26 +30,19 @@ fn lag(d: &DepthView) -> String {
     }
 }
 
-/// Rows waiting for anything but deduplication (delivered rows are kept, not pending).
-fn pending(d: &DepthView) -> u64 {
-    d.due + d.delayed + d.retrying + d.parked + d.replay + d.blocked
-}
-
-/// Lag past which the summary asks for attention.
-const SLOW_LAG_MS: i64 = 60_000;
-
-/// The summary line and what needs attention, each line ending in a newline.
+/// The summary line and what needs attention (the status view's own list, which the
+/// dashboard's banner shows too), each line ending in a newline.
 fn summary(status: &Status) -> String {
     let t = &status.totals;
-    let live = status.nodes.iter().filter(|n| n.member).count();
-    let held = status.shards.iter().filter(|s| s.held).count();
+    let live = status.live_nodes;
+    let held = status.leases_held;
     let shards = status.shard_count.map_or_else(
         || "no shard count recorded".to_owned(),
         |n| format!("{n} shards"),
     );
     let mut out = format!(
         "summary: {shards}; {} pending ({} due, lag {}), {} delivered kept for dedup; {} live node{}, {} lease{} held\n",
-        pending(t),
+        t.pending(),
         t.due,
         lag(t),
         t.delivered,
@@ -58,36 +51,11 @@ fn summary(status: &Status) -> String {
         held,
         if held == 1 { "" } else { "s" },
     );
-    let mut attention = Vec::new();
-    if let Some(r) = &status.resharding {
-        attention.push(format!(
-            "re-sharding to {} shards in progress (by {}): delivery pauses until it switches",
-            r.to, r.by
-        ));
-    }
-    if status.dead_letters > 0 {
-        attention.push(format!(
-            "{} dead letter(s): `shardbox dead-letters list`",
-            status.dead_letters
-        ));
-    }
-    if status.blocked_targets > 0 {
-        attention.push(format!(
-            "{} blocked target(s): `shardbox blocked list`",
-            status.blocked_targets
-        ));
-    }
-    if pending(t) > 0 && live == 0 && held == 0 {
-        attention.push("messages wait but no node is running to deliver them".into());
-    }
-    if t.due > 0 && t.lag_ms > SLOW_LAG_MS {
-        attention.push(format!("the oldest due message waits for {}", lag(t)));
-    }
-    if attention.is_empty() {
+    if status.attention.is_empty() {
         out.push_str("attention: nothing needs it\n");
     } else {
-        for a in attention {
-            out.push_str(&format!("attention: {a}\n"));
+        for a in &status.attention {
+            out.push_str(&format!("attention: {}\n", a.line()));
         }
     }
     out
@@ -182,7 +150,7 @@ fn shards(status: &Status, all_shards: bool) -> String {
     ]);
     let mut idle = 0usize;
     for s in &status.shards {
-        if !all_shards && !s.held && pending(&s.depth) == 0 {
+        if !all_shards && !s.held && s.depth.pending() == 0 {
             idle += 1;
             continue;
         }

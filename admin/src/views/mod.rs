@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  status        nodes, shards with lease and depth, lag, counts, running catch-ups
+//!  attention     what needs an operator (the status's warnings: CLI lines, dashboard banner)
 //!  dead_letters  list, show, requeue, purge (with the library's filters)
 //!  blocked       list, unblock
 //!  catch_ups     running jobs, one job's progress
@@ -15,6 +16,7 @@
 //! own (`shardbox_core::operator`): these views check an operator's request and shape the
 //! answer.
 
+pub mod attention;
 pub mod blocked;
 pub mod catch_ups;
 pub mod dead_letter_preview;
