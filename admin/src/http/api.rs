@@ -4,6 +4,8 @@
 //! ```text
 //!  GET  /api/admin                    {actions_allowed, node}
 //!  GET  /api/status                   views::status::Status
+//!  GET  /api/history                  the samples kept for the dashboard's plots
+//!                                     (history::HistoryView: the last hour at most)
 //!  GET  /api/dead-letters?kind=&target=&tenant=&since=&until=&after=&limit=
 //!                                     (the CLI's filters: one DeadLetterQuery for both)
 //!  GET  /api/dead-letters/{id}        one dead letter whole
@@ -144,7 +146,15 @@ pub async fn admin(State(state): State<AdminState>) -> ApiResult {
 
 /// `GET /api/status`.
 pub async fn status(State(state): State<AdminState>) -> ApiResult {
-    ok(status::read(&state.reads(), Utc::now()).await?)
+    let status = status::read(&state.reads(), Utc::now()).await?;
+    state.sample(&status);
+    ok(status)
+}
+
+/// `GET /api/history`: the status samples the server keeps (the last hour at most), with
+/// the rates between them.
+pub async fn history(State(state): State<AdminState>) -> ApiResult {
+    ok(state.history.view())
 }
 
 /// `GET /api/dead-letters`.
