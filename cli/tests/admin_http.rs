@@ -107,9 +107,42 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     assert_eq!(status["dead_letters"], seed::DEAD_LETTERS);
     assert_eq!(status["blocked_targets"], seed::BLOCKED);
     assert_eq!(status["nodes"][0]["node"], seed::NODE);
+    assert_eq!(status["live_nodes"], 0, "the seeding node is no member");
+    assert_eq!(status["leases_held"], 0);
+    let topics: Vec<&Value> = status["attention"]
+        .as_array()
+        .expect("attention")
+        .iter()
+        .map(|a| &a["topic"])
+        .collect();
+    assert_eq!(
+        topics,
+        [
+            &json!("dead_letters"),
+            &json!("blocked_targets"),
+            &json!("no_node")
+        ]
+    );
+    assert_eq!(
+        status["attention"][0]["command"],
+        "shardbox dead-letters list"
+    );
     assert_eq!(
         status["shards"].as_array().map(Vec::len),
         Some(seed::SHARDS as usize)
+    );
+    let history = get(addr, "/api/history").await;
+    assert_eq!(history.status, 200, "{}", history.body);
+    let history = history.json();
+    assert_eq!(history["keep_ms"], 3_600_000);
+    assert_eq!(history["rates_from"], "database totals");
+    let points = history["points"].as_array().expect("points");
+    assert!(!points.is_empty(), "the status read above was sampled");
+    assert_eq!(points.last().unwrap()["due"], 1, "{history}");
+    refused(
+        &get(addr, "/api/dead-letters/nine").await,
+        400,
+        "Cannot parse",
     );
 
     let list = get(addr, "/api/dead-letters").await.json();
@@ -526,6 +559,10 @@ async fn mounted(storage: Arc<dyn Storage>) {
     );
     assert!(metrics.contains("shardbox_dead_letters 1"));
     assert_eq!(get(&read_only, "/api/admin").await.json()["node"], node_id);
+    let status = get(&read_only, "/api/status").await.json();
+    assert_eq!(status["live_nodes"], 1, "{status}");
+    let history = get(&read_only, "/api/history").await.json();
+    assert_eq!(history["rates_from"], "node counters", "{history}");
     let id = get(&read_only, "/api/dead-letters").await.json()["dead_letters"][0]["id"].clone();
     refused(
         &post(

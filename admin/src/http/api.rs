@@ -42,7 +42,7 @@ use crate::views::catch_ups::StartRequest;
 use crate::views::dead_letters::{DeadLetterAction, DeadLetterQuery};
 use crate::views::kinds::SettingsView;
 use crate::views::{blocked, catch_ups, dead_letters, kinds, status};
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -101,6 +101,12 @@ impl From<StorageError> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(e: JsonRejection) -> Self {
+        ApiError(StatusCode::BAD_REQUEST, e.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> Self {
         ApiError(StatusCode::BAD_REQUEST, e.body_text())
     }
 }
@@ -172,7 +178,11 @@ pub async fn dead_letters(
 }
 
 /// `GET /api/dead-letters/{id}`.
-pub async fn dead_letter(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+pub async fn dead_letter(
+    State(state): State<AdminState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> ApiResult {
+    let Path(id) = id?;
     ok(dead_letters::show(&*state.storage, id).await?)
 }
 
@@ -269,7 +279,11 @@ pub async fn catch_ups(State(state): State<AdminState>) -> ApiResult {
 }
 
 /// `GET /api/catch-ups/{id}`.
-pub async fn catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+pub async fn catch_up(
+    State(state): State<AdminState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> ApiResult {
+    let Path(id) = id?;
     ok(catch_ups::progress(&*state.storage, id, Utc::now()).await?)
 }
 
@@ -327,8 +341,12 @@ pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiE
 }
 
 /// `POST /api/catch-ups/{id}/cancel`.
-pub async fn cancel_catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+pub async fn cancel_catch_up(
+    State(state): State<AdminState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> ApiResult {
     allowed(&state)?;
+    let Path(id) = id?;
     ok(catch_ups::cancel(&*state.storage, id, Utc::now()).await?)
 }
 
