@@ -131,6 +131,13 @@ async fn read_only(sb: &Shardbox, addr: &str) {
         status["shards"].as_array().map(Vec::len),
         Some(seed::SHARDS as usize)
     );
+    assert_eq!(
+        status["by_kind"],
+        json!([
+            { "kind": "ledger", "dead_letters": 1, "blocked_targets": 0 },
+            { "kind": "vault", "dead_letters": 0, "blocked_targets": 1 },
+        ])
+    );
     let history = get(addr, "/api/history").await;
     assert_eq!(history.status, 200, "{}", history.body);
     let history = history.json();

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  status        nodes, shards with lease and depth, lag, counts, running catch-ups
+//!  by_kind       dead letters and blocked targets by entity kind (in the status)
 //!  attention     what needs an operator (the status's warnings: CLI lines, dashboard banner)
 //!  dead_letters  list, show, requeue, purge (with the library's filters)
 //!  blocked       list, unblock
@@ -18,6 +19,7 @@
 
 pub mod attention;
 pub mod blocked;
+pub mod by_kind;
 pub mod catch_ups;
 pub mod dead_letter_preview;
 pub mod dead_letters;

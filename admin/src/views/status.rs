@@ -6,7 +6,7 @@
 //!  WorkRegistry::sessions   ─► nodes: leases held (also nodes that hold one but no longer beat)
 //!                           ─► shards: owner, epoch, lease
 //!  InboxStore::depths(now)  ─► depth per shard by wait, lag of the oldest due row
-//!  DeadLetterStore          ─► dead-letter count
+//!  DeadLetterStore          ─► dead-letter count; dead letters and blocked targets by kind
 //!  CatchUpStore             ─► running catch-ups with their progress
 //!  all of it                ─► live nodes, leases held, what needs attention (attention)
 //! ```
@@ -14,6 +14,7 @@
 //! Reading only: how it is printed (a text table, JSON, HTML) is up to the caller.
 
 use crate::views::attention::{self, Attention};
+use crate::views::by_kind::{self, KindCounts};
 use crate::views::catch_ups::CatchUpView;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -47,6 +48,9 @@ pub struct Status {
     pub dead_letters: u64,
     /// Targets stopped by a blocked message.
     pub blocked_targets: u64,
+    /// Dead letters and blocked targets by entity kind (see
+    /// [`by_kind`](crate::views::by_kind)).
+    pub by_kind: Vec<KindCounts>,
     /// Catch-up jobs not completed.
     pub running_catch_ups: Vec<CatchUpView>,
     /// The shard count recorded in the database (none before a node first ran).
@@ -167,6 +171,11 @@ pub async fn read(storage: &StorageReads, now: DateTime<Utc>) -> Result<Status, 
     let dead_letters = storage.count_dead_letters(&DeadLetterFilter::all()).await?;
     let jobs = storage.running_catch_ups().await?;
     let layout = storage.layout().await?;
+    let member_kinds: Vec<String> = members
+        .iter()
+        .flat_map(|m| m.kinds.iter().map(|k| k.kind.clone()))
+        .collect();
+    let by_kind = by_kind::read(storage, member_kinds, dead_letters).await?;
 
     let mut by_shard: BTreeMap<ShardIndex, (Option<&ShardSession>, ShardDepth)> = BTreeMap::new();
     for s in &sessions {
@@ -252,6 +261,7 @@ pub async fn read(storage: &StorageReads, now: DateTime<Utc>) -> Result<Status, 
         blocked_targets: totals.blocked,
         totals,
         dead_letters,
+        by_kind,
         running_catch_ups: jobs.iter().map(|j| CatchUpView::of(j, now)).collect(),
         shard_count: layout.shard_count,
         resharding,
