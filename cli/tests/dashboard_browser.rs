@@ -7,7 +7,8 @@
 //!   timestamps, a dead letter's payload and failures in a dialog, a resume, a requeue, the
 //!   history kept by the server across a reload, and a node delivering what was requeued
 //!   (seen on the page and in the delivered-per-second plot).
-//! - Against the router in this process, with long names and an hour of history recorded:
+//! - Against the router in this process, with long names, a running catch-up and an hour of
+//!   history recorded:
 //!   nothing clipped or sticking out of its panel at 1280 and 1920 px wide, four plots with
 //!   time axes over the hour. With `SHARDBOX_DASHBOARD_SCREENSHOT=path.png` it saves a
 //!   screenshot of the whole page at 1280 px there.
@@ -370,6 +371,15 @@ async fn the_dashboard_fits_1280_and_1920_with_an_hour_of_history() {
     let addr = listener.local_addr().expect("addr");
     let served = tokio::spawn(async move { shardbox::admin::axum::serve(listener, app).await });
     let url = format!("http://{addr}/");
+    // A running catch-up, with its progress bar and cancel button.
+    let started = support::http::call(
+        &addr.to_string(),
+        "POST",
+        "/api/catch-ups",
+        Some(r#"{"projection_kind": "ledger-balances-rebuilt-by-an-operator", "ids": ["l-1"], "force": true}"#),
+    )
+    .await;
+    assert_eq!(started.status, 202, "{}", started.body);
     let screenshot = std::env::var_os("SHARDBOX_DASHBOARD_SCREENSHOT");
 
     tokio::task::spawn_blocking(move || {
@@ -379,6 +389,7 @@ async fn the_dashboard_fits_1280_and_1920_with_an_hour_of_history() {
         next_refresh(&browser);
         assert_eq!(browser.find_all("tr[data-dead-letter]").len(), 4);
         assert_eq!(browser.find_all("tr[data-blocked]").len(), 2);
+        assert_eq!(browser.find_all("tr[data-catch-up]").len(), 1);
 
         for width in [1280, 1920] {
             assert_eq!(browser.resize(width, 1000), u64::from(width));
