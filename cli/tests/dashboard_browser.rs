@@ -213,15 +213,20 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
             Some("true")
         );
         assert!(browser.text(&paused).contains("paused for"));
-        // Counts by kind: ledger's dead letter, vault's blocked target (a kind the kinds
-        // list lacks: no live node registers it, it has no controls).
+        // Counts by kind: ledger's due, delayed and dead letter; vault's blocked target and
+        // the message parked behind it (a kind the kinds list lacks: no live node registers
+        // it, it has no controls).
         let cell = |kind: &str, field: &str| {
             browser.text_of(&format!(
                 "tr[data-kind=\"{kind}\"] td[data-field=\"{field}\"]"
             ))
         };
+        assert_eq!(cell("ledger", "due"), "1");
+        assert_eq!(cell("ledger", "waiting"), "1");
         assert_eq!(cell("ledger", "dead-letters"), "1");
         assert_eq!(cell("ledger", "blocked-targets"), "0");
+        assert_eq!(cell("vault", "due"), "0");
+        assert_eq!(cell("vault", "waiting"), "1");
         assert_eq!(cell("vault", "dead-letters"), "0");
         assert_eq!(cell("vault", "blocked-targets"), "1");
         let resume = browser.find("button[data-resume=\"ledger\"]", Duration::from_secs(1));

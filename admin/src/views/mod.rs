@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  status        nodes, shards with lease and depth, lag, counts, running catch-ups
-//!  by_kind       dead letters and blocked targets by entity kind (in the status)
+//!  by_kind       pending rows, lag, blocked targets, dead letters by entity kind (in status)
 //!  attention     what needs an operator (the status's warnings: CLI lines, dashboard banner)
 //!  dead_letters  list, show, requeue, purge (with the library's filters)
 //!  blocked       list, unblock

@@ -6,7 +6,8 @@
 //!  WorkRegistry::sessions   ─► nodes: leases held (also nodes that hold one but no longer beat)
 //!                           ─► shards: owner, epoch, lease
 //!  InboxStore::depths(now)  ─► depth per shard by wait, lag of the oldest due row
-//!  DeadLetterStore          ─► dead-letter count; dead letters and blocked targets by kind
+//!  InboxStore::kind_depths  ─► by kind: due, waiting, blocked, lag (by_kind)
+//!  DeadLetterStore          ─► dead-letter count (by kind too)
 //!  CatchUpStore             ─► running catch-ups with their progress
 //!  all of it                ─► live nodes, leases held, what needs attention (attention)
 //! ```
@@ -48,7 +49,7 @@ pub struct Status {
     pub dead_letters: u64,
     /// Targets stopped by a blocked message.
     pub blocked_targets: u64,
-    /// Dead letters and blocked targets by entity kind (see
+    /// Pending rows, lag, blocked targets and dead letters by entity kind (see
     /// [`by_kind`](crate::views::by_kind)).
     pub by_kind: Vec<KindCounts>,
     /// Catch-up jobs not completed.
@@ -175,7 +176,7 @@ pub async fn read(storage: &StorageReads, now: DateTime<Utc>) -> Result<Status, 
         .iter()
         .flat_map(|m| m.kinds.iter().map(|k| k.kind.clone()))
         .collect();
-    let by_kind = by_kind::read(storage, member_kinds, dead_letters).await?;
+    let by_kind = by_kind::read(storage, now, member_kinds, dead_letters).await?;
 
     let mut by_shard: BTreeMap<ShardIndex, (Option<&ShardSession>, ShardDepth)> = BTreeMap::new();
     for s in &sessions {
