@@ -8,6 +8,7 @@
 //!  shards table: the busy shards (a lease held or a row pending) and the totals; idle
 //!                shards counted in one line (--all-shards lists them: hundreds of shards
 //!                would not fit one screen)
+//!  by kind: pending rows, blocked targets, dead letters per entity kind
 //!  dead letters, blocked targets, running catch-ups
 //! ```
 
@@ -73,6 +74,7 @@ pub fn render(status: &Status, all_shards: bool) -> String {
     out.push('\n');
     out.push_str(&nodes(status));
     out.push_str(&shards(status, all_shards));
+    out.push_str(&by_kind(status));
     out.push_str(&dead_letters_and_catch_ups(status));
     out
 }
@@ -190,6 +192,31 @@ fn shards(status: &Status, all_shards: bool) -> String {
             if idle == 1 { "" } else { "s" }
         ));
     }
+    out
+}
+
+/// The kinds with pending rows or dead letters (the dashboard's Kinds table shows the same).
+fn by_kind(status: &Status) -> String {
+    if status.by_kind.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nby kind (pending rows, blocked targets and dead letters)\n");
+    let mut t = Table::new(["kind", "due", "waiting", "blocked", "dead letters", "lag"]);
+    for k in &status.by_kind {
+        t.row(vec![
+            k.kind.clone().unwrap_or_else(|| "(other kinds)".into()),
+            k.due.to_string(),
+            k.waiting.to_string(),
+            k.blocked_targets.to_string(),
+            k.dead_letters.to_string(),
+            if k.due == 0 {
+                "-".into()
+            } else {
+                human(chrono::TimeDelta::milliseconds(k.lag_ms))
+            },
+        ]);
+    }
+    out.push_str(&t.render());
     out
 }
 
