@@ -241,6 +241,15 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
         browser.wait_until("two samples plotted", WAIT, |b| {
             plot_points(b, "depth") >= 2
         });
+        // A short history starts at the plot's left edge, not in a sliver at the right.
+        let first_x = browser
+            .script(
+                "const p = document.querySelector('#plot-depth polyline[data-series=\"due\"]'); \
+                 return Number(p.getAttribute('points').split(' ')[0].split(',')[0])",
+            )
+            .as_f64()
+            .expect("x");
+        assert!(first_x < 60.0, "the first sample at x {first_x}");
         let before = plot_points(&browser, "depth");
         browser.reload();
         browser.wait_until("the first refresh after the reload", WAIT, |b| {
