@@ -5,8 +5,9 @@
 //!  sampler task (every SAMPLE_EVERY) ─┐
 //!  GET /api/status (the page's polls) ─┴─► History::record(Sample)   at most one per
 //!                                           MIN_SPACING, none older than KEEP: fixed memory
-//!  GET /api/history ◄─ History::view(): depth, lag, dead letters, and the rates
-//!                      delivered/s and failed/s between consecutive samples
+//!  GET /api/history ◄─ History::view(after): depth, lag, dead letters, and the rates
+//!                      delivered/s and failed/s between consecutive samples (a page
+//!                      asks for the samples after its last one)
 //! ```
 //!
 //! Where the rates come from: mounted beside a node, from the node's counters
@@ -196,13 +197,18 @@ impl History {
         self.samples().is_empty()
     }
 
-    /// The points to plot.
-    pub fn view(&self) -> HistoryView {
+    /// The points to plot: every kept one, or those taken after `after` (a page that has
+    /// the earlier ones asks for the rest; their rates are still from the sample before).
+    pub fn view(&self, after: Option<DateTime<Utc>>) -> HistoryView {
         let samples = self.samples();
         let mut points = Vec::with_capacity(samples.len());
         let mut previous: Option<&Sample> = None;
         for s in samples.iter() {
             let rates = previous.map(|p| s.rates_since(p));
+            previous = Some(s);
+            if after.is_some_and(|after| s.at <= after) {
+                continue;
+            }
             points.push(Point {
                 t: s.at,
                 due: s.due,
@@ -213,7 +219,6 @@ impl History {
                 delivered_per_s: rates.map(|r| r.0),
                 failed_per_s: rates.map(|r| r.1),
             });
-            previous = Some(s);
         }
         let mounted = samples.back().is_some_and(|s| s.counters.is_some());
         HistoryView {
@@ -272,7 +277,7 @@ mod tests {
         for i in 0..2_000 {
             h.record(sample(i * 5));
         }
-        let points = h.view().points;
+        let points = h.view(None).points;
         let span = points.last().unwrap().t - points[0].t;
         assert_eq!(span, TimeDelta::seconds(3600), "the last hour exactly");
         assert_eq!(points.len(), 721);
@@ -299,7 +304,7 @@ mod tests {
         let mut purged = sample(10);
         purged.delivered_rows = 0; // a purge: no negative rate
         h.record(purged);
-        let view = h.view();
+        let view = h.view(None);
         assert_eq!(view.rates_from, "database totals");
         let rates: Vec<_> = view
             .points
@@ -317,9 +322,25 @@ mod tests {
             s.counters = Some(Counters { delivered, failed });
             mounted.record(s);
         }
-        let view = mounted.view();
+        let view = mounted.view(None);
         assert_eq!(view.rates_from, "node counters");
         assert_eq!(view.points[1].delivered_per_s, Some(5.0));
         assert_eq!(view.points[1].failed_per_s, Some(0.1));
+    }
+
+    #[test]
+    fn a_page_gets_only_the_samples_after_its_last_with_their_rates() {
+        let h = History::new();
+        for (secs, delivered_rows) in [(0, 0), (5, 10), (10, 30)] {
+            let mut s = sample(secs);
+            s.delivered_rows = delivered_rows;
+            h.record(s);
+        }
+        let rest = h.view(Some(at(5))).points;
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].t, at(10));
+        assert_eq!(rest[0].delivered_per_s, Some(4.0), "from the sample before");
+        assert!(h.view(Some(at(10))).points.is_empty());
+        assert_eq!(h.view(None).points.len(), 3);
     }
 }

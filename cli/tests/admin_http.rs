@@ -160,6 +160,16 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     let points = history["points"].as_array().expect("points");
     assert!(!points.is_empty(), "the status read above was sampled");
     assert_eq!(points.last().unwrap()["due"], 1, "{history}");
+    let last = points.last().unwrap()["t"].as_str().expect("t").to_owned();
+    let after = get(addr, &format!("/api/history?after={last}"))
+        .await
+        .json();
+    let later = after["points"].as_array().expect("points");
+    assert!(
+        later.len() < points.len() && later.iter().all(|p| p["t"] != json!(last)),
+        "only the samples after the last one seen: {after}"
+    );
+    refused(&get(addr, "/api/history?after=soon").await, 400, "after");
     refused(
         &get(addr, "/api/dead-letters/nine").await,
         400,

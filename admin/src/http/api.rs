@@ -4,8 +4,9 @@
 //! ```text
 //!  GET  /api/admin                    {actions_allowed, node}
 //!  GET  /api/status                   views::status::Status
-//!  GET  /api/history                  the samples kept for the dashboard's plots
-//!                                     (history::HistoryView: the last hour at most)
+//!  GET  /api/history?after=           the samples kept for the dashboard's plots
+//!                                     (history::HistoryView: the last hour at most; with
+//!                                     after=<a point's t>, only the later ones)
 //!  GET  /api/dead-letters?kind=&target=&tenant=&since=&until=&after=&limit=
 //!                                     (the CLI's filters: one DeadLetterQuery for both)
 //!  GET  /api/dead-letters/{id}        one dead letter whole
@@ -157,10 +158,22 @@ pub async fn status(State(state): State<AdminState>) -> ApiResult {
     ok(status)
 }
 
-/// `GET /api/history`: the status samples the server keeps (the last hour at most), with
-/// the rates between them.
-pub async fn history(State(state): State<AdminState>) -> ApiResult {
-    ok(state.history.view())
+/// The `after` of `GET /api/history`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// Only the samples taken after this instant (RFC 3339: a point's `t`).
+    after: Option<chrono::DateTime<Utc>>,
+}
+
+/// `GET /api/history?after=`: the status samples the server keeps (the last hour at most),
+/// with the rates between them; with `after`, only the later ones.
+pub async fn history(
+    State(state): State<AdminState>,
+    query: Result<Query<HistoryQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query?;
+    ok(state.history.view(query.after))
 }
 
 /// `GET /api/dead-letters`.
