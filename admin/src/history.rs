@@ -2,9 +2,10 @@
 //! so that a page opened (or reloaded) now shows the last hour, not only what it saw itself.
 //!
 //! ```text
-//!  sampler task (every SAMPLE_EVERY) ─┐
-//!  GET /api/status (the page's polls) ─┴─► History::record(Sample)   at most one per
-//!                                           MIN_SPACING, none older than KEEP: fixed memory
+//!  sampler task, every SAMPLE_EVERY       ─┐
+//!    (Sample::read: depths, dead letters)  │
+//!  GET /api/status (the page's polls)     ─┴─► History::record(Sample)   at most one per
+//!                                               MIN_SPACING, none older than KEEP: fixed memory
 //!  GET /api/history ◄─ History::view(after): depth, lag, dead letters, and the rates
 //!                      delivered/s and failed/s between consecutive samples (a page
 //!                      asks for the samples after its last one)
@@ -16,12 +17,14 @@
 //! the growth of the delivered rows kept for deduplication (a purge in the same interval
 //! hides some) and of the dead letters and blocked rows — every node's, but a lower bound.
 //!
-//! Pure but for the lock: what is kept and how rates are derived is tested below.
+//! Pure but for the lock and [`Sample::read`]: what is kept and how rates are derived is
+//! tested below.
 
-use crate::views::status::Status;
+use crate::views::status::{DepthView, Status};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
-use shardbox_core::MetricsSnapshot;
+use shardbox_core::storage::{DeadLetterFilter, ShardDepth, StorageReads};
+use shardbox_core::{MetricsSnapshot, ShardIndex, StorageError};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -79,17 +82,46 @@ pub struct Sample {
 impl Sample {
     /// The sample of `status`, with the node's `counters` when mounted.
     pub fn of(status: &Status, counters: Option<Counters>) -> Self {
-        let t = &status.totals;
+        Self::of_totals(status.now, &status.totals, status.dead_letters, counters)
+    }
+
+    /// The sample of the Inbox's `totals` and the dead-letter count at `at`.
+    pub fn of_totals(
+        at: DateTime<Utc>,
+        t: &DepthView,
+        dead_letters: u64,
+        counters: Option<Counters>,
+    ) -> Self {
         Sample {
-            at: status.now,
+            at,
             due: t.due,
             waiting: t.delayed + t.retrying + t.parked + t.replay,
             blocked: t.blocked,
             lag_ms: t.lag_ms,
             delivered_rows: t.delivered,
-            dead_letters: status.dead_letters,
+            dead_letters,
             counters,
         }
+    }
+
+    /// Reads a sample at `now`: the Inbox's depths and the dead-letter count only, what the
+    /// sampler needs — lighter than the whole status (no lock table, no reads by kind).
+    pub async fn read(
+        reads: &StorageReads,
+        now: DateTime<Utc>,
+        counters: Option<Counters>,
+    ) -> Result<Self, StorageError> {
+        let mut totals = ShardDepth::empty(ShardIndex(0));
+        for d in reads.depths(now).await? {
+            totals.absorb(&d);
+        }
+        let dead_letters = reads.count_dead_letters(&DeadLetterFilter::all()).await?;
+        Ok(Self::of_totals(
+            now,
+            &DepthView::of(&totals, now),
+            dead_letters,
+            counters,
+        ))
     }
 
     /// Delivered and failed per second from `earlier` to this one.

@@ -149,8 +149,9 @@ impl AdminState {
     }
 }
 
-/// Samples the status of `state` every [`SAMPLE_EVERY`](crate::history::SAMPLE_EVERY) into
-/// its history, skipping a tick when a page's poll took a sample meanwhile; ends when every
+/// Samples the Inbox of `state` (its depths and dead-letter count, [`Sample::read`]) every
+/// [`SAMPLE_EVERY`](crate::history::SAMPLE_EVERY) into its history, skipping a tick when a
+/// page's status poll took a sample meanwhile; ends when every
 /// router over the state is dropped (it holds the history weakly). Needs a tokio runtime:
 /// without one (a router built outside any), nothing is sampled but the page's polls.
 pub(crate) fn start_sampler(state: &AdminState) {
@@ -172,10 +173,10 @@ pub(crate) fn start_sampler(state: &AdminState) {
             if !history.wants(now) {
                 continue;
             }
-            match crate::views::status::read(&reads, now).await {
-                Ok(status) => {
-                    let counters = node.as_ref().map(|n| Counters::of(&n.metrics()));
-                    history.record(Sample::of(&status, counters));
+            let counters = node.as_ref().map(|n| Counters::of(&n.metrics()));
+            match Sample::read(&reads, now, counters).await {
+                Ok(sample) => {
+                    history.record(sample);
                 }
                 Err(e) => tracing::debug!("history sample skipped: {e}"),
             }
