@@ -458,7 +458,7 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         "catch-up job 987654 does not exist",
     );
     let cancelled = post(addr, &format!("/api/catch-ups/{job}/cancel"), json!({})).await;
-    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    assert_eq!(cancelled.status, 202, "accepted: {}", cancelled.body);
     assert_eq!(cancelled.json()["status"], "cancelling");
     sb.deliver_all().await.expect("deliver");
     let view = get(addr, &format!("/api/catch-ups/{job}")).await.json();
@@ -858,7 +858,7 @@ async fn cross_site_requests_are_refused_and_the_dashboard_s_own_are_served() {
         Some("{}"),
     )
     .await;
-    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(own.status, 202, "{}", own.body);
     assert_eq!(own.json()["status"], "cancelling");
     let page = get(&addr, "/").await.body;
     assert!(

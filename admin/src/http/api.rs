@@ -19,7 +19,7 @@
 //!  POST /api/catch-ups                body: StartRequest {projection_kind, tenant?, ids?, since?}
 //!                                     → the started job (CatchUpView)
 //!  GET  /api/catch-ups/{id}           one job's progress
-//!  POST /api/catch-ups/{id}/cancel    → the job, `cancelling` until its next step
+//!  POST /api/catch-ups/{id}/cancel    → 202, the job, `cancelling` until its next step
 //!  GET  /api/kinds                    every kind: paused or not, run-time settings (KindList)
 //!  POST /api/kinds/{kind}/pause       body: {} or {"force": true} → PauseOutcome
 //!  POST /api/kinds/{kind}/resume      body: {} or {"force": true} → ResumeOutcome
@@ -353,14 +353,17 @@ pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiE
     )
 }
 
-/// `POST /api/catch-ups/{id}/cancel`.
+/// `POST /api/catch-ups/{id}/cancel`: 202 Accepted with the job, `cancelling` until a
+/// node's next step of it.
 pub async fn cancel_catch_up(
     State(state): State<AdminState>,
     id: Result<Path<i64>, PathRejection>,
 ) -> ApiResult {
     allowed(&state)?;
     let Path(id) = id?;
-    ok(catch_ups::cancel(&*state.storage, id, Utc::now()).await?)
+    let view = catch_ups::cancel(&*state.storage, id, Utc::now()).await?;
+    // Accepted: the job is `cancelling`; a node's next step of it carries the cancel out.
+    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
 
 /// The body of a kind action: `{}`, or `{"force": true}` to act on a kind no live node
