@@ -429,6 +429,28 @@ async fn the_dashboard_fits_1280_and_1920_with_an_hour_of_history() {
                 .is_empty());
         }
 
+        // The window selector narrows every plot to the last 5 minutes (a sample per 5 s).
+        let narrowed = browser
+            .script(
+                "const s = document.getElementById('plot-window'); s.value = '300000'; \
+                 s.dispatchEvent(new Event('change')); \
+                 return [...document.querySelectorAll('svg[data-plot]')].map(p => Number(p.dataset.points))",
+            )
+            .as_array()
+            .expect("points")
+            .iter()
+            .map(|p| p.as_u64().expect("a count"))
+            .collect::<Vec<_>>();
+        assert_eq!(narrowed.len(), 4);
+        assert!(
+            narrowed.iter().all(|p| (55..=70).contains(p)),
+            "{narrowed:?}"
+        );
+        browser.script(
+            "const s = document.getElementById('plot-window'); s.value = '0'; \
+             s.dispatchEvent(new Event('change'))",
+        );
+
         assert_eq!(browser.resize(1280, 1000), 1280);
         next_refresh(&browser);
         let show = browser.find("button[data-show]", Duration::from_secs(1));
