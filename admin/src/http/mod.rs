@@ -87,7 +87,7 @@ async fn ready(State(state): State<AdminState>) -> Response {
 
 async fn metrics(State(state): State<AdminState>) -> Response {
     let mut out = String::new();
-    match crate::views::status::read(&state.reads(), chrono::Utc::now()).await {
+    match crate::views::status::read_for_gauges(&state.reads(), chrono::Utc::now()).await {
         Ok(status) => prometheus::render_gauges(&mut out, &status),
         Err(e) => {
             return (
