@@ -25,7 +25,7 @@ use crate::shardbox::{Node, Shardbox};
 use shardbox_core::{Addressing, Liveness, MetricsSnapshot, NodeLiveness, ShardIndex};
 use std::sync::Arc;
 
-pub use shardbox_admin::{axum, http, router, views, AdminError, AdminState, RunningNode};
+pub use shardbox_admin::{axum, history, http, router, views, AdminError, AdminState, RunningNode};
 
 /// A running node as the admin surface sees it.
 struct MountedNode {

@@ -7,6 +7,7 @@
 //!          (one source for the `shardbox` CLI and the HTTP API)
 //!  http    an axum Router: /health/live, /health/ready, /metrics (Prometheus text),
 //!          /api/* (JSON views; POST actions only when allowed), / (the web dashboard)
+//!  history the status samples the dashboard plots, kept by the server (the last hour)
 //! ```
 //!
 //! An application mounts [`router`] beside its node (the facade's `admin` feature builds the
@@ -24,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod history;
 pub mod http;
 pub mod views;
 

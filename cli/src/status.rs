@@ -8,6 +8,7 @@
 //!  shards table: the busy shards (a lease held or a row pending) and the totals; idle
 //!                shards counted in one line (--all-shards lists them: hundreds of shards
 //!                would not fit one screen)
+//!  by kind: pending rows, blocked targets, dead letters per entity kind
 //!  dead letters, blocked targets, running catch-ups
 //! ```
 
@@ -30,26 +31,19 @@ fn lag(d: &DepthView) -> String {
     }
 }
 
-/// Rows waiting for anything but deduplication (delivered rows are kept, not pending).
-fn pending(d: &DepthView) -> u64 {
-    d.due + d.delayed + d.retrying + d.parked + d.replay + d.blocked
-}
-
-/// Lag past which the summary asks for attention.
-const SLOW_LAG_MS: i64 = 60_000;
-
-/// The summary line and what needs attention, each line ending in a newline.
+/// The summary line and what needs attention (the status view's own list, which the
+/// dashboard's banner shows too), each line ending in a newline.
 fn summary(status: &Status) -> String {
     let t = &status.totals;
-    let live = status.nodes.iter().filter(|n| n.member).count();
-    let held = status.shards.iter().filter(|s| s.held).count();
+    let live = status.live_nodes;
+    let held = status.leases_held;
     let shards = status.shard_count.map_or_else(
         || "no shard count recorded".to_owned(),
         |n| format!("{n} shards"),
     );
     let mut out = format!(
         "summary: {shards}; {} pending ({} due, lag {}), {} delivered kept for dedup; {} live node{}, {} lease{} held\n",
-        pending(t),
+        t.pending(),
         t.due,
         lag(t),
         t.delivered,
@@ -58,36 +52,11 @@ fn summary(status: &Status) -> String {
         held,
         if held == 1 { "" } else { "s" },
     );
-    let mut attention = Vec::new();
-    if let Some(r) = &status.resharding {
-        attention.push(format!(
-            "re-sharding to {} shards in progress (by {}): delivery pauses until it switches",
-            r.to, r.by
-        ));
-    }
-    if status.dead_letters > 0 {
-        attention.push(format!(
-            "{} dead letter(s): `shardbox dead-letters list`",
-            status.dead_letters
-        ));
-    }
-    if status.blocked_targets > 0 {
-        attention.push(format!(
-            "{} blocked target(s): `shardbox blocked list`",
-            status.blocked_targets
-        ));
-    }
-    if pending(t) > 0 && live == 0 && held == 0 {
-        attention.push("messages wait but no node is running to deliver them".into());
-    }
-    if t.due > 0 && t.lag_ms > SLOW_LAG_MS {
-        attention.push(format!("the oldest due message waits for {}", lag(t)));
-    }
-    if attention.is_empty() {
+    if status.attention.is_empty() {
         out.push_str("attention: nothing needs it\n");
     } else {
-        for a in attention {
-            out.push_str(&format!("attention: {a}\n"));
+        for a in &status.attention {
+            out.push_str(&format!("attention: {}\n", a.line()));
         }
     }
     out
@@ -105,6 +74,7 @@ pub fn render(status: &Status, all_shards: bool) -> String {
     out.push('\n');
     out.push_str(&nodes(status));
     out.push_str(&shards(status, all_shards));
+    out.push_str(&by_kind(status));
     out.push_str(&dead_letters_and_catch_ups(status));
     out
 }
@@ -182,7 +152,7 @@ fn shards(status: &Status, all_shards: bool) -> String {
     ]);
     let mut idle = 0usize;
     for s in &status.shards {
-        if !all_shards && !s.held && pending(&s.depth) == 0 {
+        if !all_shards && !s.held && s.depth.pending() == 0 {
             idle += 1;
             continue;
         }
@@ -222,6 +192,31 @@ fn shards(status: &Status, all_shards: bool) -> String {
             if idle == 1 { "" } else { "s" }
         ));
     }
+    out
+}
+
+/// The kinds with pending rows or dead letters (the dashboard's Kinds table shows the same).
+fn by_kind(status: &Status) -> String {
+    if status.by_kind.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nby kind (pending rows, blocked targets and dead letters)\n");
+    let mut t = Table::new(["kind", "due", "waiting", "blocked", "dead letters", "lag"]);
+    for k in &status.by_kind {
+        t.row(vec![
+            k.kind.clone().unwrap_or_else(|| "(other kinds)".into()),
+            k.due.to_string(),
+            k.waiting.to_string(),
+            k.blocked_targets.to_string(),
+            k.dead_letters.to_string(),
+            if k.due == 0 {
+                "-".into()
+            } else {
+                human(chrono::TimeDelta::milliseconds(k.lag_ms))
+            },
+        ]);
+    }
+    out.push_str(&t.render());
     out
 }
 

@@ -107,9 +107,73 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     assert_eq!(status["dead_letters"], seed::DEAD_LETTERS);
     assert_eq!(status["blocked_targets"], seed::BLOCKED);
     assert_eq!(status["nodes"][0]["node"], seed::NODE);
+    assert_eq!(status["live_nodes"], 0, "the seeding node is no member");
+    assert_eq!(status["leases_held"], 0);
+    let topics: Vec<&Value> = status["attention"]
+        .as_array()
+        .expect("attention")
+        .iter()
+        .map(|a| &a["topic"])
+        .collect();
+    assert_eq!(
+        topics,
+        [
+            &json!("dead_letters"),
+            &json!("blocked_targets"),
+            &json!("no_node")
+        ]
+    );
+    assert_eq!(
+        status["attention"][0]["command"],
+        "shardbox dead-letters list"
+    );
     assert_eq!(
         status["shards"].as_array().map(Vec::len),
         Some(seed::SHARDS as usize)
+    );
+    // By kind: ledger's due l-5, delayed l-4 and dead letter; vault's block and the
+    // message parked behind it.
+    let by_kind: Vec<Value> = status["by_kind"]
+        .as_array()
+        .expect("by_kind")
+        .iter()
+        .map(|k| {
+            json!([
+                k["kind"],
+                k["due"],
+                k["waiting"],
+                k["blocked_targets"],
+                k["dead_letters"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        by_kind,
+        [json!(["ledger", 1, 1, 0, 1]), json!(["vault", 0, 1, 1, 0])],
+        "{status}"
+    );
+    let history = get(addr, "/api/history").await;
+    assert_eq!(history.status, 200, "{}", history.body);
+    let history = history.json();
+    assert_eq!(history["keep_ms"], 3_600_000);
+    assert_eq!(history["rates_from"], "database totals");
+    let points = history["points"].as_array().expect("points");
+    assert!(!points.is_empty(), "the status read above was sampled");
+    assert_eq!(points.last().unwrap()["due"], 1, "{history}");
+    let last = points.last().unwrap()["t"].as_str().expect("t").to_owned();
+    let after = get(addr, &format!("/api/history?after={last}"))
+        .await
+        .json();
+    let later = after["points"].as_array().expect("points");
+    assert!(
+        later.len() < points.len() && later.iter().all(|p| p["t"] != json!(last)),
+        "only the samples after the last one seen: {after}"
+    );
+    refused(&get(addr, "/api/history?after=soon").await, 400, "after");
+    refused(
+        &get(addr, "/api/dead-letters/nine").await,
+        400,
+        "Cannot parse",
     );
 
     let list = get(addr, "/api/dead-letters").await.json();
@@ -394,7 +458,7 @@ async fn act(sb: &Shardbox, gate: &seed::Gate, addr: &str) {
         "catch-up job 987654 does not exist",
     );
     let cancelled = post(addr, &format!("/api/catch-ups/{job}/cancel"), json!({})).await;
-    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    assert_eq!(cancelled.status, 202, "accepted: {}", cancelled.body);
     assert_eq!(cancelled.json()["status"], "cancelling");
     sb.deliver_all().await.expect("deliver");
     let view = get(addr, &format!("/api/catch-ups/{job}")).await.json();
@@ -526,6 +590,10 @@ async fn mounted(storage: Arc<dyn Storage>) {
     );
     assert!(metrics.contains("shardbox_dead_letters 1"));
     assert_eq!(get(&read_only, "/api/admin").await.json()["node"], node_id);
+    let status = get(&read_only, "/api/status").await.json();
+    assert_eq!(status["live_nodes"], 1, "{status}");
+    let history = get(&read_only, "/api/history").await.json();
+    assert_eq!(history["rates_from"], "node counters", "{history}");
     let id = get(&read_only, "/api/dead-letters").await.json()["dead_letters"][0]["id"].clone();
     refused(
         &post(
@@ -790,7 +858,7 @@ async fn cross_site_requests_are_refused_and_the_dashboard_s_own_are_served() {
         Some("{}"),
     )
     .await;
-    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(own.status, 202, "{}", own.body);
     assert_eq!(own.json()["status"], "cancelling");
     let page = get(&addr, "/").await.body;
     assert!(

@@ -189,6 +189,26 @@ async fn operate(sb: &Shardbox, storage: &dyn Storage, db: &str, schema: Option<
         .take_while(|l| !l.starts_with("  all"))
         .count();
     assert_eq!(listed, busy, "only the busy shards: {text}");
+    // By kind: a line per kind the status view breaks down, with its due count.
+    let by_kind = status["by_kind"].as_array().expect("by_kind");
+    assert!(!by_kind.is_empty(), "{status}");
+    let section: Vec<&str> = lines
+        .iter()
+        .skip_while(|l| !l.starts_with("by kind"))
+        .skip(2)
+        .take(by_kind.len())
+        .copied()
+        .collect();
+    for (line, kind) in section.iter().zip(by_kind) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            cells[0],
+            kind["kind"].as_str().unwrap_or("(other"),
+            "{text}"
+        );
+        assert_eq!(cells[1], kind["due"].to_string(), "{text}");
+    }
+    assert_eq!(section.len(), by_kind.len(), "{text}");
     let every = stdout(&run(db, schema, &["status", "--all-shards"]));
     assert!(!every.contains("idle shard"), "{every}");
 

@@ -375,6 +375,105 @@ pub async fn depths_by_wait<S: Storage + Inspect>(store: S) {
     );
 }
 
+/// Kind depths sort every pending row by its target's kind: due (with the time the oldest
+/// became due), waiting (delayed, retrying, parked, replay), blocked; delivered rows are
+/// not counted and a kind with nothing pending is not listed.
+pub async fn depths_by_kind<S: Storage + Inspect>(store: S) {
+    let of =
+        |kind: &'static str| move |m: &mut shardbox_core::NewMessage| m.target_kind = kind.into();
+    let batch = vec![
+        with(command(0, "a", "due-1"), |m| m.received_at = secs(-30)),
+        with(command(1, "b", "came-due"), |m| {
+            m.deliver_after = Some(secs(-50))
+        }),
+        with(command(0, "c", "delayed"), |m| {
+            m.deliver_after = Some(secs(60))
+        }),
+        command(0, "d", "to-block"),
+        command(0, "d", "behind-block"),
+        with(command(0, "e", "replay"), |m| m.kind = MessageKind::CatchUp),
+        with(command(0, "f", "to-deliver"), of("ledger")),
+        with(command(2, "g", "ledger-due"), of("ledger")),
+        with(command(3, "h", "ledger-delivered"), of("ledger")),
+        with(command(3, "i", "only-delivered"), of("audit")),
+    ];
+    store.write(messages(batch)).await.expect("write");
+    let lease = pick(&store, 0, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 100)
+        .await
+        .expect("read");
+    let seq = |signal: &str| {
+        page.messages
+            .iter()
+            .find(|m| m.message.signal_id.0 == signal)
+            .map(|m| m.seq)
+            .unwrap_or_else(|| panic!("{signal} in the page"))
+    };
+    store
+        .commit_stage(stage(
+            &lease,
+            t0(),
+            vec![
+                RowUpdate {
+                    seq: seq("to-block"),
+                    change: RowChange::Block {
+                        attempts: 3,
+                        error: "stuck".into(),
+                    },
+                },
+                RowUpdate {
+                    seq: seq("behind-block"),
+                    change: RowChange::BehindBlock,
+                },
+                delivered(seq("to-deliver"), secs(60)),
+            ],
+        ))
+        .await
+        .expect("commit");
+    let lease = pick(&store, 3, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(3), t0(), 100)
+        .await
+        .expect("read");
+    let delivered_all = page
+        .messages
+        .iter()
+        .map(|m| delivered(m.seq, secs(60)))
+        .collect();
+    store
+        .commit_stage(stage(&lease, t0(), delivered_all))
+        .await
+        .expect("commit");
+
+    let kinds = store.kind_depths(t0()).await.expect("kind depths");
+    let names: Vec<&str> = kinds.iter().map(|k| k.kind.as_str()).collect();
+    assert_eq!(
+        names,
+        ["account", "ledger"],
+        "sorted; audit has nothing pending"
+    );
+    let account = &kinds[0];
+    assert_eq!(
+        (account.due, account.waiting, account.blocked),
+        (2, 3, 1),
+        "due (due-1, came-due), waiting (delayed, behind-block, replay), blocked: {account:?}"
+    );
+    assert_eq!(account.oldest_due_at, Some(secs(-50)));
+    assert_eq!(account.lag(t0()), Duration::seconds(50));
+    let ledger = &kinds[1];
+    assert_eq!(
+        (ledger.due, ledger.waiting, ledger.blocked),
+        (1, 0, 0),
+        "{ledger:?}"
+    );
+    assert_eq!(ledger.oldest_due_at, Some(t0()));
+
+    // Later, the delay has passed: due.
+    let later = store.kind_depths(secs(61)).await.expect("kind depths");
+    assert_eq!((later[0].due, later[0].waiting), (3, 2));
+}
+
 /// Replayed history (`to_catch_up`) and live rows come back merged in `seq` order.
 pub async fn catch_up_rows_interleave_in_seq_order<S: Storage + Inspect>(store: S) {
     let replay = |w| with(w, |m| m.kind = MessageKind::CatchUp);

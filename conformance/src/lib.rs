@@ -129,9 +129,9 @@ pub use failures::{
 };
 pub use inbox::{
     catch_up_rows_interleave_in_seq_order, concurrent_writers_all_succeed, counts_by_status,
-    deliver_after_is_respected, depths_by_wait, due_pages_take_the_first_rows_by_seq,
-    paging_with_equal_timestamps_crosses_pages, write_all_reports_each_batch,
-    write_then_read_in_seq_order,
+    deliver_after_is_respected, depths_by_kind, depths_by_wait,
+    due_pages_take_the_first_rows_by_seq, paging_with_equal_timestamps_crosses_pages,
+    write_all_reports_each_batch, write_then_read_in_seq_order,
 };
 pub use kind_controls::{
     a_paused_kinds_rows_are_parked_until_the_resume, a_resume_racing_parks_leaves_no_row_parked,
@@ -174,6 +174,7 @@ macro_rules! conformance_suite {
             tenant_isolation,
             counts_by_status,
             depths_by_wait,
+            depths_by_kind,
             catch_up_rows_interleave_in_seq_order,
             concurrent_writers_all_succeed,
             write_all_reports_each_batch,

@@ -572,6 +572,13 @@ impl InboxStore for FaultyStorage {
         read!(self, "depths", self.inner.depths(now))
     }
 
+    async fn kind_depths(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<shardbox::core::storage::KindDepth>, StorageError> {
+        read!(self, "kind_depths", self.inner.kind_depths(now))
+    }
+
     async fn read_expired(
         &self,
         shard: ShardIndex,

@@ -4,6 +4,9 @@
 //! ```text
 //!  GET  /api/admin                    {actions_allowed, node}
 //!  GET  /api/status                   views::status::Status
+//!  GET  /api/history?after=           the samples kept for the dashboard's plots
+//!                                     (history::HistoryView: the last hour at most; with
+//!                                     after=<a point's t>, only the later ones)
 //!  GET  /api/dead-letters?kind=&target=&tenant=&since=&until=&after=&limit=
 //!                                     (the CLI's filters: one DeadLetterQuery for both)
 //!  GET  /api/dead-letters/{id}        one dead letter whole
@@ -16,7 +19,7 @@
 //!  POST /api/catch-ups                body: StartRequest {projection_kind, tenant?, ids?, since?}
 //!                                     → the started job (CatchUpView)
 //!  GET  /api/catch-ups/{id}           one job's progress
-//!  POST /api/catch-ups/{id}/cancel    → the job, `cancelling` until its next step
+//!  POST /api/catch-ups/{id}/cancel    → 202, the job, `cancelling` until its next step
 //!  GET  /api/kinds                    every kind: paused or not, run-time settings (KindList)
 //!  POST /api/kinds/{kind}/pause       body: {} or {"force": true} → PauseOutcome
 //!  POST /api/kinds/{kind}/resume      body: {} or {"force": true} → ResumeOutcome
@@ -40,7 +43,7 @@ use crate::views::catch_ups::StartRequest;
 use crate::views::dead_letters::{DeadLetterAction, DeadLetterQuery};
 use crate::views::kinds::SettingsView;
 use crate::views::{blocked, catch_ups, dead_letters, kinds, status};
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -103,6 +106,12 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> Self {
+        ApiError(StatusCode::BAD_REQUEST, e.body_text())
+    }
+}
+
 impl From<QueryRejection> for ApiError {
     fn from(e: QueryRejection) -> Self {
         ApiError(StatusCode::BAD_REQUEST, e.body_text())
@@ -144,7 +153,27 @@ pub async fn admin(State(state): State<AdminState>) -> ApiResult {
 
 /// `GET /api/status`.
 pub async fn status(State(state): State<AdminState>) -> ApiResult {
-    ok(status::read(&state.reads(), Utc::now()).await?)
+    let status = status::read(&state.reads(), Utc::now()).await?;
+    state.sample(&status);
+    ok(status)
+}
+
+/// The `after` of `GET /api/history`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// Only the samples taken after this instant (RFC 3339: a point's `t`).
+    after: Option<chrono::DateTime<Utc>>,
+}
+
+/// `GET /api/history?after=`: the status samples the server keeps (the last hour at most),
+/// with the rates between them; with `after`, only the later ones.
+pub async fn history(
+    State(state): State<AdminState>,
+    query: Result<Query<HistoryQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query?;
+    ok(state.history.view(query.after))
 }
 
 /// `GET /api/dead-letters`.
@@ -162,7 +191,11 @@ pub async fn dead_letters(
 }
 
 /// `GET /api/dead-letters/{id}`.
-pub async fn dead_letter(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+pub async fn dead_letter(
+    State(state): State<AdminState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> ApiResult {
+    let Path(id) = id?;
     ok(dead_letters::show(&*state.storage, id).await?)
 }
 
@@ -259,7 +292,11 @@ pub async fn catch_ups(State(state): State<AdminState>) -> ApiResult {
 }
 
 /// `GET /api/catch-ups/{id}`.
-pub async fn catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+pub async fn catch_up(
+    State(state): State<AdminState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> ApiResult {
+    let Path(id) = id?;
     ok(catch_ups::progress(&*state.storage, id, Utc::now()).await?)
 }
 
@@ -316,10 +353,17 @@ pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiE
     )
 }
 
-/// `POST /api/catch-ups/{id}/cancel`.
-pub async fn cancel_catch_up(State(state): State<AdminState>, Path(id): Path<i64>) -> ApiResult {
+/// `POST /api/catch-ups/{id}/cancel`: 202 Accepted with the job, `cancelling` until a
+/// node's next step of it.
+pub async fn cancel_catch_up(
+    State(state): State<AdminState>,
+    id: Result<Path<i64>, PathRejection>,
+) -> ApiResult {
     allowed(&state)?;
-    ok(catch_ups::cancel(&*state.storage, id, Utc::now()).await?)
+    let Path(id) = id?;
+    let view = catch_ups::cancel(&*state.storage, id, Utc::now()).await?;
+    // Accepted: the job is `cancelling`; a node's next step of it carries the cancel out.
+    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
 
 /// The body of a kind action: `{}`, or `{"force": true}` to act on a kind no live node

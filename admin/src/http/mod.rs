@@ -33,7 +33,10 @@ use state::AdminState;
 /// The router over `state`. Mount it as it is (`app.merge(router(state))`) or under a
 /// prefix (`app.nest("/admin", router(state))`); the dashboard finds its API relative to
 /// its own address.
+/// It starts the sampler of the dashboard's history (see [`state::AdminState::history`])
+/// when built inside a tokio runtime.
 pub fn router(state: AdminState) -> Router {
+    state::start_sampler(&state);
     Router::new()
         .route("/", get(dashboard))
         .route("/health/live", get(live))
@@ -41,6 +44,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/admin", get(api::admin))
         .route("/api/status", get(api::status))
+        .route("/api/history", get(api::history))
         .route("/api/dead-letters", get(api::dead_letters))
         .route("/api/dead-letters/requeue", post(api::requeue))
         .route("/api/dead-letters/purge", post(api::purge))
@@ -83,7 +87,7 @@ async fn ready(State(state): State<AdminState>) -> Response {
 
 async fn metrics(State(state): State<AdminState>) -> Response {
     let mut out = String::new();
-    match crate::views::status::read(&state.reads(), chrono::Utc::now()).await {
+    match crate::views::status::read_for_gauges(&state.reads(), chrono::Utc::now()).await {
         Ok(status) => prometheus::render_gauges(&mut out, &status),
         Err(e) => {
             return (

@@ -7,8 +7,13 @@
 //! adds its workers to readiness, its counters to the metrics, its shard strategy to a
 //! requeue and a catch-up start, counts the action in its counters and wakes its workers at
 //! once.
+//!
+//! Both keep the dashboard's history ([`History`]): the router starts a sampler that reads
+//! the status every [`SAMPLE_EVERY`](crate::history::SAMPLE_EVERY) while the router lives.
 
+use crate::history::{Counters, History, Sample};
 use crate::http::guard::LOOPBACK_HOSTS;
+use crate::views::status::Status;
 use shardbox_core::storage::StorageReads;
 use shardbox_core::{Addressing, Liveness, MetricsSnapshot, ShardIndex, Storage};
 use std::sync::Arc;
@@ -46,6 +51,8 @@ pub struct AdminState {
     pub(crate) node: Option<Arc<dyn RunningNode>>,
     /// The names requests may be addressed to (their `Host`), see [`crate::http::guard`].
     pub(crate) allowed_hosts: Vec<String>,
+    /// The status samples the dashboard plots (shared by every clone of the state).
+    pub(crate) history: Arc<History>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -69,6 +76,7 @@ impl AdminState {
             actions: false,
             node: None,
             allowed_hosts: LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect(),
+            history: Arc::new(History::new()),
         }
     }
 
@@ -127,4 +135,51 @@ impl AdminState {
     pub fn actions_allowed(&self) -> bool {
         self.actions
     }
+
+    /// The status samples kept for the dashboard's plots (`GET /api/history`). A tool that
+    /// has its own samples (or a test) may [`record`](History::record) them.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Keeps a sample of `status` (with the mounted node's counters) if one is due.
+    pub(crate) fn sample(&self, status: &Status) {
+        let counters = self.node.as_ref().map(|n| Counters::of(&n.metrics()));
+        self.history.record(Sample::of(status, counters));
+    }
+}
+
+/// Samples the Inbox of `state` (its depths and dead-letter count, [`Sample::read`]) every
+/// [`SAMPLE_EVERY`](crate::history::SAMPLE_EVERY) into its history, skipping a tick when a
+/// page's status poll took a sample meanwhile; ends when every
+/// router over the state is dropped (it holds the history weakly). Needs a tokio runtime:
+/// without one (a router built outside any), nothing is sampled but the page's polls.
+pub(crate) fn start_sampler(state: &AdminState) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let history = Arc::downgrade(&state.history);
+    let reads = state.reads();
+    let node = state.node.clone();
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(crate::history::SAMPLE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(history) = history.upgrade() else {
+                return;
+            };
+            let now = chrono::Utc::now();
+            if !history.wants(now) {
+                continue;
+            }
+            let counters = node.as_ref().map(|n| Counters::of(&n.metrics()));
+            match Sample::read(&reads, now, counters).await {
+                Ok(sample) => {
+                    history.record(sample);
+                }
+                Err(e) => tracing::debug!("history sample skipped: {e}"),
+            }
+        }
+    });
 }

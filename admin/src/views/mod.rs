@@ -3,6 +3,8 @@
 //!
 //! ```text
 //!  status        nodes, shards with lease and depth, lag, counts, running catch-ups
+//!  by_kind       pending rows, lag, blocked targets, dead letters by entity kind (in status)
+//!  attention     what needs an operator (the status's warnings: CLI lines, dashboard banner)
 //!  dead_letters  list, show, requeue, purge (with the library's filters)
 //!  blocked       list, unblock
 //!  catch_ups     running jobs, one job's progress
@@ -15,7 +17,9 @@
 //! own (`shardbox_core::operator`): these views check an operator's request and shape the
 //! answer.
 
+pub mod attention;
 pub mod blocked;
+pub mod by_kind;
 pub mod catch_ups;
 pub mod dead_letter_preview;
 pub mod dead_letters;

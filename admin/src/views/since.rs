@@ -5,10 +5,31 @@
 //! An age is at most [`MAX_AGE_DAYS`] days: far enough for any history, and near enough that
 //! "now minus the age" is always a time the clock (and a database) can hold. A longer age is
 //! refused when it is read, with the allowed range; an earlier point is given as an instant.
+//!
+//! The other way, [`human`] writes a duration as people read it (`4.2s`, `3m05s`): the CLI's
+//! tables and the status view's attention lines use the same words.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Deserializer};
 use std::str::FromStr;
+
+/// A duration for people: `4.2s`, `3m05s`, `2h10m`, `3d4h`.
+pub fn human(d: TimeDelta) -> String {
+    let ms = d.num_milliseconds();
+    let sign = if ms < 0 { "-" } else { "" };
+    let ms = ms.unsigned_abs();
+    let s = ms / 1000;
+    let text = if s < 60 {
+        format!("{}.{}s", s, (ms % 1000) / 100)
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else if s < 86_400 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}d{}h", s / 86_400, (s % 86_400) / 3600)
+    };
+    format!("{sign}{text}")
+}
 
 /// The longest age accepted: 100 years, in days.
 pub const MAX_AGE_DAYS: i64 = 36_500;
@@ -83,6 +104,14 @@ impl<'de> Deserialize<'de> for Since {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(TimeDelta::milliseconds(4_250)), "4.2s");
+        assert_eq!(human(TimeDelta::seconds(185)), "3m05s");
+        assert_eq!(human(TimeDelta::seconds(7_800)), "2h10m");
+        assert_eq!(human(TimeDelta::seconds(-3)), "-3.0s");
+    }
 
     #[test]
     fn ages_and_instants_parse() {

@@ -6,12 +6,16 @@
 //!  WorkRegistry::sessions   ─► nodes: leases held (also nodes that hold one but no longer beat)
 //!                           ─► shards: owner, epoch, lease
 //!  InboxStore::depths(now)  ─► depth per shard by wait, lag of the oldest due row
-//!  DeadLetterStore          ─► dead-letter count
+//!  InboxStore::kind_depths  ─► by kind: due, waiting, blocked, lag (by_kind)
+//!  DeadLetterStore          ─► dead-letter count (by kind too)
 //!  CatchUpStore             ─► running catch-ups with their progress
+//!  all of it                ─► live nodes, leases held, what needs attention (attention)
 //! ```
 //!
 //! Reading only: how it is printed (a text table, JSON, HTML) is up to the caller.
 
+use crate::views::attention::{self, Attention};
+use crate::views::by_kind::{self, KindCounts};
 use crate::views::catch_ups::CatchUpView;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -33,6 +37,10 @@ pub struct Status {
     pub nodes_source: &'static str,
     /// The live members, and any other node that holds or held a lease.
     pub nodes: Vec<NodeView>,
+    /// How many of them are live members (what `shardbox status` calls live nodes).
+    pub live_nodes: usize,
+    /// Shards whose lease a node holds now.
+    pub leases_held: usize,
     /// Every shard with a lease row or a row in the Inbox, in shard order.
     pub shards: Vec<ShardView>,
     /// The depths of all shards added up (the lag is the largest).
@@ -41,12 +49,18 @@ pub struct Status {
     pub dead_letters: u64,
     /// Targets stopped by a blocked message.
     pub blocked_targets: u64,
+    /// Pending rows, lag, blocked targets and dead letters by entity kind (see
+    /// [`by_kind`](crate::views::by_kind)).
+    pub by_kind: Vec<KindCounts>,
     /// Catch-up jobs not completed.
     pub running_catch_ups: Vec<CatchUpView>,
     /// The shard count recorded in the database (none before a node first ran).
     pub shard_count: Option<u32>,
     /// A re-sharding in progress: to how many shards, by whom, announced until when.
     pub resharding: Option<ReshardView>,
+    /// What needs attention, most urgent first (empty: nothing does); see
+    /// [`attention`](crate::views::attention).
+    pub attention: Vec<Attention>,
 }
 
 /// A re-sharding in progress (see docs/clustering.md).
@@ -129,6 +143,11 @@ pub struct DepthView {
 }
 
 impl DepthView {
+    /// Rows waiting for anything but deduplication (delivered rows are kept, not pending).
+    pub fn pending(&self) -> u64 {
+        self.due + self.delayed + self.retrying + self.parked + self.replay + self.blocked
+    }
+
     /// The view of `d` at `now`.
     pub fn of(d: &ShardDepth, now: DateTime<Utc>) -> Self {
         DepthView {
@@ -147,12 +166,39 @@ impl DepthView {
 
 /// Reads the status of `storage` at `now`.
 pub async fn read(storage: &StorageReads, now: DateTime<Utc>) -> Result<Status, StorageError> {
+    read_with(storage, now, true).await
+}
+
+/// Reads the status as [`read`] does, but without the breakdown by kind (`by_kind` empty,
+/// the attention list unchanged): what the Prometheus gauges render, so that a scrape costs
+/// one scan of the pending rows, not two.
+pub async fn read_for_gauges(
+    storage: &StorageReads,
+    now: DateTime<Utc>,
+) -> Result<Status, StorageError> {
+    read_with(storage, now, false).await
+}
+
+async fn read_with(
+    storage: &StorageReads,
+    now: DateTime<Utc>,
+    with_kinds: bool,
+) -> Result<Status, StorageError> {
     let members = storage.members(now).await?;
     let sessions = storage.sessions().await?;
     let depths = storage.depths(now).await?;
     let dead_letters = storage.count_dead_letters(&DeadLetterFilter::all()).await?;
     let jobs = storage.running_catch_ups().await?;
     let layout = storage.layout().await?;
+    let member_kinds: Vec<String> = members
+        .iter()
+        .flat_map(|m| m.kinds.iter().map(|k| k.kind.clone()))
+        .collect();
+    let by_kind = if with_kinds {
+        by_kind::read(storage, now, member_kinds, dead_letters).await?
+    } else {
+        Vec::new()
+    };
 
     let mut by_shard: BTreeMap<ShardIndex, (Option<&ShardSession>, ShardDepth)> = BTreeMap::new();
     for s in &sessions {
@@ -164,7 +210,7 @@ pub async fn read(storage: &StorageReads, now: DateTime<Utc>) -> Result<Status, 
         by_shard.entry(d.shard).or_insert((None, *d)).1 = *d;
     }
     let held = |s: &ShardSession| s.node_id.is_some() && s.lease_until.is_some_and(|u| u > now);
-    let shards = by_shard
+    let shards: Vec<ShardView> = by_shard
         .values()
         .map(|(session, depth)| ShardView {
             shard: depth.shard.0,
@@ -207,24 +253,41 @@ pub async fn read(storage: &StorageReads, now: DateTime<Utc>) -> Result<Status, 
         view.last_lease_until = view.last_lease_until.max(s.lease_until);
     }
 
+    let nodes: Vec<NodeView> = nodes.into_values().collect();
+    let resharding = layout
+        .resharding
+        .filter(|a| a.until > now)
+        .map(|a| ReshardView {
+            to: a.to,
+            by: a.by.0,
+            until: a.until,
+        });
+    let totals = DepthView::of(&totals, now);
+    let live_nodes = attention::live_nodes(&nodes);
+    let leases_held = attention::leases_held(&shards);
+    let attention = attention::of(attention::Facts {
+        totals: &totals,
+        live_nodes,
+        leases_held,
+        dead_letters,
+        blocked_targets: totals.blocked,
+        resharding: resharding.as_ref().map(|r| (r.to, r.by.as_str())),
+    });
     Ok(Status {
         database: storage.describe(),
         now,
         nodes_source: NODES_SOURCE,
-        nodes: nodes.into_values().collect(),
+        nodes,
+        live_nodes,
+        leases_held,
         shards,
         blocked_targets: totals.blocked,
-        totals: DepthView::of(&totals, now),
+        totals,
         dead_letters,
+        by_kind,
         running_catch_ups: jobs.iter().map(|j| CatchUpView::of(j, now)).collect(),
         shard_count: layout.shard_count,
-        resharding: layout
-            .resharding
-            .filter(|a| a.until > now)
-            .map(|a| ReshardView {
-                to: a.to,
-                by: a.by.0,
-                until: a.until,
-            }),
+        resharding,
+        attention,
     })
 }

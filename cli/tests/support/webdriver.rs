@@ -1,6 +1,6 @@
 //! A small WebDriver client (W3C protocol over the plain HTTP client) driving headless
-//! Chromium through chromedriver: new session, navigate, find elements, text, attributes,
-//! click, run a script. Both are Debian's packages (`chromium`, `chromium-driver`).
+//! Chromium through chromedriver: new session, navigate, reload, window size, find
+//! elements, text, attributes, click, run a script, take a screenshot. Both are Debian's packages (`chromium`, `chromium-driver`).
 
 use super::http::request;
 use serde_json::{json, Value};
@@ -121,6 +121,38 @@ impl Browser {
         self.session("POST", "/url", Some(json!({ "url": url })));
     }
 
+    /// Reloads the page.
+    pub fn reload(&self) {
+        self.session("POST", "/refresh", Some(json!({})));
+    }
+
+    /// Sets the window's size; returns the page's viewport width then, a vertical scroll bar
+    /// included (headless Chromium has no window frame, so it is `width`).
+    pub fn resize(&self, width: u32, height: u32) -> u64 {
+        self.session(
+            "POST",
+            "/window/rect",
+            Some(json!({ "width": width, "height": height })),
+        );
+        self.script("return window.innerWidth")
+            .as_u64()
+            .expect("a width")
+    }
+
+    /// Saves a PNG of the whole page, at the window's width, to `path` (Chromium's own
+    /// command through chromedriver: WebDriver's screenshot stops at the viewport).
+    pub fn screenshot(&self, path: &std::path::Path) {
+        let png = self.session(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({ "cmd": "Page.captureScreenshot", "params": {
+                "format": "png", "captureBeyondViewport": true
+            }})),
+        );
+        let bytes = base64_decode(png["data"].as_str().expect("base64 PNG"));
+        std::fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+
     /// The elements matching a CSS selector now.
     pub fn find_all(&self, css: &str) -> Vec<Element> {
         let found = self.session(
@@ -197,6 +229,30 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Standard base64 (what WebDriver sends screenshots in), padding and whitespace ignored.
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+    {
+        let v = ALPHABET
+            .iter()
+            .position(|a| *a == c)
+            .unwrap_or_else(|| panic!("not base64: {c}")) as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
 }
 
 impl Drop for Browser {

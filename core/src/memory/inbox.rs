@@ -176,6 +176,34 @@ impl InboxStore for MemoryStorage {
         Ok(shards.into_values().collect())
     }
 
+    async fn kind_depths(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::storage::KindDepth>, StorageError> {
+        let state = self.lock();
+        let mut kinds: std::collections::BTreeMap<&str, ShardDepth> =
+            std::collections::BTreeMap::new();
+        for row in state.rows.values() {
+            if row.status == MessageStatus::Delivered {
+                continue;
+            }
+            kinds
+                .entry(&row.message.target_kind)
+                .or_insert_with(|| ShardDepth::empty(row.shard))
+                .count(
+                    row.status,
+                    row.attempts,
+                    row.message.received_at,
+                    row.message.deliver_after,
+                    now,
+                );
+        }
+        Ok(kinds
+            .into_iter()
+            .map(|(kind, d)| crate::storage::KindDepth::of(kind, &d))
+            .collect())
+    }
+
     async fn purge_due_shards(&self, now: DateTime<Utc>) -> Result<Vec<ShardIndex>, StorageError> {
         let state = self.lock();
         let mut shards: Vec<ShardIndex> = state

@@ -632,6 +632,12 @@ mod tests {
         ) -> Result<Vec<crate::storage::ShardDepth>, StorageError> {
             self.inner.depths(now).await
         }
+        async fn kind_depths(
+            &self,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Vec<crate::storage::KindDepth>, StorageError> {
+            self.inner.kind_depths(now).await
+        }
         async fn read_expired(
             &self,
             shard: ShardIndex,

@@ -97,6 +97,50 @@ pub struct ShardDepth {
     pub oldest_due_at: Option<DateTime<Utc>>,
 }
 
+/// One entity kind's pending rows, as of a time: which kind a backlog belongs to.
+///
+/// ```text
+///  to_deliver, deliver_after unset or passed                due      (lag: the oldest)
+///  to_deliver, later (delay, retry, parked) ─┐
+///  to_catch_up                               ┴──────────────  waiting
+///  blocked                                                  blocked
+/// ```
+///
+/// Delivered rows are not counted: they are kept for deduplication, not pending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindDepth {
+    /// The target entity kind.
+    pub kind: String,
+    /// Waiting for delivery and due now.
+    pub due: u64,
+    /// Waiting for a delay, a retry, a catch-up, or behind a block.
+    pub waiting: u64,
+    /// Blocked messages waiting for an operator.
+    pub blocked: u64,
+    /// When the oldest due row became due.
+    pub oldest_due_at: Option<DateTime<Utc>>,
+}
+
+impl KindDepth {
+    /// The pending rows of `kind` that `d` counted (its shard aside).
+    pub fn of(kind: impl Into<String>, d: &ShardDepth) -> Self {
+        KindDepth {
+            kind: kind.into(),
+            due: d.due,
+            waiting: d.delayed + d.retrying + d.parked + d.replay,
+            blocked: d.blocked,
+            oldest_due_at: d.oldest_due_at,
+        }
+    }
+
+    /// How long the oldest due row has waited at `now` (zero when none is due).
+    pub fn lag(&self, now: DateTime<Utc>) -> chrono::TimeDelta {
+        self.oldest_due_at.map_or(chrono::TimeDelta::zero(), |at| {
+            (now - at).max(chrono::TimeDelta::zero())
+        })
+    }
+}
+
 impl ShardDepth {
     /// An empty shard.
     pub fn empty(shard: ShardIndex) -> Self {
@@ -239,6 +283,11 @@ pub trait InboxStore: Send + Sync + 'static {
     /// times (an index-only scan where the backend has one), so call it every few seconds,
     /// not per stage.
     async fn depths(&self, now: DateTime<Utc>) -> Result<Vec<ShardDepth>, StorageError>;
+
+    /// Every entity kind with a pending row (not delivered), by what its rows wait for at
+    /// `now` (see [`KindDepth`]), sorted by kind; for operators. Reads every pending row's
+    /// kind, status and times, so call it every few seconds, not per stage.
+    async fn kind_depths(&self, now: DateTime<Utc>) -> Result<Vec<KindDepth>, StorageError>;
 
     /// The shards holding a row that is not delivered nor blocked and whose TTL has passed
     /// at `now` (`expires_at <= now`), due or not: where a TTL sweep has work. Sorted, each

@@ -42,7 +42,7 @@ pub use dead_letters::{
 };
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
-pub use inbox::{InboxCounts, InboxStore, Page, ShardDepth};
+pub use inbox::{InboxCounts, InboxStore, KindDepth, Page, ShardDepth};
 pub use inspect::Inspect;
 pub use kind_controls::{KindControlStore, ResumeReport};
 pub use reads::StorageReads;

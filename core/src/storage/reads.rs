@@ -2,7 +2,7 @@
 //! may read of the backend without a way to write to it.
 //!
 //! ```text
-//!  StorageReads ─┬─ Inbox:        counts, depths, next_due, outcome
+//!  StorageReads ─┬─ Inbox:        counts, depths (by shard, by kind), next_due, outcome
 //!                ├─ lock table:   sessions, members, recorded shard count and strategy, layout
 //!                ├─ events:       read_events, read_source_events, seqs, counts
 //!                ├─ states:       load_states
@@ -28,8 +28,8 @@ use crate::model::message::DedupKey;
 use crate::model::outcome::OutcomeLookup;
 use crate::model::strategy::StrategyRecord;
 use crate::storage::{
-    BlockedTarget, CatchUpJob, DeadLetterFilter, EntityKey, EntityState, InboxCounts, Member,
-    ShardDepth, ShardLayout, ShardSession, Storage, StoredDeadLetter,
+    BlockedTarget, CatchUpJob, DeadLetterFilter, EntityKey, EntityState, InboxCounts, KindDepth,
+    Member, ShardDepth, ShardLayout, ShardSession, Storage, StoredDeadLetter,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -67,6 +67,11 @@ impl StorageReads {
     /// Each shard's depth by wait at `now` (`InboxStore::depths`).
     pub async fn depths(&self, now: DateTime<Utc>) -> Result<Vec<ShardDepth>, StorageError> {
         self.storage.depths(now).await
+    }
+
+    /// Each entity kind's pending rows by wait at `now` (`InboxStore::kind_depths`).
+    pub async fn kind_depths(&self, now: DateTime<Utc>) -> Result<Vec<KindDepth>, StorageError> {
+        self.storage.kind_depths(now).await
     }
 
     /// When `shard`'s next delayed row is due, after `now` (`InboxStore::next_due`).

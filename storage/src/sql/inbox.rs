@@ -499,6 +499,95 @@ macro_rules! inbox_units {
             Ok(shards.into_values().collect())
         }
 
+        /// Each kind's pending rows by wait at `now` (`InboxStore::kind_depths`): the
+        /// queries of `depths` grouped by target kind, over the rows not delivered.
+        pub(crate) fn kind_depths(
+            conn: &mut Conn,
+            now: DateTime<Utc>,
+        ) -> Result<Vec<shardbox_core::storage::KindDepth>, Failure> {
+            use shardbox_core::storage::KindDepth;
+            use $crate::schema::inbox_messages::dsl as im;
+            let now_us = micros(now);
+            let to_deliver = MessageStatus::ToDeliver.as_str();
+            let mut kinds: BTreeMap<String, KindDepth> = BTreeMap::new();
+            fn entry<'a>(
+                kinds: &'a mut BTreeMap<String, KindDepth>,
+                kind: &str,
+            ) -> &'a mut KindDepth {
+                kinds.entry(kind.to_owned()).or_insert_with(|| KindDepth {
+                    kind: kind.to_owned(),
+                    due: 0,
+                    waiting: 0,
+                    blocked: 0,
+                    oldest_due_at: None,
+                })
+            }
+            let n = |n: i64| u64::try_from(n).unwrap_or(0);
+            let oldest = |d: &mut KindDepth, at: Option<i64>| -> Result<(), Failure> {
+                if let Some(at) = rows::opt_time(at)? {
+                    d.oldest_due_at = Some(d.oldest_due_at.map_or(at, |o| o.min(at)));
+                }
+                Ok(())
+            };
+
+            let by_status: Vec<(String, String, i64)> = im::inbox_messages
+                .filter(NOT_DELIVERED)
+                .filter(im::status.ne(to_deliver))
+                .group_by((im::target_kind, im::status))
+                .select((im::target_kind, im::status, diesel::dsl::count_star()))
+                .load(conn)?;
+            for (kind, status, count) in by_status {
+                let d = entry(&mut kinds, &kind);
+                match rows::parsed("message status", &status, MessageStatus::parse)? {
+                    MessageStatus::ToCatchUp => d.waiting += n(count),
+                    MessageStatus::Blocked => d.blocked += n(count),
+                    MessageStatus::ToDeliver | MessageStatus::Delivered => {}
+                }
+            }
+            let immediate: Vec<(String, i64, Option<i64>)> = im::inbox_messages
+                .filter(IMMEDIATE)
+                .filter(im::status.eq(to_deliver))
+                .group_by(im::target_kind)
+                .select((
+                    im::target_kind,
+                    diesel::dsl::count_star(),
+                    diesel::dsl::min(im::received_at),
+                ))
+                .load(conn)?;
+            for (kind, count, at) in immediate {
+                let d = entry(&mut kinds, &kind);
+                d.due += n(count);
+                oldest(d, at)?;
+            }
+            let came_due: Vec<(String, i64, Option<i64>)> = im::inbox_messages
+                .filter(DELAYED)
+                .filter(im::status.eq(to_deliver))
+                .filter(im::deliver_after.le(now_us))
+                .group_by(im::target_kind)
+                .select((
+                    im::target_kind,
+                    diesel::dsl::count_star(),
+                    diesel::dsl::min(im::deliver_after),
+                ))
+                .load(conn)?;
+            for (kind, count, at) in came_due {
+                let d = entry(&mut kinds, &kind);
+                d.due += n(count);
+                oldest(d, at)?;
+            }
+            let later: Vec<(String, i64)> = im::inbox_messages
+                .filter(DELAYED)
+                .filter(im::status.eq(to_deliver))
+                .filter(im::deliver_after.gt(now_us))
+                .group_by(im::target_kind)
+                .select((im::target_kind, diesel::dsl::count_star()))
+                .load(conn)?;
+            for (kind, count) in later {
+                entry(&mut kinds, &kind).waiting += n(count);
+            }
+            Ok(kinds.into_values().collect())
+        }
+
         /// Every inbox row in `seq` order (inspection).
         pub(crate) fn rows(conn: &mut Conn) -> Result<Vec<InboxMessage>, Failure> {
             inbox_messages::table

@@ -128,6 +128,15 @@ macro_rules! storage_impls {
                 self.db.run(move |conn| $units::depths(conn, now)).await
             }
 
+            async fn kind_depths(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<shardbox_core::storage::KindDepth>, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::kind_depths(conn, now))
+                    .await
+            }
+
             async fn purge_due_shards(
                 &self,
                 now: chrono::DateTime<chrono::Utc>,
