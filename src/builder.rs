@@ -8,8 +8,8 @@ use shardbox_core::DeliveryEnv;
 use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityKind,
-    EntityRegistry, FailurePolicy, Inbox, NodeId, ProcessManager, Projection, Reactor, Services,
-    ShardStrategy, StableHashStrategy, Storage, SystemClock,
+    EntityRegistry, FailurePolicy, Inbox, Message, NodeId, ProcessManager, Projection, Reactor,
+    Services, ShardStrategy, StableHashStrategy, Storage, SystemClock, Upcasters,
 };
 use shardbox_core::{
     AggregateHandler, EntityHandler, ProcessManagerHandler, ProjectionHandler, ReactorHandler,
@@ -29,6 +29,9 @@ pub struct ShardboxBuilder {
     clock: Arc<dyn Clock>,
     handlers: Vec<Arc<dyn EntityHandler>>,
     services: Services,
+    upcasters: Upcasters,
+    /// The first upcaster refused (reported by `build`, which returns the builder's errors).
+    upcast_error: Option<ConfigError>,
     pipeline_edits: Vec<PipelineEdit>,
 }
 
@@ -42,6 +45,8 @@ impl Default for ShardboxBuilder {
             clock: Arc::new(SystemClock),
             handlers: Vec::new(),
             services: Services::new(),
+            upcasters: Upcasters::new(),
+            upcast_error: None,
             pipeline_edits: Vec::new(),
         }
     }
@@ -286,6 +291,51 @@ impl ShardboxBuilder {
         self
     }
 
+    /// Registers the upcaster that turns a stored payload of type `T` at `from_version` into
+    /// the payloads of version `from_version + 1` (see [`Message::VERSION`]): one for a
+    /// rename, several for an event split in two or more (delivered in order, as one message),
+    /// none to retire it. Payloads are upcast step by step to `T::VERSION` wherever they are
+    /// read: live delivery, catch-up, routing, [`Shardbox::aggregate_events`]. A step gets and
+    /// gives JSON; an `Err` names what failed, and the message fails permanently (its failure
+    /// policy decides). One step per version; `build` refuses a second one, version 0, and a
+    /// `from_version` that is not below `T::VERSION`.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Serialize, Deserialize)] struct Renamed { full_name: String }
+    /// # impl shardbox::Message for Renamed { const TYPE: &'static str = "customer.renamed"; const VERSION: u32 = 2; }
+    /// let builder = shardbox::Shardbox::builder().upcast::<Renamed>(1, |mut v1| {
+    ///     // v1 called the field `name`.
+    ///     let name = v1.as_object_mut().and_then(|o| o.remove("name")).ok_or("no `name`")?;
+    ///     v1["full_name"] = name;
+    ///     Ok(vec![v1])
+    /// });
+    /// ```
+    ///
+    /// [`Shardbox::aggregate_events`]: crate::Shardbox::aggregate_events
+    pub fn upcast<T: Message>(
+        mut self,
+        from_version: u32,
+        step: impl Fn(serde_json::Value) -> Result<Vec<serde_json::Value>, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        let result = if from_version >= T::VERSION {
+            Err(ConfigError::Invalid {
+                field: "upcast",
+                value: format!("{:?} version {from_version}", T::TYPE),
+                reason: "an upcaster reads a version below the type's Message::VERSION (raise VERSION, or fix the version the upcaster reads)",
+            })
+        } else {
+            self.upcasters.register(T::TYPE, from_version, step)
+        };
+        if let Err(e) = result {
+            self.upcast_error.get_or_insert(e);
+        }
+        self
+    }
+
     /// Edits the station pipeline (default: `catch-up`, `live-delivery`, `cleanup`).
     pub fn stations(mut self, edit: impl FnOnce(&mut Pipeline) + Send + 'static) -> Self {
         self.pipeline_edits.push(Box::new(edit));
@@ -295,6 +345,9 @@ impl ShardboxBuilder {
     /// Validates the configuration and builds the Shardbox.
     pub async fn build(self) -> Result<Shardbox, DeliveryError> {
         let config = self.config.build().map_err(named_as_builder)?;
+        if let Some(e) = self.upcast_error {
+            return Err(e.into());
+        }
         let storage = self.storage.ok_or(ConfigError::Missing {
             field: "storage",
             reason: "call .storage(SqliteStorage::open(path).await?), .storage(PostgresStorage::connect(url).await?) or .memory()",
@@ -327,6 +380,7 @@ impl ShardboxBuilder {
         // A setting for a misspelled kind would apply to nothing, silently.
         config.check_kinds(&registry.kinds())?;
         registry.set_services(self.services);
+        registry.set_upcasters(self.upcasters);
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
         pipeline

@@ -118,8 +118,8 @@ pub use shardbox_core::{
     NextAttempt, NodeId, NoopMonitor, OutcomeWait, Outgoing, PayloadError, ProcessActions,
     ProcessManager, Projection, Reactor, RegisteredKind, ReshardOptions, ReshardReport,
     SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId, StableHashStrategy, StageInfo,
-    StageReport, Station, StationContext, StorageError, StrategyRecord, SystemClock,
-    MAX_DELIVER_STAGES, MAX_ID_BYTES,
+    StageReport, Station, StationContext, StorageError, StrategyRecord, SystemClock, UpcastError,
+    Upcasters, MAX_DELIVER_STAGES, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 pub use shardbox_core::{PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES};

@@ -8,7 +8,7 @@ use shardbox_core::{
     Aggregate, CommandOutcome, Delivery, DeliveryConfig, DeliveryError, DeliveryReport,
     EventSource, Inbox, InboxWrite, LocalRunner, Message, NewMessage, OutcomeWait, ProcessManager,
     Projection, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
-    StationContext, StorageError, WorkerId,
+    StationContext, StorageError, Upcasters, WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -284,6 +284,12 @@ impl Shardbox {
     /// ([`ShardboxBuilder::shared_storage`](ShardboxBuilder::shared_storage)).
     pub fn storage(&self) -> StorageReads {
         StorageReads::new(self.env.storage.clone())
+    }
+
+    /// The upcasters registered on the builder ([`ShardboxBuilder::upcast`]): for a tool that
+    /// reads stored events itself ([`NewEvent::upcast_as`](shardbox_core::NewEvent::upcast_as)).
+    pub fn upcasters(&self) -> &Upcasters {
+        self.env.registry.upcasters()
     }
 
     /// The validated configuration.

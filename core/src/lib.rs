@@ -74,6 +74,7 @@ pub use entity::reactor_handler::ReactorHandler;
 pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
 pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
+pub use entity::upcast::{UpcastError, UpcastStep, Upcasters, FIRST_VERSION};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, DEFAULT_LEASE_LINGER, MAX_SHARDS};

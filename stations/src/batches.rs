@@ -91,6 +91,7 @@ pub(crate) async fn run_batches(
                 services: env.registry().services(),
                 timeout: env.config().handler_timeout_of(batch.handler.kind()),
                 max_payload_bytes: env.config().max_payload_bytes,
+                upcasters: env.registry().upcasters(),
             };
             let messages: Vec<&InboxMessage> = batch.messages.iter().collect();
             let result = batch

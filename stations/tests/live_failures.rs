@@ -112,7 +112,11 @@ macro_rules! stateless_kind {
         fn event_types(&self) -> &'static [&'static str] {
             &[]
         }
-        fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
+        fn route(
+            &self,
+            _: &NewEvent,
+            _: &shardbox_core::Upcasters,
+        ) -> Result<Vec<String>, HandlerError> {
             Ok(Vec::new())
         }
     };

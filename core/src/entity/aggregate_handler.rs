@@ -16,6 +16,7 @@ use crate::entity::target_batch::{
     all_failed, context, decode, emitted_payload, finish_state, load_state, settle,
 };
 use crate::entity::traits::{Aggregate, Message};
+use crate::entity::upcast::Upcasters;
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::InboxMessage;
 use async_trait::async_trait;
@@ -37,7 +38,7 @@ impl<A: Aggregate> AggregateHandler<A> {
         m: &InboxMessage,
         run: &BatchRun<'_>,
     ) -> Result<(Vec<A::Event>, Vec<NewEvent>), HandlerError> {
-        let command: A::Command = decode(m)?;
+        let command: A::Command = decode(m, run)?;
         let cx = context(A::KIND, m, run);
         let events = guarded(A::KIND, run.timeout, state.handle(&command, &cx)).await?;
         let mut stored = Vec::with_capacity(events.len());
@@ -57,6 +58,7 @@ impl<A: Aggregate> AggregateHandler<A> {
             stored.push(NewEvent {
                 id: m.message.emitted_id("event", n),
                 event_type: <A::Event as Message>::TYPE.to_owned(),
+                version: <A::Event as Message>::VERSION,
                 source: EventSource {
                     kind: A::KIND.to_owned(),
                     id: m.message.target_id.clone(),
@@ -85,7 +87,7 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
     fn event_types(&self) -> &'static [&'static str] {
         &[]
     }
-    fn route(&self, _event: &NewEvent) -> Result<Vec<String>, HandlerError> {
+    fn route(&self, _event: &NewEvent, _: &Upcasters) -> Result<Vec<String>, HandlerError> {
         Ok(Vec::new())
     }
 

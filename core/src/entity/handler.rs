@@ -24,6 +24,7 @@
 
 use crate::entity::handler_error::HandlerError;
 use crate::entity::services::Services;
+use crate::entity::upcast::Upcasters;
 use crate::model::event::NewEvent;
 use crate::model::message::{InboxMessage, NewMessage};
 use async_trait::async_trait;
@@ -70,6 +71,9 @@ pub struct BatchRun<'a> {
     /// The largest payload an emitted event or command may carry (`max_payload_bytes`): a
     /// larger one fails its message permanently (`target_batch::emitted_payload`).
     pub max_payload_bytes: usize,
+    /// The application's upcasters: a payload stored at an older version of its type is
+    /// upcast to the code's before it is decoded (see [`Upcasters`]).
+    pub upcasters: &'a Upcasters,
 }
 
 /// An entity kind as delivery sees it.
@@ -87,8 +91,9 @@ pub trait EntityHandler: Send + Sync + 'static {
     /// The event types it subscribes to (none for a kind that takes only commands).
     fn event_types(&self) -> &'static [&'static str];
 
-    /// The ids of this kind that receive `event` (only called for the subscribed types).
-    fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError>;
+    /// The ids of this kind that receive `event` (only called for the subscribed types),
+    /// read through `upcasters` if it was stored at an older version of its type.
+    fn route(&self, event: &NewEvent, upcasters: &Upcasters) -> Result<Vec<String>, HandlerError>;
 
     /// Handles one target's messages, in order, on top of `state` (None: a fresh entity).
     /// A handler call that exceeds `run.timeout` or panics fails its message.

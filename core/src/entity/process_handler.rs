@@ -16,10 +16,11 @@ use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::process::ProcessManager;
 use crate::entity::target_batch::{
-    all_failed, context, decode, decode_event, emitted_commands, finish_state, load_state, settle,
-    subscriber_face,
+    all_failed, context, decode, decode_all, emitted_commands, finish_state, load_state, routed,
+    settle, subscriber_face,
 };
 use crate::entity::traits::{EventSet, Message};
+use crate::entity::upcast::Upcasters;
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::{InboxMessage, MessageKind, NewMessage};
 use async_trait::async_trait;
@@ -48,14 +49,25 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
         run: &BatchRun<'_>,
     ) -> Result<(Vec<NewMessage>, bool), HandlerError> {
         let cx = context(P::KIND, m, run);
-        let actions = if m.message.kind == MessageKind::Command {
-            let command: P::Command = decode(m)?;
-            guarded(P::KIND, run.timeout, flow.on_command(&command, &cx)).await?
-        } else {
-            let event: P::Event = decode(m)?;
-            guarded(P::KIND, run.timeout, flow.on_event(&event, &cx)).await?
-        };
-        let (outgoing, finished) = actions.into_parts();
+        if m.message.kind == MessageKind::Command {
+            let command: P::Command = decode(m, run)?;
+            let actions = guarded(P::KIND, run.timeout, flow.on_command(&command, &cx)).await?;
+            let (outgoing, finished) = actions.into_parts();
+            return Ok((emitted_commands(m, outgoing, run)?, finished));
+        }
+        // Each value the event stands for, in order (several after a split); a part that
+        // finishes the flow leaves the next part a fresh one.
+        let mut outgoing = Vec::new();
+        let mut finished = false;
+        for event in decode_all::<P::Event>(m, run)? {
+            if finished {
+                *flow = P::default();
+            }
+            let actions = guarded(P::KIND, run.timeout, flow.on_event(&event, &cx)).await?;
+            let (sent, done) = actions.into_parts();
+            outgoing.extend(sent);
+            finished = done;
+        }
         Ok((emitted_commands(m, outgoing, run)?, finished))
     }
 }

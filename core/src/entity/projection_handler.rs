@@ -3,7 +3,8 @@
 //! view from the loaded state and the events before it (apply is deterministic by contract).
 //!
 //! ```text
-//!  batch of one view ─► load state ─► per event, in order: decode ─► apply (guarded)
+//!  batch of one view ─► load state ─► per event, in order: decode (upcast) ─► apply (guarded)
+//!      an event an upcaster split: each part applied in order, as one message
 //!      err ─► view rebuilt without it, the rest of the batch waits
 //!  ─► state saved if anything was handled
 //! ```
@@ -12,9 +13,10 @@ use crate::entity::guard::guarded;
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
-    all_failed, context, decode, decode_event, finish_state, load_state, settle, subscriber_face,
+    all_failed, context, decode_all, finish_state, load_state, routed, settle, subscriber_face,
 };
 use crate::entity::traits::{EventSet, Projection};
+use crate::entity::upcast::Upcasters;
 use crate::model::event::NewEvent;
 use crate::model::message::InboxMessage;
 use async_trait::async_trait;
@@ -26,6 +28,22 @@ pub struct ProjectionHandler<P>(PhantomData<fn() -> P>);
 impl<P> Default for ProjectionHandler<P> {
     fn default() -> Self {
         ProjectionHandler(PhantomData)
+    }
+}
+
+impl<P: Projection> ProjectionHandler<P> {
+    /// Applies message `m` to `view`: each value its event stands for, in order (several
+    /// after a split); the first failure stops it.
+    async fn apply_message(
+        view: &mut P,
+        m: &InboxMessage,
+        run: &BatchRun<'_>,
+    ) -> Result<(), HandlerError> {
+        for event in decode_all::<P::Event>(m, run)? {
+            let cx = context(P::KIND, m, run);
+            guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await?;
+        }
+        Ok(())
     }
 }
 
@@ -45,13 +63,7 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
         };
         let mut result = BatchResult::default();
         for (i, m) in batch.iter().enumerate() {
-            let mut step = match decode::<P::Event>(m) {
-                Ok(event) => {
-                    let cx = context(P::KIND, m, &run);
-                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await
-                }
-                Err(e) => Err(e),
-            };
+            let mut step = Self::apply_message(&mut view, m, &run).await;
             if step.is_err() {
                 // `apply` may have half-changed the view: rebuild it from the loaded state
                 // and the messages before this one (apply is deterministic by contract).
@@ -59,11 +71,7 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
                     Ok(rebuilt) => {
                         view = rebuilt;
                         for earlier in &batch[..i] {
-                            if let Ok(event) = decode::<P::Event>(earlier) {
-                                let cx = context(P::KIND, earlier, &run);
-                                let _ =
-                                    guarded(P::KIND, run.timeout, view.apply(&event, &cx)).await;
-                            }
+                            let _ = Self::apply_message(&mut view, earlier, &run).await;
                         }
                     }
                     Err(e) => step = Err(e),

@@ -8,6 +8,7 @@
 use crate::entity::addressing::Addressing;
 use crate::entity::handler::EntityHandler;
 use crate::entity::services::Services;
+use crate::entity::upcast::Upcasters;
 use crate::model::error::{ConfigError, StorageError};
 use crate::model::event::NewEvent;
 use crate::model::ids::{validate, IdField, ShardIndex};
@@ -25,6 +26,7 @@ pub struct EntityRegistry {
     /// The strategy and the shard count as this process last learned it.
     addressing: Addressing,
     services: Services,
+    upcasters: Upcasters,
 }
 
 impl std::fmt::Debug for EntityRegistry {
@@ -46,6 +48,7 @@ impl EntityRegistry {
             subscribers: HashMap::new(),
             addressing: Addressing::new(strategy, shard_count),
             services: Services::new(),
+            upcasters: Upcasters::new(),
         }
     }
 
@@ -58,6 +61,17 @@ impl EntityRegistry {
     /// The application's services, for the handlers.
     pub fn services(&self) -> &Services {
         &self.services
+    }
+
+    /// Gives every read of a stored payload the application's `upcasters` (see
+    /// [`Upcasters`]): delivery, catch-up and routing.
+    pub fn set_upcasters(&mut self, upcasters: Upcasters) {
+        self.upcasters = upcasters;
+    }
+
+    /// The application's upcasters, for every read of a stored payload.
+    pub fn upcasters(&self) -> &Upcasters {
+        &self.upcasters
     }
 
     /// Registers an entity kind; a kind may be registered once, and must keep the id limits
@@ -192,7 +206,7 @@ impl EntityRegistry {
             return failures;
         };
         for handler in subscribers {
-            let ids = match handler.route(event) {
+            let ids = match handler.route(event, &self.upcasters) {
                 Ok(ids) => ids,
                 Err(e) => {
                     failures.push((handler.kind(), e.reason));
@@ -212,6 +226,7 @@ impl EntityRegistry {
                     tenant: event.tenant.clone(),
                     payload: event.payload.clone(),
                     payload_type: event.event_type.clone(),
+                    payload_version: event.version,
                     metadata: event.metadata.clone(),
                     received_at: now,
                     deliver_after,
@@ -253,7 +268,7 @@ mod tests {
         fn event_types(&self) -> &'static [&'static str] {
             &[]
         }
-        fn route(&self, _event: &NewEvent) -> Result<Vec<String>, HandlerError> {
+        fn route(&self, _event: &NewEvent, _: &Upcasters) -> Result<Vec<String>, HandlerError> {
             Ok(Vec::new())
         }
         async fn handle_batch(

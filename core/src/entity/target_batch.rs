@@ -3,7 +3,9 @@
 //!
 //! ```text
 //!  context           what a handler sees of its message and of the run
-//!  decode            the message's payload as the kind's command type or event set
+//!  decode            the message's payload, upcast to the code's version (`upcast`), as
+//!                    the kind's command type or the values of its event set
+//!  routed            the ids an event goes to: the route of each value it stands for
 //!  load_state        the stored state, or the default of a fresh entity
 //!  settle            after each message, in `seq` order: Handled, or the first failure
 //!                    stops the batch and the messages after it are NotAttempted
@@ -19,7 +21,8 @@ use crate::entity::context::Context;
 use crate::entity::handler::{BatchResult, BatchRun, MessageOutcome};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::traits::{EventSet, Outgoing};
-use crate::model::event::NewEvent;
+use crate::entity::upcast::Upcasters;
+use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::validate_address;
 use crate::model::message::{InboxMessage, NewMessage};
 
@@ -38,10 +41,80 @@ pub(crate) fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>
     }
 }
 
-/// The message's payload as `T`: a command type (a [`Message`], a set of one) or the event
-/// set of a subscriber; an error names the type refused.
-pub(crate) fn decode<T: EventSet>(m: &InboxMessage) -> Result<T, HandlerError> {
-    T::decode(&m.message.payload_type, &m.message.payload)
+/// The message's payload as the one `T` it stands for at the code's version (upcast if it
+/// was stored at an older one): a command type (a [`Message`](crate::Message), a set of one)
+/// or the event set of an aggregate's own event. An upcaster that splits it is refused here
+/// (a command is handled once, as one value); an error names the type and the version.
+pub(crate) fn decode<T: EventSet>(m: &InboxMessage, run: &BatchRun<'_>) -> Result<T, HandlerError> {
+    let mut values = decode_all::<T>(m, run)?;
+    match values.len() {
+        1 => Ok(values.remove(0)),
+        n => Err(HandlerError::permanent(format!(
+            "payload of type `{}` at version {} was upcast into {n} values; a command upcasts into exactly one",
+            m.message.payload_type, m.message.payload_version
+        ))),
+    }
+}
+
+/// The message's payload as the values of the subscriber's event set `T` it stands for at
+/// the code's version, in order: one, or several when an upcaster split it, or none when one
+/// retired it.
+pub(crate) fn decode_all<T: EventSet>(
+    m: &InboxMessage,
+    run: &BatchRun<'_>,
+) -> Result<Vec<T>, HandlerError> {
+    let m = &m.message;
+    decode_stored(
+        &m.payload_type,
+        m.payload_version,
+        &m.payload,
+        run.upcasters,
+    )
+}
+
+/// A stored event as the values of `E` it stands for (see [`decode_all`]).
+pub(crate) fn decode_event<E: EventSet>(
+    event: &NewEvent,
+    upcasters: &Upcasters,
+) -> Result<Vec<E>, HandlerError> {
+    decode_stored(&event.event_type, event.version, &event.payload, upcasters)
+}
+
+/// The one decoding of every stored payload a handler reads: upcast from its stored version
+/// to the code's (`EventSet::version_of`), then decoded. A payload of newer code is a
+/// transient failure (a node of that code may take it); a missing or failing upcaster, and a
+/// payload that does not decode, fail the same way at every attempt.
+fn decode_stored<T: EventSet>(
+    payload_type: &str,
+    version: u32,
+    payload: &[u8],
+    upcasters: &Upcasters,
+) -> Result<Vec<T>, HandlerError> {
+    if !T::TYPES.contains(&payload_type) {
+        // Not of the set: its own decode says so, naming the type.
+        return T::decode(payload_type, payload).map(|v| vec![v]);
+    }
+    let current = T::version_of(payload_type);
+    let parts = upcasters
+        .upcast(payload_type, version, current, payload)
+        .map_err(|e| {
+            if e.is_transient() {
+                HandlerError::new(e.to_string())
+            } else {
+                HandlerError::permanent(e.to_string())
+            }
+        })?;
+    parts
+        .iter()
+        .map(|part| {
+            T::decode(payload_type, part).map_err(|mut e| {
+                if version != current {
+                    e.reason = format!("{} (upcast from version {version} to {current})", e.reason);
+                }
+                e
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn load_state<S: serde::de::DeserializeOwned + Default>(
@@ -97,8 +170,23 @@ pub(crate) fn all_failed(len: usize, error: HandlerError) -> BatchResult {
     }
 }
 
-pub(crate) fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerError> {
-    E::decode(&event.event_type, &event.payload)
+/// The ids of a subscriber's kind that `event` goes to: the route of each value it stands
+/// for at the code's version, in order, each id once (a split event goes to every instance
+/// one of its parts routes to).
+pub(crate) fn routed<E: EventSet>(
+    event: &NewEvent,
+    upcasters: &Upcasters,
+    route: impl Fn(&E, &EventSource) -> Vec<String>,
+) -> Result<Vec<String>, HandlerError> {
+    let mut ids: Vec<String> = Vec::new();
+    for value in decode_event::<E>(event, upcasters)? {
+        for id in route(&value, &event.source) {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    Ok(ids)
 }
 
 /// The commands a handler sends while handling `m`, addressed and checked, all before any is
@@ -178,8 +266,12 @@ macro_rules! subscriber_face {
         fn event_types(&self) -> &'static [&'static str] {
             <$t::Event as EventSet>::TYPES
         }
-        fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
-            Ok($route(&decode_event::<$t::Event>(event)?, &event.source))
+        fn route(
+            &self,
+            event: &NewEvent,
+            upcasters: &Upcasters,
+        ) -> Result<Vec<String>, HandlerError> {
+            routed::<$t::Event>(event, upcasters, $route)
         }
     };
 }

@@ -337,6 +337,10 @@ pub enum PayloadError {
         #[source]
         source: serde_json::Error,
     },
+    /// The payload is stored at another version of its type and could not be upcast to the
+    /// version the code reads (no upcaster, a failing one, or newer code wrote it).
+    #[error(transparent)]
+    Upcast(#[from] crate::entity::upcast::UpcastError),
 }
 
 impl ConfigError {

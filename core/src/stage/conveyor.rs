@@ -710,6 +710,7 @@ mod tests {
             tenant: String::new(),
             occurred_at: t0(),
             payload: b"{}".to_vec(),
+            version: 1,
             metadata: Default::default(),
         };
         let copy = InboxWrite {

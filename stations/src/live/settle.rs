@@ -204,6 +204,7 @@ fn unroutable_copy(
         tenant: event.tenant.clone(),
         payload: event.payload.clone(),
         payload_type: event.event_type.clone(),
+        payload_version: event.version,
         metadata: event.metadata.clone(),
         received_at: now,
         deliver_after: None,

@@ -127,8 +127,12 @@ impl EntityHandler for Recording {
     fn event_types(&self) -> &'static [&'static str] {
         self.inner.event_types()
     }
-    fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
-        self.inner.route(event)
+    fn route(
+        &self,
+        event: &NewEvent,
+        upcasters: &shardbox_core::Upcasters,
+    ) -> Result<Vec<String>, HandlerError> {
+        self.inner.route(event, upcasters)
     }
     async fn handle_batch(
         &self,
@@ -300,6 +304,7 @@ pub fn command(seq: i64, target: &str, command: &CounterCommand) -> InboxMessage
             tenant: String::new(),
             payload: serde_json::to_vec(command).unwrap(),
             payload_type: CounterCommand::TYPE.into(),
+            payload_version: 1,
             metadata: Metadata::new(),
             received_at: t0() - secs(1),
             deliver_after: None,

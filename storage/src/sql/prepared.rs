@@ -147,7 +147,8 @@ where
 /// PostgreSQL draws from the column's identity and SQLite's writer from `inbox_sequence`), nor
 /// the columns of delivery and failure, which a new row leaves at their defaults.
 pub(crate) const INBOX_COLUMNS: &str = "shard, signal_id, target_kind, target_id, tenant, kind, \
-     status, received_at, deliver_after, expires_at, payload, payload_type, metadata";
+     status, received_at, deliver_after, expires_at, payload, payload_type, metadata, \
+     payload_version";
 
 /// What an inbox insert does with a duplicate of the dedup key: skips it, and returns the
 /// shard of each row written.
@@ -164,7 +165,7 @@ pub(crate) fn insert_states<DB: Backend + OrFail>(out: &mut AstPass<'_, '_, DB>)
 /// The columns of an event insert (`seq` is drawn by the table), in the order both backends
 /// bind them.
 pub(crate) const EVENT_COLUMNS: &str =
-    "id, event_type, source_kind, source_id, tenant, occurred_at, payload, metadata";
+    "id, event_type, source_kind, source_id, tenant, occurred_at, payload, metadata, version";
 
 /// What an event insert does with an id already stored: skips it.
 pub(crate) const ON_EVENT_DUPLICATE: &str = " ON CONFLICT (id) DO NOTHING";
