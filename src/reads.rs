@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  aggregate_state_in / projection_state_in ─► EntityStore::load_states (kind, tenant, id)
+//!                        ─► upcast to the type's STATE_VERSION, decoded (a named error)
 //!  aggregate_events(_in) ─► EventStore::read_source_events, pages of EVENTS_PAGE by seq
 //!                        ─► each event's payload as A::Event (type name checked), upcast
 //!                           to A::Event::VERSION by the application's upcasters
@@ -24,7 +25,8 @@ impl Shardbox {
         tenant: &str,
         id: &str,
     ) -> Result<Option<A>, DeliveryError> {
-        self.state_of(A::KIND, tenant, id).await
+        self.state_at(A::KIND, Some(A::STATE_VERSION), tenant, id)
+            .await
     }
 
     /// The framework-kept state of projection `P` instance `id` of `tenant`.
@@ -34,7 +36,8 @@ impl Shardbox {
         tenant: &str,
         id: &str,
     ) -> Result<Option<P>, DeliveryError> {
-        self.state_of(P::KIND, tenant, id).await
+        self.state_at(P::KIND, Some(P::STATE_VERSION), tenant, id)
+            .await
     }
 
     /// The events aggregate `A` instance `id` (default tenant) emitted, in `seq` order, each

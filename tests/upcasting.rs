@@ -448,9 +448,183 @@ async fn live_v1_rows_reach_v2_code_upcast(storage: Arc<dyn Storage>) {
     );
 }
 
+/// The tally aggregate of the state cases: version 1 of its state kept `n`, version 2 keeps
+/// `count`.
+mod tally {
+    use super::*;
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct Bump;
+
+    impl Message for Bump {
+        const TYPE: &'static str = "upcast-test.bump";
+    }
+
+    macro_rules! tally {
+        ($name:ident, $field:ident, $version:literal) => {
+            #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+            pub struct $name {
+                pub $field: u32,
+            }
+
+            impl Aggregate for $name {
+                const KIND: &'static str = "upcast-tally";
+                const STATE_VERSION: u32 = $version;
+                type Command = Bump;
+                type Event = Bump;
+
+                async fn handle(
+                    &self,
+                    _: &Bump,
+                    _: &Context<'_>,
+                ) -> Result<Vec<Bump>, HandlerError> {
+                    Ok(vec![Bump])
+                }
+
+                fn apply(&mut self, _: &Bump) {
+                    self.$field += 1;
+                }
+            }
+        };
+    }
+
+    tally!(V1, n, 1);
+    tally!(V2, count, 2);
+    // Version 2's shape, but STATE_VERSION left at 1: the mistake the error must name.
+    tally!(Unversioned, count, 1);
+
+    pub fn v1_to_v2(v1: Value) -> Result<Vec<Value>, String> {
+        let n = v1.get("n").ok_or("no `n`")?;
+        Ok(vec![json!({ "count": n })])
+    }
+}
+
+/// A state stored by v1 code and read by v2 code: without a state upcaster the error names
+/// the kind, tenant, id and version (in delivery, whose failure policy then applies, and in
+/// the typed read), never a default; a shape changed without raising STATE_VERSION is named
+/// too; with the upcaster the state goes on from its v1 value and is saved at version 2.
+async fn a_v1_state_is_upcast_or_named_never_defaulted(storage: Arc<dyn Storage>) {
+    {
+        let app = builder(&storage)
+            .aggregate::<tally::V1>()
+            .build()
+            .await
+            .expect("build v1");
+        for _ in 0..2 {
+            app.send::<tally::V1>("t-1", &tally::Bump)
+                .await
+                .expect("send");
+        }
+        settle(&app).await;
+        assert_eq!(
+            app.aggregate_state::<tally::V1>("t-1").await.unwrap(),
+            Some(tally::V1 { n: 2 })
+        );
+    }
+
+    let names_it = |text: &str| {
+        assert!(
+            text.contains("state of `upcast-tally`")
+                && text.contains("\"t-1\"")
+                && text.contains("version 1"),
+            "names kind, id and version: {text}"
+        );
+    };
+    // v2 code without the state upcaster: the read and the delivery both name it.
+    {
+        let app = builder(&storage)
+            .aggregate::<tally::V2>()
+            .kind_policy_of::<tally::V2, _>(FailurePolicy::new(
+                1,
+                Backoff::Fixed(Duration::from_millis(1)),
+                ExhaustedOutcome::DeadLetter,
+            ))
+            .build()
+            .await
+            .expect("build v2");
+        let err = app.aggregate_state::<tally::V2>("t-1").await.unwrap_err();
+        assert!(
+            matches!(&err, DeliveryError::UndecodableState { kind, id, version: 1, .. } if kind == "upcast-tally" && id == "t-1"),
+            "{err:?}"
+        );
+        names_it(&err.to_string());
+        assert!(
+            err.to_string().contains(".upcast_state::<E>(1, …)"),
+            "{err}"
+        );
+
+        app.send::<tally::V2>("t-1", &tally::Bump)
+            .await
+            .expect("send");
+        settle(&app).await;
+        let dead = app.dead_letters(DeadLetterFilter::all()).await.unwrap();
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        names_it(&dead[0].letter.reason);
+        let stored = app
+            .storage()
+            .load_states(&[shardbox::EntityKey::new("upcast-tally", "", "t-1")])
+            .await
+            .unwrap();
+        assert_eq!(
+            (stored[0].state_version, &stored[0].state[..]),
+            (1, &br#"{"n":2}"#[..]),
+            "the v1 state is left as it was"
+        );
+    }
+
+    // v2's shape without a raised STATE_VERSION: a state that does not deserialize, named.
+    {
+        let app = builder(&storage)
+            .aggregate::<tally::Unversioned>()
+            .build()
+            .await
+            .expect("build");
+        let err = app
+            .aggregate_state::<tally::Unversioned>("t-1")
+            .await
+            .unwrap_err();
+        names_it(&err.to_string());
+        assert!(err.to_string().contains("does not deserialize"), "{err}");
+    }
+
+    // With the state upcaster: the dead letter requeued is handled on the upcast state.
+    let app = builder(&storage)
+        .aggregate::<tally::V2>()
+        .upcast_state::<tally::V2, _>(1, tally::v1_to_v2)
+        .build()
+        .await
+        .expect("build v2");
+    assert_eq!(
+        app.aggregate_state::<tally::V2>("t-1").await.unwrap(),
+        Some(tally::V2 { count: 2 }),
+        "the typed read upcasts"
+    );
+    let report = app
+        .requeue_dead_letters(DeadLetterFilter::all())
+        .await
+        .expect("requeue");
+    assert_eq!(report.requeued, 1);
+    settle(&app).await;
+    assert_eq!(
+        app.aggregate_state::<tally::V2>("t-1").await.unwrap(),
+        Some(tally::V2 { count: 3 })
+    );
+    let stored = app
+        .storage()
+        .load_states(&[shardbox::EntityKey::new("upcast-tally", "", "t-1")])
+        .await
+        .unwrap();
+    assert_eq!(
+        (stored[0].state_version, &stored[0].state[..]),
+        (2, &br#"{"count":3}"#[..]),
+        "saved at the code's state version"
+    );
+}
+
 common::on_every_backend!("upcasting";
     catch_up_rebuilds_v1_history_with_v2_code,
     live_v1_rows_reach_v2_code_upcast,
+    a_v1_state_is_upcast_or_named_never_defaulted,
 );
 
 /// An upcaster that could never run is refused when the application is built, naming it.
@@ -468,7 +642,7 @@ async fn an_upcaster_of_the_current_version_or_twice_is_refused_at_build() {
         let err = b.build().await.expect_err("refused");
         let text = err.to_string();
         assert!(
-            text.contains("upcast") && text.contains("\"upcast-test.order\" version"),
+            text.contains("upcast") && text.contains("`upcast-test.order` version"),
             "{text}"
         );
     }

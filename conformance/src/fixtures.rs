@@ -220,6 +220,7 @@ pub fn state(key: EntityKey, state: Option<&str>) -> EntityStateWrite {
     EntityStateWrite {
         key,
         state: state.map(|s| s.as_bytes().to_vec()),
+        state_version: 1,
     }
 }
 

@@ -131,7 +131,7 @@ impl EntityHandler for Slow {
     stateless_kind!("slow");
     async fn handle_batch(
         &self,
-        _: Option<&[u8]>,
+        _: Option<shardbox_core::StoredState<'_>>,
         batch: &[&InboxMessage],
         _: BatchRun<'_>,
     ) -> BatchResult {
@@ -403,7 +403,7 @@ impl EntityHandler for Panicky {
     stateless_kind!("panicky");
     async fn handle_batch(
         &self,
-        _: Option<&[u8]>,
+        _: Option<shardbox_core::StoredState<'_>>,
         batch: &[&InboxMessage],
         _: BatchRun<'_>,
     ) -> BatchResult {

@@ -78,6 +78,8 @@ diesel::table! {
         version -> BigInt,
         state -> Binary,
         updated_at -> BigInt,
+        /// The version of the kind's state shape it was saved at (1 before versions).
+        state_version -> Integer,
     }
 }
 

@@ -10,7 +10,7 @@
 //! ```
 
 use crate::entity::guard::{guarded, panicked};
-use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     all_failed, context, decode, emitted_payload, finish_state, load_state, settle,
@@ -81,6 +81,9 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
     fn is_stateful(&self) -> bool {
         true
     }
+    fn state_version(&self) -> u32 {
+        A::STATE_VERSION
+    }
     fn command_type(&self) -> Option<&'static str> {
         Some(<A::Command as Message>::TYPE)
     }
@@ -93,11 +96,11 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
 
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {
-        let mut entity: A = match load_state(A::KIND, state) {
+        let mut entity: A = match load_state(A::KIND, A::STATE_VERSION, state, batch, &run) {
             Ok(s) => s,
             Err(e) => return all_failed(batch.len(), e),
         };
@@ -121,7 +124,7 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
                         }
                         Err(panic) => {
                             // The state may be half-changed: rebuild it without this message.
-                            match load_state::<A>(A::KIND, state) {
+                            match load_state::<A>(A::KIND, A::STATE_VERSION, state, batch, &run) {
                                 Ok(mut rebuilt) => {
                                     for e in &applied {
                                         rebuilt.apply(e);

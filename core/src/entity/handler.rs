@@ -24,7 +24,7 @@
 
 use crate::entity::handler_error::HandlerError;
 use crate::entity::services::Services;
-use crate::entity::upcast::Upcasters;
+use crate::entity::upcast::{Upcasters, FIRST_VERSION};
 use crate::model::event::NewEvent;
 use crate::model::message::{InboxMessage, NewMessage};
 use async_trait::async_trait;
@@ -76,6 +76,26 @@ pub struct BatchRun<'a> {
     pub upcasters: &'a Upcasters,
 }
 
+/// A target's state as stored: its bytes and the version of its kind's state shape they were
+/// saved at (see [`EntityHandler::state_version`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredState<'a> {
+    /// The serialized state (JSON).
+    pub bytes: &'a [u8],
+    /// The state version it was saved at (1 for states saved before versions existed).
+    pub version: u32,
+}
+
+impl<'a> StoredState<'a> {
+    /// The stored form of `state`, as the storage loaded it.
+    pub fn of(state: &'a crate::storage::EntityState) -> Self {
+        StoredState {
+            bytes: &state.state,
+            version: state.state_version,
+        }
+    }
+}
+
 /// An entity kind as delivery sees it.
 #[async_trait]
 pub trait EntityHandler: Send + Sync + 'static {
@@ -84,6 +104,12 @@ pub trait EntityHandler: Send + Sync + 'static {
 
     /// Whether the framework keeps state for this kind.
     fn is_stateful(&self) -> bool;
+
+    /// The version of the kind's state shape its states are saved at (its `STATE_VERSION`);
+    /// a stored state of an older version is upcast to it before it is decoded.
+    fn state_version(&self) -> u32 {
+        FIRST_VERSION
+    }
 
     /// The command type it accepts, if it accepts commands.
     fn command_type(&self) -> Option<&'static str>;
@@ -99,7 +125,7 @@ pub trait EntityHandler: Send + Sync + 'static {
     /// A handler call that exceeds `run.timeout` or panics fails its message.
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult;

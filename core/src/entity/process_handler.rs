@@ -12,7 +12,7 @@
 //! ```
 
 use crate::entity::guard::guarded;
-use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::process::ProcessManager;
 use crate::entity::target_batch::{
@@ -81,13 +81,17 @@ impl<P: ProcessManager> EntityHandler for ProcessManagerHandler<P> {
         correlated::<P>
     );
 
+    fn state_version(&self) -> u32 {
+        P::STATE_VERSION
+    }
+
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {
-        let mut flow: P = match load_state(P::KIND, state) {
+        let mut flow: P = match load_state(P::KIND, P::STATE_VERSION, state, batch, &run) {
             Ok(s) => s,
             Err(e) => return all_failed(batch.len(), e),
         };

@@ -10,7 +10,7 @@
 //! ```
 
 use crate::entity::guard::guarded;
-use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     all_failed, context, decode_all, finish_state, load_state, routed, settle, subscriber_face,
@@ -51,13 +51,17 @@ impl<P: Projection> ProjectionHandler<P> {
 impl<P: Projection> EntityHandler for ProjectionHandler<P> {
     subscriber_face!(P, true);
 
+    fn state_version(&self) -> u32 {
+        P::STATE_VERSION
+    }
+
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {
-        let mut view: P = match load_state(P::KIND, state) {
+        let mut view: P = match load_state(P::KIND, P::STATE_VERSION, state, batch, &run) {
             Ok(s) => s,
             Err(e) => return all_failed(batch.len(), e),
         };
@@ -67,7 +71,7 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
             if step.is_err() {
                 // `apply` may have half-changed the view: rebuild it from the loaded state
                 // and the messages before this one (apply is deterministic by contract).
-                match load_state::<P>(P::KIND, state) {
+                match load_state::<P>(P::KIND, P::STATE_VERSION, state, batch, &run) {
                     Ok(rebuilt) => {
                         view = rebuilt;
                         for earlier in &batch[..i] {

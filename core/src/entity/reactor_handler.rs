@@ -5,7 +5,7 @@
 //! across the parts), sent only if every part succeeded.
 
 use crate::entity::guard::guarded;
-use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     context, decode_all, emitted_commands, routed, settle, subscriber_face,
@@ -42,7 +42,7 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
 
     async fn handle_batch(
         &self,
-        _state: Option<&[u8]>,
+        _state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {

@@ -273,7 +273,7 @@ mod tests {
         }
         async fn handle_batch(
             &self,
-            _state: Option<&[u8]>,
+            _state: Option<crate::entity::handler::StoredState<'_>>,
             _batch: &[&InboxMessage],
             _run: BatchRun<'_>,
         ) -> BatchResult {

@@ -6,7 +6,8 @@
 //!  decode            the message's payload, upcast to the code's version (`upcast`), as
 //!                    the kind's command type or the values of its event set
 //!  routed            the ids an event goes to: the route of each value it stands for
-//!  load_state        the stored state, or the default of a fresh entity
+//!  load_state        the stored state, upcast to the kind's state version, or the
+//!                    default of a fresh entity; an error names kind, tenant, id, version
 //!  settle            after each message, in `seq` order: Handled, or the first failure
 //!                    stops the batch and the messages after it are NotAttempted
 //!  finish_state      the state saved if anything was handled (or the whole batch failed)
@@ -18,7 +19,7 @@
 //! timeout and panic guard are `guard`'s).
 
 use crate::entity::context::Context;
-use crate::entity::handler::{BatchResult, BatchRun, MessageOutcome};
+use crate::entity::handler::{BatchResult, BatchRun, MessageOutcome, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::traits::{EventSet, Outgoing};
 use crate::entity::upcast::Upcasters;
@@ -117,18 +118,45 @@ fn decode_stored<T: EventSet>(
         .collect()
 }
 
+/// The stored state of the target of `batch` (a batch is one target's), upcast from its
+/// stored version to the kind's `current` one and decoded; the default of a fresh entity if
+/// it has none. An error names the kind, tenant, id and version, and says what to do: never
+/// a silent default. It is transient whatever failed (state of newer code, a missing or
+/// failing upcaster, a state that no longer decodes): every message of the target would fail
+/// alike, so they wait behind the first, in order, for a fix (the upcaster deployed, the
+/// state reset) rather than each becoming a dead letter.
 pub(crate) fn load_state<S: serde::de::DeserializeOwned + Default>(
     kind: &str,
-    state: Option<&[u8]>,
+    current: u32,
+    state: Option<StoredState<'_>>,
+    batch: &[&InboxMessage],
+    run: &BatchRun<'_>,
 ) -> Result<S, HandlerError> {
-    match state {
-        None => Ok(S::default()),
-        Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
-            HandlerError::new(format!(
-                "stored state of `{kind}` does not deserialize: {e}; fix or reset the state"
-            ))
-        }),
-    }
+    let Some(stored) = state else {
+        return Ok(S::default());
+    };
+    let whose = || match batch.first() {
+        Some(m) => format!(
+            "stored state of `{kind}` (tenant {:?}, id {:?}, state version {})",
+            m.message.tenant, m.message.target_id, stored.version
+        ),
+        None => format!(
+            "stored state of `{kind}` (state version {})",
+            stored.version
+        ),
+    };
+    let bytes = run
+        .upcasters
+        .upcast_state(kind, stored.version, current, stored.bytes)
+        .map_err(|e| HandlerError::new(format!("{}: {e}", whose())))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        let hint = if stored.version == current {
+            format!("if the state type changed, raise its STATE_VERSION above {current} and register a state upcaster (`.upcast_state::<E>({current}, …)`); or fix or reset the state")
+        } else {
+            format!("upcast from version {} to {current}; fix the state upcaster, or reset the state", stored.version)
+        };
+        HandlerError::new(format!("{} does not deserialize: {e}; {hint}", whose()))
+    })
 }
 
 fn save_state<S: serde::Serialize>(kind: &str, state: &S) -> Result<Vec<u8>, HandlerError> {
@@ -276,3 +304,76 @@ macro_rules! subscriber_face {
     };
 }
 pub(crate) use subscriber_face;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::services::Services;
+    use crate::model::ids::ShardIndex;
+    use crate::model::message::test_command;
+    use serde::Deserialize;
+    use std::time::Duration;
+
+    #[derive(Debug, Default, PartialEq, Deserialize)]
+    struct Tally {
+        count: u32,
+    }
+
+    fn load(upcasters: &Upcasters, stored: Option<(&[u8], u32)>) -> Result<Tally, HandlerError> {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let mut m = test_command("s-1", "tally", "t-7", now);
+        m.tenant = "acme".into();
+        let m = InboxMessage::fresh(1, ShardIndex(0), m);
+        let services = Services::new();
+        let run = BatchRun {
+            now,
+            services: &services,
+            timeout: Duration::from_secs(1),
+            max_payload_bytes: 1 << 20,
+            upcasters,
+        };
+        let state = stored.map(|(bytes, version)| StoredState { bytes, version });
+        load_state::<Tally>("tally", 2, state, &[&m], &run)
+    }
+
+    #[test]
+    fn a_state_is_upcast_to_the_kind_s_version_or_refused_naming_kind_tenant_id_and_version() {
+        let none = Upcasters::new();
+        assert_eq!(load(&none, None), Ok(Tally::default()), "a fresh entity");
+        assert_eq!(
+            load(&none, Some((br#"{"count":4}"#, 2))),
+            Ok(Tally { count: 4 })
+        );
+        let mut upcasters = Upcasters::new();
+        upcasters
+            .register_state("tally", 1, |v| {
+                Ok(vec![serde_json::json!({ "count": v["n"] })])
+            })
+            .unwrap();
+        assert_eq!(
+            load(&upcasters, Some((br#"{"n":3}"#, 1))),
+            Ok(Tally { count: 3 })
+        );
+        for (upcasters, stored, says) in [
+            (&none, (&br#"{"n":3}"#[..], 1), "no upcaster"),
+            (&upcasters, (&br#"{"count":1}"#[..], 3), "newer code"),
+            (&upcasters, (&br#"{"m":3}"#[..], 1), "does not deserialize"),
+            (&none, (&br#"{"n":3}"#[..], 2), "raise its STATE_VERSION"),
+        ] {
+            let err = load(upcasters, Some(stored)).unwrap_err();
+            let version = format!("state version {}", stored.1);
+            assert!(
+                err.reason.contains("`tally`")
+                    && err.reason.contains("\"acme\"")
+                    && err.reason.contains("\"t-7\"")
+                    && err.reason.contains(&version)
+                    && err.reason.contains(says),
+                "{says}: {err}"
+            );
+            assert!(
+                !err.permanent,
+                "the target's messages wait for the fix: {err}"
+            );
+        }
+    }
+}

@@ -136,6 +136,12 @@ pub trait EventSet: Sized + Send + Sync + 'static {
 pub trait Aggregate: Default + Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Stable name of this entity kind.
     const KIND: &'static str;
+    /// The version of this state's shape, stored with it: 1 until the state type changes
+    /// incompatibly. Raise it then, and register a state upcaster per older version
+    /// (`.upcast_state::<Self>(from_version, …)` on the builder); a state that cannot be
+    /// upcast or decoded fails its target's messages with an error naming the kind, tenant,
+    /// id and version, never a silent default.
+    const STATE_VERSION: u32 = crate::entity::upcast::FIRST_VERSION;
     /// Commands it accepts.
     type Command: Message;
     /// Events it emits.
@@ -158,6 +164,12 @@ pub trait Aggregate: Default + Serialize + DeserializeOwned + Send + Sync + 'sta
 pub trait Projection: Default + Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Stable name of this projection kind.
     const KIND: &'static str;
+    /// The version of this state's shape, stored with it: 1 until the state type changes
+    /// incompatibly. Raise it then, and register a state upcaster per older version
+    /// (`.upcast_state::<Self>(from_version, …)` on the builder); a state that cannot be
+    /// upcast or decoded fails its target's messages with an error naming the kind, tenant,
+    /// id and version, never a silent default.
+    const STATE_VERSION: u32 = crate::entity::upcast::FIRST_VERSION;
     /// The events it follows: one [`Message`] type, or several as an
     /// [`event_set!`](crate::event_set) enum (a multi-stream view).
     type Event: EventSet;

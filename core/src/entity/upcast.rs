@@ -1,6 +1,6 @@
-//! Schema evolution of stored payloads: the [`Upcasters`] of an application, by (payload
-//! type, version), and the one function every read path calls before it decodes a payload
-//! ([`Upcasters::upcast`]).
+//! Schema evolution of stored payloads and states: the [`Upcasters`] of an application, by
+//! (payload type, version) and (entity kind, state version), and the functions every read
+//! path calls before it decodes one ([`Upcasters::upcast`], [`Upcasters::upcast_state`]).
 //!
 //! ```text
 //!  stored (type, version v, payload)     the code's version c of the type (Message::VERSION)
@@ -17,6 +17,8 @@
 //! A step keeps the payload's type: the stored type name decides who subscribed to the event
 //! (fan-out, catch-up reads), so an event split in two becomes two values of the same type
 //! (two variants of an enum, say), never an event of another type.
+//!
+//! A state is upcast the same way, by the steps of its kind, into exactly one state.
 //!
 //! This module only maps bytes to bytes; it does no I/O and knows nothing of inbox rows or
 //! events. Who calls it: the adapters' decoding (`target_batch`, live delivery and catch-up
@@ -68,7 +70,7 @@ pub type UpcastStep = dyn Fn(Value) -> Result<Vec<Value>, String> + Send + Sync;
 /// ```
 #[derive(Clone, Default)]
 pub struct Upcasters {
-    steps: HashMap<(String, u32), Arc<UpcastStep>>,
+    steps: HashMap<(Shape, u32), Arc<UpcastStep>>,
 }
 
 impl fmt::Debug for Upcasters {
@@ -79,25 +81,54 @@ impl fmt::Debug for Upcasters {
     }
 }
 
-/// Why a stored payload could not be brought to the shape the code reads.
+/// What an upcaster reshapes: the payloads of a message type, or the states of an entity
+/// kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Shape {
+    /// Payloads of this type name ([`Message::TYPE`](crate::Message::TYPE)).
+    Payload(String),
+    /// Framework-kept states of this entity kind.
+    State(String),
+}
+
+impl Shape {
+    /// The builder call that registers the missing step from `version`.
+    fn registration(&self, version: u32) -> String {
+        match self {
+            Shape::Payload(_) => format!("`.upcast::<T>({version}, …)` on the builder"),
+            Shape::State(_) => format!("`.upcast_state::<E>({version}, …)` on the builder"),
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shape::Payload(t) => write!(f, "payload of type `{t}`"),
+            Shape::State(k) => write!(f, "state of `{k}`"),
+        }
+    }
+}
+
+/// Why a stored payload or state could not be brought to the shape the code reads.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UpcastError {
-    /// The payload was written by newer code than this node's.
-    #[error("payload of type `{payload_type}` is stored at version {stored}, but this code reads version {current}: a node of newer code wrote it; it waits (retried) until a node that knows version {stored} handles it")]
+    /// It was written by newer code than this node's.
+    #[error("{what} is stored at version {stored}, but this code reads version {current}: a node of newer code wrote it; it waits (retried) until a node that knows version {stored} handles it")]
     Newer {
-        /// The payload's type name.
-        payload_type: String,
+        /// What was read.
+        what: Shape,
         /// The stored version.
         stored: u32,
         /// The version this code reads.
         current: u32,
     },
-    /// No upcaster is registered for a version the payload must pass through.
-    #[error("payload of type `{payload_type}` is stored at version {version}, and no upcaster turns version {version} into {next} (this code reads version {current}); register one with `.upcast::<T>({version}, …)` on the builder")]
+    /// No upcaster is registered for a version it must pass through.
+    #[error("{what} is stored at version {version}, and no upcaster turns version {version} into {next} (this code reads version {current}); register one with {}", .what.registration(*.version))]
     Missing {
-        /// The payload's type name.
-        payload_type: String,
+        /// What was read.
+        what: Shape,
         /// The version no upcaster reads.
         version: u32,
         /// The version after it.
@@ -105,30 +136,40 @@ pub enum UpcastError {
         /// The version this code reads.
         current: u32,
     },
-    /// The stored payload is not JSON, so no upcaster can read it.
-    #[error("payload of type `{payload_type}` at version {version} is not JSON, so it cannot be upcast: {reason}")]
+    /// It is not JSON, so no upcaster can read it.
+    #[error("{what} at version {version} is not JSON, so it cannot be upcast: {reason}")]
     NotJson {
-        /// The payload's type name.
-        payload_type: String,
+        /// What was read.
+        what: Shape,
         /// The stored version.
         version: u32,
         /// What the JSON parser said.
         reason: String,
     },
-    /// An upcaster refused the payload.
-    #[error("the upcaster of `{payload_type}` version {version} failed: {reason}")]
+    /// An upcaster refused it.
+    #[error("the upcaster of {what} version {version} failed: {reason}")]
     Failed {
-        /// The payload's type name.
-        payload_type: String,
+        /// What was read.
+        what: Shape,
         /// The version the failing upcaster reads.
         version: u32,
         /// What the upcaster said.
         reason: String,
     },
+    /// A state's upcasters gave another number of states than one.
+    #[error("the upcasters of {what} from version {version} gave {states} states; a state upcasts into exactly one")]
+    NotOneState {
+        /// The state's kind.
+        what: Shape,
+        /// The stored version.
+        version: u32,
+        /// How many states they gave.
+        states: usize,
+    },
 }
 
 impl UpcastError {
-    /// Whether trying again later can succeed: only a payload of newer code (a node of that
+    /// Whether trying again later can succeed: only what newer code wrote (a node of that
     /// code may handle it); a missing or failing upcaster fails the same way every time.
     pub fn is_transient(&self) -> bool {
         matches!(self, UpcastError::Newer { .. })
@@ -153,23 +194,52 @@ impl Upcasters {
     where
         F: Fn(Value) -> Result<Vec<Value>, String> + Send + Sync + 'static,
     {
+        self.insert(
+            Shape::Payload(payload_type.to_owned()),
+            from_version,
+            Arc::new(step),
+        )
+    }
+
+    /// Registers the step that turns a framework-kept state of entity kind `kind` at
+    /// `from_version` into its state at `from_version + 1` (exactly one: the step returns
+    /// `Ok(vec![state])`). One step per (kind, version); version 0 does not exist.
+    pub fn register_state<F>(
+        &mut self,
+        kind: &str,
+        from_version: u32,
+        step: F,
+    ) -> Result<(), ConfigError>
+    where
+        F: Fn(Value) -> Result<Vec<Value>, String> + Send + Sync + 'static,
+    {
+        self.insert(Shape::State(kind.to_owned()), from_version, Arc::new(step))
+    }
+
+    fn insert(
+        &mut self,
+        what: Shape,
+        from_version: u32,
+        step: Arc<UpcastStep>,
+    ) -> Result<(), ConfigError> {
         if from_version < FIRST_VERSION {
             return Err(ConfigError::Invalid {
                 field: "upcast",
-                value: format!("{payload_type:?} version {from_version}"),
+                value: format!("{what} version {from_version}"),
                 reason:
-                    "versions start at 1 (a payload written before versions existed is version 1)",
+                    "versions start at 1 (what was written before versions existed is version 1)",
             });
         }
-        let key = (payload_type.to_owned(), from_version);
+        let key = (what, from_version);
         if self.steps.contains_key(&key) {
             return Err(ConfigError::Invalid {
                 field: "upcast",
-                value: format!("{payload_type:?} version {from_version}"),
-                reason: "an upcaster of this type and version is registered already; register one per version",
+                value: format!("{} version {from_version}", key.0),
+                reason:
+                    "an upcaster of this version is registered already; register one per version",
             });
         }
-        self.steps.insert(key, Arc::new(step));
+        self.steps.insert(key, step);
         Ok(())
     }
 
@@ -189,26 +259,70 @@ impl Upcasters {
         current: u32,
         payload: &'p [u8],
     ) -> Result<Vec<Cow<'p, [u8]>>, UpcastError> {
+        self.run(
+            Shape::Payload(payload_type.to_owned()),
+            stored,
+            current,
+            payload,
+        )
+    }
+
+    /// The state of entity kind `kind`, stored at version `stored`, as the one state of
+    /// version `current` it becomes (itself, not parsed, if the versions match).
+    pub fn upcast_state<'p>(
+        &self,
+        kind: &str,
+        stored: u32,
+        current: u32,
+        state: &'p [u8],
+    ) -> Result<Cow<'p, [u8]>, UpcastError> {
+        let what = Shape::State(kind.to_owned());
+        let mut states = self.run(what.clone(), stored, current, state)?;
+        match states.len() {
+            1 => Ok(states.remove(0)),
+            n => Err(UpcastError::NotOneState {
+                what,
+                version: stored,
+                states: n,
+            }),
+        }
+    }
+
+    /// The steps of `what` from `stored` to `current`, applied in order.
+    fn run<'p>(
+        &self,
+        what: Shape,
+        stored: u32,
+        current: u32,
+        bytes: &'p [u8],
+    ) -> Result<Vec<Cow<'p, [u8]>>, UpcastError> {
         if stored == current {
-            return Ok(vec![Cow::Borrowed(payload)]);
+            return Ok(vec![Cow::Borrowed(bytes)]);
         }
         if stored > current {
             return Err(UpcastError::Newer {
-                payload_type: payload_type.to_owned(),
+                what,
                 stored,
                 current,
             });
         }
-        let first: Value = serde_json::from_slice(payload).map_err(|e| UpcastError::NotJson {
-            payload_type: payload_type.to_owned(),
-            version: stored,
-            reason: e.to_string(),
-        })?;
+        let first: Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                return Err(UpcastError::NotJson {
+                    what,
+                    version: stored,
+                    reason: e.to_string(),
+                })
+            }
+        };
         let mut values = vec![first];
+        let mut key = (what, stored);
         for version in stored..current {
-            let Some(step) = self.steps.get(&(payload_type.to_owned(), version)) else {
+            key.1 = version;
+            let Some(step) = self.steps.get(&key) else {
                 return Err(UpcastError::Missing {
-                    payload_type: payload_type.to_owned(),
+                    what: key.0,
                     version,
                     next: version + 1,
                     current,
@@ -216,11 +330,16 @@ impl Upcasters {
             };
             let mut next = Vec::with_capacity(values.len());
             for value in values {
-                next.extend(step(value).map_err(|reason| UpcastError::Failed {
-                    payload_type: payload_type.to_owned(),
-                    version,
-                    reason,
-                })?);
+                match step(value) {
+                    Ok(parts) => next.extend(parts),
+                    Err(reason) => {
+                        return Err(UpcastError::Failed {
+                            what: key.0,
+                            version,
+                            reason,
+                        })
+                    }
+                }
             }
             values = next;
         }
@@ -307,7 +426,7 @@ mod tests {
         assert_eq!(
             missing,
             UpcastError::Missing {
-                payload_type: "customer.event".into(),
+                what: Shape::Payload("customer.event".into()),
                 version: 3,
                 next: 4,
                 current: 4
@@ -339,7 +458,9 @@ mod tests {
             .register("customer.event", 1, |v| Ok(vec![v]))
             .unwrap_err();
         assert!(
-            twice.to_string().contains("\"customer.event\" version 1"),
+            twice
+                .to_string()
+                .contains("payload of type `customer.event` version 1"),
             "{twice}"
         );
         let zero = u
@@ -348,5 +469,30 @@ mod tests {
         assert!(zero.to_string().contains("versions start at 1"), "{zero}");
         assert!(u.register("order.event", 1, |_| Ok(vec![])).is_ok());
         assert!(u.upcast("order.event", 1, 2, b"{}").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_state_upcasts_into_exactly_one_state_and_errors_name_its_kind() {
+        let mut u = Upcasters::new();
+        u.register_state("order", 1, |v| Ok(vec![json!({ "count": v["n"] })]))
+            .unwrap();
+        u.register_state("order", 2, |v| Ok(vec![v.clone(), v]))
+            .unwrap();
+        let v2 = u.upcast_state("order", 1, 2, br#"{"n":3}"#).unwrap();
+        assert_eq!(&*v2, br#"{"count":3}"#);
+        let two = u.upcast_state("order", 1, 3, br#"{"n":3}"#).unwrap_err();
+        assert!(
+            matches!(two, UpcastError::NotOneState { states: 2, .. }),
+            "{two:?}"
+        );
+        let missing = u.upcast_state("cart", 1, 2, b"{}").unwrap_err();
+        let text = missing.to_string();
+        assert!(
+            text.contains("state of `cart` is stored at version 1")
+                && text.contains(".upcast_state::<E>(1, …)"),
+            "{text}"
+        );
+        // A payload type and a kind of the same name are upcast apart.
+        assert!(u.upcast("order", 1, 2, b"{}").is_err());
     }
 }

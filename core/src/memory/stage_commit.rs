@@ -149,6 +149,7 @@ impl State {
                             key: s.key,
                             version,
                             state: bytes,
+                            state_version: s.state_version,
                             updated_at: now,
                         },
                     );

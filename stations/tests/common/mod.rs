@@ -121,6 +121,9 @@ impl EntityHandler for Recording {
     fn is_stateful(&self) -> bool {
         self.inner.is_stateful()
     }
+    fn state_version(&self) -> u32 {
+        self.inner.state_version()
+    }
     fn command_type(&self) -> Option<&'static str> {
         self.inner.command_type()
     }
@@ -136,7 +139,7 @@ impl EntityHandler for Recording {
     }
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<shardbox_core::StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {

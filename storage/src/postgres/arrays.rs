@@ -8,7 +8,7 @@
 //!  AddressedInboxRows  the same, guarded by the recorded shard count read FOR KEY SHARE
 //!  EventRows      WITH appending AS (the event-append lock) INSERT INTO events (…)
 //!                   SELECT … FROM appending, unnest($2, …, $10) … ON CONFLICT (id)
-//!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $6)
+//!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $7)
 //!                   ON CONFLICT (kind, tenant, id) DO UPDATE (version moves up by the row's)
 //!  DeliveredRows  SELECT shardbox_mark_delivered($1, $2, $3, $4): the schema's function runs
 //!                   UPDATE inbox_messages … WHERE shard AND seq = ANY(…) (see the type)
@@ -295,6 +295,7 @@ pub(crate) struct StateRows<'a> {
     version: Vec<i64>,
     state: Vec<&'a [u8]>,
     updated_at: Vec<i64>,
+    state_version: Vec<i32>,
 }
 
 impl<'a> StateRows<'a> {
@@ -307,6 +308,7 @@ impl<'a> StateRows<'a> {
             version: rows.iter().map(|r| r.version).collect(),
             state: rows.iter().map(|r| r.state).collect(),
             updated_at: rows.iter().map(|r| r.updated_at).collect(),
+            state_version: rows.iter().map(|r| r.state_version).collect(),
         }
     }
 
@@ -327,6 +329,7 @@ impl QueryFragment<Pg> for StateRows<'_> {
         column!(out, BigInt, &self.version);
         column!(out, Binary, &self.state);
         column!(out, BigInt, &self.updated_at);
+        column!(out, Integer, &self.state_version);
         out.push_sql(")");
         out.push_sql(self.gate);
         out.push_sql(ON_STATE_CONFLICT);

@@ -101,6 +101,7 @@ pub(crate) struct EntityStateRow {
     pub version: i64,
     pub state: Vec<u8>,
     pub updated_at: i64,
+    pub state_version: i32,
 }
 
 impl EntityStateRow {
@@ -114,6 +115,7 @@ impl EntityStateRow {
             },
             version: self.version,
             state: self.state,
+            state_version: version(self.state_version)?,
             updated_at: time(self.updated_at)?,
         })
     }
@@ -130,6 +132,7 @@ pub(crate) struct NewEntityStateRow<'a> {
     pub version: i64,
     pub state: &'a [u8],
     pub updated_at: i64,
+    pub state_version: i32,
 }
 
 /// A row of the lock table as read.

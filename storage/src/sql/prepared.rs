@@ -159,7 +159,9 @@ pub(crate) const ON_INBOX_DUPLICATE: &str =
 pub(crate) fn insert_states<DB: Backend + OrFail>(out: &mut AstPass<'_, '_, DB>) {
     out.push_sql("INSERT");
     out.push_sql(DB::OR_FAIL);
-    out.push_sql(" INTO entity_states (kind, tenant, id, version, state, updated_at) ");
+    out.push_sql(
+        " INTO entity_states (kind, tenant, id, version, state, updated_at, state_version) ",
+    );
 }
 
 /// The columns of an event insert (`seq` is drawn by the table), in the order both backends
@@ -174,7 +176,8 @@ pub(crate) const ON_EVENT_DUPLICATE: &str = " ON CONFLICT (id) DO NOTHING";
 /// the state and time are replaced.
 pub(crate) const ON_STATE_CONFLICT: &str = " ON CONFLICT (kind, tenant, id) DO UPDATE SET \
      version = entity_states.version + excluded.version, \
-     state = excluded.state, updated_at = excluded.updated_at";
+     state = excluded.state, updated_at = excluded.updated_at, \
+     state_version = excluded.state_version";
 
 impl<const N: usize> QueryId for MarkDelivered<'_, N> {
     type QueryId = MarkDelivered<'static, N>;
@@ -190,8 +193,14 @@ pub(crate) struct UpsertStates<'a, const N: usize>(pub(crate) &'a [NewEntityStat
 
 impl<DB, const N: usize> QueryFragment<DB> for UpsertStates<'_, N>
 where
-    DB: Backend + HasSqlType<Text> + HasSqlType<BigInt> + HasSqlType<Binary> + OrFail,
+    DB: Backend
+        + HasSqlType<Text>
+        + HasSqlType<BigInt>
+        + HasSqlType<Binary>
+        + HasSqlType<Integer>
+        + OrFail,
     i64: ToSql<BigInt, DB>,
+    i32: ToSql<Integer, DB>,
     str: ToSql<Text, DB>,
     [u8]: ToSql<Binary, DB>,
 {
@@ -211,6 +220,8 @@ where
             out.push_bind_param::<Binary, _>(row.state)?;
             out.push_sql(", ");
             out.push_bind_param::<BigInt, _>(&row.updated_at)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Integer, _>(&row.state_version)?;
             out.push_sql(")");
         }
         out.push_sql(ON_STATE_CONFLICT);
