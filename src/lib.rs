@@ -54,6 +54,7 @@ mod catch_up;
 mod failures;
 mod pipeline;
 mod reads;
+mod schema_evolution;
 mod shardbox;
 pub mod testing;
 

@@ -549,7 +549,7 @@ async fn a_v1_state_is_upcast_or_named_never_defaulted(storage: Arc<dyn Storage>
         );
         names_it(&err.to_string());
         assert!(
-            err.to_string().contains(".upcast_state::<E>(1, …)"),
+            err.to_string().contains(".upcast_state::<E, _>(1, …)"),
             "{err}"
         );
 

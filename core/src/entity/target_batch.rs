@@ -151,7 +151,7 @@ pub(crate) fn load_state<S: serde::de::DeserializeOwned + Default>(
         .map_err(|e| HandlerError::new(format!("{}: {e}", whose())))?;
     serde_json::from_slice(&bytes).map_err(|e| {
         let hint = if stored.version == current {
-            format!("if the state type changed, raise its STATE_VERSION above {current} and register a state upcaster (`.upcast_state::<E>({current}, …)`); or fix or reset the state")
+            format!("if the state type changed, raise its STATE_VERSION above {current} and register a state upcaster (`.upcast_state::<E, _>({current}, …)`); or fix or reset the state")
         } else {
             format!("upcast from version {} to {current}; fix the state upcaster, or reset the state", stored.version)
         };

@@ -376,7 +376,7 @@ pub enum DeliveryError {
     Storage(#[from] StorageError),
     /// A framework-kept state could not be read as the code's state type: it could not be
     /// upcast from its stored version, or it does not deserialize.
-    #[error("stored state of `{kind}` (tenant {tenant:?}, id {id:?}, state version {version}) cannot be read: {reason}; register a state upcaster (`.upcast_state::<E>({version}, …)` on the builder, with a raised STATE_VERSION) or fix or reset the state")]
+    #[error("stored state of `{kind}` (tenant {tenant:?}, id {id:?}, state version {version}) cannot be read: {reason}. If the state type changed, raise its STATE_VERSION and register a state upcaster (`.upcast_state::<E, _>(…)` on the builder); or fix or reset the state")]
     UndecodableState {
         /// The entity kind.
         kind: String,
