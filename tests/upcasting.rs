@@ -448,6 +448,192 @@ async fn live_v1_rows_reach_v2_code_upcast(storage: Arc<dyn Storage>) {
     );
 }
 
+/// The other subscribers of a split event: a reactor that sends a note per part, and a
+/// process manager that logs each part.
+mod subscribers {
+    use super::*;
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct Note(pub String);
+
+    impl Message for Note {
+        const TYPE: &'static str = "upcast-test.note";
+    }
+
+    /// The notes a customer was sent, in order.
+    #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Notes(pub Vec<String>);
+
+    impl Aggregate for Notes {
+        const KIND: &'static str = "upcast-notes";
+        type Command = Note;
+        type Event = Note;
+
+        async fn handle(&self, n: &Note, _: &Context<'_>) -> Result<Vec<Note>, HandlerError> {
+            Ok(vec![n.clone()])
+        }
+
+        fn apply(&mut self, n: &Note) {
+            self.0.push(n.0.clone());
+        }
+    }
+
+    fn describe(e: &v2::OrderEvent) -> (String, String) {
+        match e {
+            v2::OrderEvent::Placed { customer, total } => {
+                (customer.clone(), format!("placed {total}"))
+            }
+            v2::OrderEvent::Paid { customer, total } => (customer.clone(), format!("paid {total}")),
+        }
+    }
+
+    /// Sends the customer a note per event.
+    pub struct Notifier;
+
+    impl Reactor for Notifier {
+        const KIND: &'static str = "upcast-notifier";
+        type Event = v2::OrderEvent;
+
+        fn route(e: &v2::OrderEvent, _: &EventSource) -> Vec<String> {
+            vec![describe(e).0]
+        }
+
+        async fn react(
+            &self,
+            e: &v2::OrderEvent,
+            _: &Context<'_>,
+        ) -> Result<Vec<Outgoing>, HandlerError> {
+            let (customer, text) = describe(e);
+            Ok(vec![Outgoing::command::<Notes>(customer, &Note(text))?])
+        }
+    }
+
+    /// The notifier as v1 code had it (same kind, v1 events), so that v1 posts fan out to
+    /// it; never delivered in this test.
+    pub struct OldNotifier;
+
+    impl Reactor for OldNotifier {
+        const KIND: &'static str = Notifier::KIND;
+        type Event = v1::OrderEvent;
+
+        fn route(e: &v1::OrderEvent, _: &EventSource) -> Vec<String> {
+            match e {
+                v1::OrderEvent::Placed { customer, .. }
+                | v1::OrderEvent::PlacedAndPaid { customer, .. } => vec![customer.clone()],
+            }
+        }
+
+        async fn react(
+            &self,
+            _: &v1::OrderEvent,
+            _: &Context<'_>,
+        ) -> Result<Vec<Outgoing>, HandlerError> {
+            Err(HandlerError::new("v1 code must not deliver in this test"))
+        }
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub enum Nudge {}
+
+    impl Message for Nudge {
+        const TYPE: &'static str = "upcast-test.nudge";
+    }
+
+    /// A checkout flow per customer that logs what it saw.
+    #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Checkout(pub Vec<String>);
+
+    impl ProcessManager for Checkout {
+        const KIND: &'static str = "upcast-checkout";
+        type Event = v2::OrderEvent;
+        type Command = Nudge;
+
+        fn correlation_id(e: &v2::OrderEvent, _: &EventSource) -> Option<String> {
+            Some(describe(e).0)
+        }
+
+        async fn on_event(
+            &mut self,
+            e: &v2::OrderEvent,
+            _: &Context<'_>,
+        ) -> Result<ProcessActions, HandlerError> {
+            self.0.push(describe(e).1);
+            Ok(ProcessActions::new())
+        }
+
+        async fn on_command(
+            &mut self,
+            n: &Nudge,
+            _: &Context<'_>,
+        ) -> Result<ProcessActions, HandlerError> {
+            match *n {}
+        }
+    }
+}
+
+/// A v1 event split in two reaches a reactor and a process manager part by part, in order:
+/// the reactor's two commands both arrive (their ids are numbered across the parts, so the
+/// second is not taken for a duplicate of the first), the process manager logs both parts.
+async fn split_events_reach_reactors_and_process_managers_part_by_part(storage: Arc<dyn Storage>) {
+    {
+        let app = builder(&storage)
+            .reactor(subscribers::OldNotifier)
+            .build()
+            .await
+            .expect("build v1");
+        let e = v1::OrderEvent::PlacedAndPaid {
+            customer: "bob".into(),
+            amount: 7,
+        };
+        // Written by v1 code: its inbox row carries version 1 (no v1 code delivers it).
+        app.post(EventSource::external("o-3"), &e)
+            .await
+            .expect("post v1");
+    }
+    let app = builder(&storage)
+        .reactor(subscribers::Notifier)
+        .process_manager::<subscribers::Checkout>()
+        .aggregate::<subscribers::Notes>()
+        .upcast::<v2::OrderEvent>(1, v2::from_v1)
+        .build()
+        .await
+        .expect("build v2");
+    // The process manager starts later, from history, as a v1 row of its own.
+    let more = v1::OrderEvent::PlacedAndPaid {
+        customer: "bob".into(),
+        amount: 2,
+    };
+    app.post(EventSource::external("o-6"), &more)
+        .await
+        .expect("post v1 from v2 code");
+    settle(&app).await;
+    assert_eq!(
+        app.aggregate_state::<subscribers::Notes>("bob")
+            .await
+            .unwrap(),
+        Some(subscribers::Notes(vec![
+            "placed 7".into(),
+            "paid 7".into(),
+            "placed 2".into(),
+            "paid 2".into()
+        ]))
+    );
+    assert_eq!(
+        app.process_state::<subscribers::Checkout>("bob")
+            .await
+            .unwrap(),
+        Some(subscribers::Checkout(vec![
+            "placed 2".into(),
+            "paid 2".into()
+        ]))
+    );
+    assert!(app
+        .dead_letters(DeadLetterFilter::all())
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 /// The tally aggregate of the state cases: version 1 of its state kept `n`, version 2 keeps
 /// `count`.
 mod tally {
@@ -625,6 +811,7 @@ common::on_every_backend!("upcasting";
     catch_up_rebuilds_v1_history_with_v2_code,
     live_v1_rows_reach_v2_code_upcast,
     a_v1_state_is_upcast_or_named_never_defaulted,
+    split_events_reach_reactors_and_process_managers_part_by_part,
 );
 
 /// An upcaster that could never run is refused when the application is built, naming it.
