@@ -17,7 +17,6 @@
 //!  services Services: the application's own objects, by type  ◄── handlers, via Context
 //!  payload  typed reads of stored payloads (messages, events, dead letters)  ◄── operators, tests
 //!  upcast   Upcasters: stored payloads of older versions to the current shape ◄── every read
-//!  upcast_error Shape, UpcastError: what is upcast, and why it could not be  ◄── its callers
 //! ```
 //!
 //! This layer owns the per-target handling rules (a target's batch in `seq` order, the first
@@ -42,4 +41,3 @@ pub mod services;
 pub mod target_batch;
 pub mod traits;
 pub mod upcast;
-pub mod upcast_error;

@@ -25,22 +25,13 @@
 //! alike), routing (`EntityRegistry::fan_out`, the catch-up's replay), and the typed event
 //! reads of the facade.
 
-pub use crate::entity::upcast_error::{Shape, UpcastError};
 use crate::model::error::ConfigError;
+pub use crate::model::upcast_error::{Shape, UpcastError, FIRST_VERSION};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-
-/// The version of a payload written before versions existed (and the default of
-/// [`Message::VERSION`](crate::Message::VERSION)).
-pub const FIRST_VERSION: u32 = 1;
-
-/// [`FIRST_VERSION`], for serde's defaults of the stored forms.
-pub(crate) fn first_version() -> u32 {
-    FIRST_VERSION
-}
 
 /// One upcasting step: a payload of version `n` (as JSON) to the payloads of version `n + 1`
 /// it becomes, or why it cannot be.

@@ -340,7 +340,7 @@ pub enum PayloadError {
     /// The payload is stored at another version of its type and could not be upcast to the
     /// version the code reads (no upcaster, a failing one, or newer code wrote it).
     #[error(transparent)]
-    Upcast(#[from] crate::entity::upcast::UpcastError),
+    Upcast(#[from] crate::model::upcast_error::UpcastError),
 }
 
 impl ConfigError {

@@ -144,7 +144,7 @@ pub struct NewMessage {
     /// [`crate::Message::VERSION`]); 1 for rows stored before versions existed. An event's
     /// copy keeps its event's version; readers upcast older payloads (see
     /// [`crate::Upcasters`]).
-    #[serde(default = "crate::entity::upcast::first_version")]
+    #[serde(default = "crate::model::upcast_error::first_version")]
     pub payload_version: u32,
     /// Key/value metadata.
     pub metadata: Metadata,

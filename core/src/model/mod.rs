@@ -7,6 +7,7 @@
 //!  time_limits, payload_limit (what a send may carry) ◄── error, config
 //!  outcome (what became of a command)   kind_role (what a registered kind is)
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
+//!  upcast_error (versions of stored shapes, why one could not be upcast) ◄── error, message
 //! ```
 //!
 //! Nothing here does I/O, holds a runtime service or knows about storage, stages or the
@@ -28,3 +29,4 @@ pub mod parked;
 pub mod payload_limit;
 pub mod strategy;
 pub mod time_limits;
+pub mod upcast_error;

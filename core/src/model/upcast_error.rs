@@ -1,8 +1,20 @@
-//! What an upcaster reshapes ([`Shape`]: a payload type's payloads or an entity kind's
-//! states) and why it could not ([`UpcastError`]): each error names the shape and the
-//! version, and says whether trying again can succeed. The upcasting itself is `upcast.rs`'s.
+//! Versions of stored shapes: the first version ([`FIRST_VERSION`], what everything stored
+//! before versions existed is), what an upcaster reshapes ([`Shape`]: a payload type's
+//! payloads or an entity kind's states) and why it could not ([`UpcastError`]): each error
+//! names the shape and the version, and says whether trying again can succeed. The upcasting
+//! itself is `entity::upcast`'s; this module is the model's, so that the stored forms
+//! (`NewEvent`, `NewMessage`) and the error types can name versions without it.
 
 use std::fmt;
+
+/// The version of a payload or state written before versions existed (and the default of
+/// [`Message::VERSION`](crate::Message::VERSION) and of the entities' `STATE_VERSION`).
+pub const FIRST_VERSION: u32 = 1;
+
+/// [`FIRST_VERSION`], for serde's defaults of the stored forms.
+pub(crate) fn first_version() -> u32 {
+    FIRST_VERSION
+}
 
 /// What an upcaster reshapes: the payloads of a message type, or the states of an entity
 /// kind.
