@@ -10,6 +10,10 @@
 //!      err ─► state back to the clone, nothing sent, the rest of the batch waits
 //!  ─► state saved, or removed if the last handled message finished the flow
 //! ```
+//!
+//! An event an upcaster split is handled part by part, in order, as one message: the
+//! commands of all parts are its commands, and a part that finishes the flow leaves the next
+//! part a fresh one.
 
 use crate::entity::guard::guarded;
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
