@@ -9,7 +9,7 @@ use shardbox_core::NoopMonitor;
 use shardbox_core::{
     Aggregate, Clock, ConfigError, Delivery, DeliveryError, DeliveryMonitor, EntityKind,
     EntityRegistry, FailurePolicy, Inbox, KindLimits, NodeId, ProcessManager, Projection, Reactor,
-    Services, ShardStrategy, StableHashStrategy, Storage, SystemClock, TracePropagator,
+    Services, ShardStrategy, StableHashStrategy, Storage, SystemClock, TracePropagator, Upcasters,
 };
 use shardbox_core::{
     AggregateHandler, EntityHandler, ProcessManagerHandler, ProjectionHandler, ReactorHandler,
@@ -29,6 +29,10 @@ pub struct ShardboxBuilder {
     clock: Arc<dyn Clock>,
     handlers: Vec<Arc<dyn EntityHandler>>,
     services: Services,
+    /// The upcasters registered (`schema_evolution.rs`).
+    pub(crate) upcasters: Upcasters,
+    /// The first upcaster refused (reported by `build`, which returns the builder's errors).
+    pub(crate) upcast_error: Option<ConfigError>,
     pipeline_edits: Vec<PipelineEdit>,
     trace: Option<Arc<dyn TracePropagator>>,
 }
@@ -43,6 +47,8 @@ impl Default for ShardboxBuilder {
             clock: Arc::new(SystemClock),
             handlers: Vec::new(),
             services: Services::new(),
+            upcasters: Upcasters::new(),
+            upcast_error: None,
             pipeline_edits: Vec::new(),
             trace: None,
         }
@@ -332,6 +338,9 @@ impl ShardboxBuilder {
     /// Validates the configuration and builds the Shardbox.
     pub async fn build(self) -> Result<Shardbox, DeliveryError> {
         let config = self.config.build().map_err(named_as_builder)?;
+        if let Some(e) = self.upcast_error {
+            return Err(e.into());
+        }
         let storage = self.storage.ok_or(ConfigError::Missing {
             field: "storage",
             reason: "call .storage(SqliteStorage::open(path).await?), .storage(PostgresStorage::connect(url).await?) or .memory()",
@@ -367,6 +376,7 @@ impl ShardboxBuilder {
         if let Some(trace) = self.trace {
             registry.set_trace_propagator(trace);
         }
+        registry.set_upcasters(self.upcasters);
         let recent = RecentDeliveries::new(config.cache_capacity, config.dedup_window);
         let mut pipeline = Pipeline::new();
         pipeline

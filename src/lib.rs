@@ -57,6 +57,7 @@ mod kinds;
 pub mod otel;
 mod pipeline;
 mod reads;
+mod schema_evolution;
 mod shardbox;
 pub mod testing;
 
@@ -123,7 +124,8 @@ pub use shardbox_core::{
     PayloadError, ProcessActions, ProcessManager, Projection, Reactor, RegisteredKind,
     ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
     StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError,
-    StrategyRecord, SystemClock, TracePropagator, MAX_DELIVER_STAGES, MAX_ID_BYTES,
+    StrategyRecord, SystemClock, TracePropagator, UpcastError, Upcasters, MAX_DELIVER_STAGES,
+    MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 pub use shardbox_core::{PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES};

@@ -3,8 +3,10 @@
 //!
 //! ```text
 //!  aggregate_state_in / projection_state_in ─► EntityStore::load_states (kind, tenant, id)
+//!                        ─► upcast to the type's STATE_VERSION, decoded (a named error)
 //!  aggregate_events(_in) ─► EventStore::read_source_events, pages of EVENTS_PAGE by seq
-//!                        ─► each event's payload as A::Event (type name checked)
+//!                        ─► each event's payload as A::Event (type name checked), upcast
+//!                           to A::Event::VERSION by the application's upcasters
 //! ```
 //!
 //! The default-tenant reads (`aggregate_state`, `projection_state`) are in `shardbox.rs`.
@@ -23,7 +25,8 @@ impl Shardbox {
         tenant: &str,
         id: &str,
     ) -> Result<Option<A>, DeliveryError> {
-        self.state_of(A::KIND, tenant, id).await
+        self.state_at(A::KIND, Some(A::STATE_VERSION), tenant, id)
+            .await
     }
 
     /// The framework-kept state of projection `P` instance `id` of `tenant`.
@@ -33,7 +36,8 @@ impl Shardbox {
         tenant: &str,
         id: &str,
     ) -> Result<Option<P>, DeliveryError> {
-        self.state_of(P::KIND, tenant, id).await
+        self.state_at(P::KIND, Some(P::STATE_VERSION), tenant, id)
+            .await
     }
 
     /// The events aggregate `A` instance `id` (default tenant) emitted, in `seq` order, each
@@ -57,8 +61,11 @@ impl Shardbox {
 
     /// The events aggregate `A` instance `id` of `tenant` emitted, in `seq` order, each with
     /// its `seq` (read in pages by `seq`, all of them: meant for one instance's history, not
-    /// for a stream of millions). A stored event of another type, or one that no longer
-    /// deserializes, is [`DeliveryError::Payload`], naming the types.
+    /// for a stream of millions). An event stored at an older version of its type is upcast
+    /// (see [`ShardboxBuilder::upcast`](crate::ShardboxBuilder::upcast)); one an upcaster split
+    /// comes as several entries with the same `seq`. A stored event of another type, one
+    /// that cannot be upcast, or one that no longer deserializes, is
+    /// [`DeliveryError::Payload`], naming the types and versions.
     pub async fn aggregate_events_in<A: Aggregate>(
         &self,
         tenant: &str,
@@ -69,6 +76,7 @@ impl Shardbox {
             id: id.to_owned(),
         };
         let storage = self.storage();
+        let upcasters = self.upcasters();
         let mut events = Vec::new();
         let mut after = 0;
         loop {
@@ -76,7 +84,10 @@ impl Shardbox {
                 .read_source_events(tenant, &source, after, EVENTS_PAGE)
                 .await?;
             for stored in &page {
-                events.push((stored.seq, stored.event.payload_as::<A::Event>()?));
+                // Upcast to the code's version: a split event gives several, with one seq.
+                for event in stored.event.upcast_as::<A::Event>(upcasters)? {
+                    events.push((stored.seq, event));
+                }
             }
             match page.last() {
                 Some(last) if page.len() == EVENTS_PAGE => after = last.seq,

@@ -8,7 +8,7 @@ use shardbox_core::{
     Aggregate, CommandOutcome, Delivery, DeliveryConfig, DeliveryError, DeliveryReport,
     EventSource, Inbox, InboxWrite, LocalRunner, Message, NewMessage, OutcomeWait, ProcessManager,
     Projection, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
-    StationContext, StorageError, WorkerId,
+    StationContext, Upcasters, WorkerId,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -191,7 +191,7 @@ impl Shardbox {
         &self,
         id: &str,
     ) -> Result<Option<A>, DeliveryError> {
-        self.state_of(A::KIND, "", id).await
+        self.state_at(A::KIND, Some(A::STATE_VERSION), "", id).await
     }
 
     /// The framework-kept state of projection `P` instance `id`, in the default tenant;
@@ -200,7 +200,8 @@ impl Shardbox {
         &self,
         id: &str,
     ) -> Result<Option<P>, DeliveryError> {
-        self.state_of(P::KIND, "", id).await
+        self.state_at(P::KIND, Some(<P as Projection>::STATE_VERSION), "", id)
+            .await
     }
 
     /// The framework-kept state of process manager `P` instance `id` (`None` before it
@@ -209,13 +210,29 @@ impl Shardbox {
         &self,
         id: &str,
     ) -> Result<Option<P>, DeliveryError> {
-        self.state_of(P::KIND, "", id).await
+        self.state_at(P::KIND, Some(<P as ProcessManager>::STATE_VERSION), "", id)
+            .await
     }
 
-    /// The state of any kind, tenant and id, deserialized as `T`.
+    /// The state of any kind, tenant and id, deserialized as `T` as it is stored (not
+    /// upcast: the typed reads, [`Shardbox::aggregate_state`] and its siblings, upcast it to
+    /// the type's `STATE_VERSION`). A state that does not deserialize is
+    /// [`DeliveryError::UndecodableState`], naming the kind, tenant, id and stored version.
     pub async fn state_of<T: DeserializeOwned>(
         &self,
         kind: &str,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<T>, DeliveryError> {
+        self.state_at(kind, None, tenant, id).await
+    }
+
+    /// The state of `kind`, tenant and id as `T`: upcast to state version `current` first if
+    /// one is given (the type's `STATE_VERSION`), as delivery does.
+    pub(crate) async fn state_at<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        current: Option<u32>,
         tenant: &str,
         id: &str,
     ) -> Result<Option<T>, DeliveryError> {
@@ -227,9 +244,23 @@ impl Shardbox {
         let Some(state) = self.env.storage.load_states(&[key]).await?.pop() else {
             return Ok(None);
         };
-        serde_json::from_slice(&state.state).map(Some).map_err(|e| {
-            StorageError::Corrupt(format!("state of {kind}/{id} does not deserialize: {e}")).into()
-        })
+        let undecodable = |reason: String| DeliveryError::UndecodableState {
+            kind: kind.to_owned(),
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+            version: state.state_version,
+            reason,
+        };
+        let bytes = match current {
+            Some(current) => self
+                .upcasters()
+                .upcast_state(kind, state.state_version, current, &state.state)
+                .map_err(|e| undecodable(e.to_string()))?,
+            None => std::borrow::Cow::Borrowed(&state.state[..]),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| undecodable(format!("it does not deserialize: {e}")))
     }
 
     /// The running nodes sharing this database: every node beats every `poll_interval` while
@@ -284,6 +315,12 @@ impl Shardbox {
     /// ([`ShardboxBuilder::shared_storage`](ShardboxBuilder::shared_storage)).
     pub fn storage(&self) -> StorageReads {
         StorageReads::new(self.env.storage.clone())
+    }
+
+    /// The upcasters registered on the builder ([`ShardboxBuilder::upcast`]): for a tool that
+    /// reads stored events itself ([`NewEvent::upcast_as`](shardbox_core::NewEvent::upcast_as)).
+    pub fn upcasters(&self) -> &Upcasters {
+        self.env.registry.upcasters()
     }
 
     /// The validated configuration.

@@ -145,6 +145,7 @@ async fn corrupt(sb: &Shardbox, storage: &dyn Storage, ids: &[String]) {
                     id: id.clone(),
                 },
                 state: Some(garbage.clone()),
+                state_version: 1,
             });
     }
     for (shard, states) in by_shard {

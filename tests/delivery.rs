@@ -52,6 +52,7 @@ async fn write_ghost(sb: &Shardbox, storage: &(impl Storage + ?Sized), at: DateT
         tenant: String::new(),
         payload: b"{}".to_vec(),
         payload_type: "ghost.command".into(),
+        payload_version: 1,
         metadata: Default::default(),
         received_at: at,
         deliver_after: None,

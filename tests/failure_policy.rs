@@ -600,6 +600,7 @@ async fn poison_payloads_and_unknown_kinds_are_dead_lettered(storage: Arc<dyn St
         tenant: String::new(),
         payload: payload.to_vec(),
         payload_type: payload_type.into(),
+        payload_version: 1,
         metadata: Default::default(),
         received_at: t0(),
         deliver_after: None,

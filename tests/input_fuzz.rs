@@ -194,6 +194,7 @@ async fn through_every_entry_point(
         tenant: h.tenant.clone(),
         payload: h.payload.clone(),
         payload_type: h.payload_type.clone(),
+        payload_version: 1,
         metadata: h.metadata.clone(),
         received_at: now,
         deliver_after: None,
@@ -207,6 +208,7 @@ async fn through_every_entry_point(
         tenant: h.tenant.clone(),
         occurred_at: now,
         payload: h.payload.clone(),
+        version: 1,
         metadata: h.metadata.clone(),
     };
     check(
@@ -380,6 +382,7 @@ async fn fixed_hostile_cases(storage: Arc<dyn Storage>) {
         tenant: String::new(),
         payload: b"{}".to_vec(),
         payload_type: "a\0b".into(),
+        payload_version: 1,
         metadata: Metadata::new(),
         received_at: t0(),
         deliver_after: None,

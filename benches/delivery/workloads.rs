@@ -220,6 +220,7 @@ async fn prefill(storage: &Arc<dyn Storage>, count: usize, shards: u32) -> Resul
                     tenant: String::new(),
                     payload: b"null".to_vec(),
                     payload_type: <Bump as Message>::TYPE.into(),
+                    payload_version: 1,
                     metadata: Default::default(),
                     received_at: chrono::Utc::now(),
                     deliver_after: Some(due),
@@ -277,6 +278,7 @@ pub async fn catch_up(a: &Args) -> Result<Report, String> {
                 tenant: String::new(),
                 occurred_at: now,
                 payload: serde_json::to_vec(&Booked { amount: 1 }).unwrap_or_default(),
+                version: 1,
                 metadata: Default::default(),
             })
             .collect::<Vec<_>>();

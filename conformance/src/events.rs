@@ -2,7 +2,7 @@
 
 use super::fixtures::*;
 use shardbox_core::storage::Inspect;
-use shardbox_core::storage::WriteBatch;
+use shardbox_core::storage::{EntityStateWrite, WriteBatch};
 use shardbox_core::{EventSource, Storage, StoredEvent};
 
 /// Events page by `seq` (never by time), filtered by type and by `since`; duplicate ids are
@@ -10,8 +10,13 @@ use shardbox_core::{EventSource, Storage, StoredEvent};
 pub async fn event_store_pages_by_seq_with_filters<S: Storage + Inspect>(store: S) {
     assert_eq!(store.last_event_seq().await.expect("seq"), 0);
     let kind = |i: usize| if i % 2 == 0 { "Deposited" } else { "Withdrawn" };
+    // Versions 1 to 3 (the version of each event's type shape), kept whole.
     let all: Vec<_> = (0..10)
-        .map(|i| event(&format!("e{i}"), kind(i), secs(i as i64 / 2 * 2)))
+        .map(|i| {
+            let mut e = event(&format!("e{i}"), kind(i), secs(i as i64 / 2 * 2));
+            e.version = 1 + (i % 3) as u32;
+            e
+        })
         .collect();
     let first = WriteBatch {
         events: all[..6].to_vec(),
@@ -111,9 +116,11 @@ pub async fn events_of_one_source_in_seq_order<S: Storage + Inspect>(store: S) {
     // A stage commit appends too; a duplicate of m1 is ignored.
     let lease = pick(&store, 0, "node-a", t0()).await;
     let mut commit = stage(&lease, secs(2), vec![]);
+    let mut m3 = mine("m3");
+    m3.version = 2;
     commit.writes.events = vec![
         of("x3", "t-1", "account", "acc-2"),
-        mine("m3"),
+        m3.clone(),
         mine("m1"),
         mine("m4"),
     ];
@@ -150,6 +157,10 @@ pub async fn events_of_one_source_in_seq_order<S: Storage + Inspect>(store: S) {
     );
     assert!(got.windows(2).all(|w| w[0].seq < w[1].seq), "{got:?}");
     assert_eq!(got[0].event, mine("m0"), "round-trips whole");
+    assert_eq!(
+        got[3].event, m3,
+        "a stage commit's event round-trips whole, its version too"
+    );
     let other_tenant = read_all("t-2", source.clone(), 10).await;
     assert_eq!(
         other_tenant
@@ -189,7 +200,7 @@ pub async fn entity_state_versions_and_delete<S: Storage + Inspect>(store: S) {
                 .into_iter()
                 .map(|s| {
                     let text = String::from_utf8(s.state).unwrap_or_default();
-                    (s.key.id, s.version, text, s.updated_at)
+                    (s.key.id, s.version, text, s.updated_at, s.state_version)
                 })
                 .collect::<Vec<_>>()
         }
@@ -201,22 +212,29 @@ pub async fn entity_state_versions_and_delete<S: Storage + Inspect>(store: S) {
         .expect("commit");
     assert_eq!(
         load(vec!["a"]).await,
-        [("a".into(), 1, "1".into(), secs(1))]
+        [("a".into(), 1, "1".into(), secs(1), 1)]
     );
 
     store
         .commit_stage(commit_states(
             secs(2),
-            vec![state(key("a"), Some("2")), state(key("b"), Some("x"))],
+            vec![
+                EntityStateWrite {
+                    state_version: 2,
+                    ..state(key("a"), Some("2"))
+                },
+                state(key("b"), Some("x")),
+            ],
         ))
         .await
         .expect("commit");
     assert_eq!(
         load(vec!["a", "b", "missing"]).await,
         [
-            ("a".into(), 2, "2".into(), secs(2)),
-            ("b".into(), 1, "x".into(), secs(2))
-        ]
+            ("a".into(), 2, "2".into(), secs(2), 2),
+            ("b".into(), 1, "x".into(), secs(2), 1)
+        ],
+        "a state keeps the state version it was last saved at"
     );
 
     store
@@ -225,14 +243,18 @@ pub async fn entity_state_versions_and_delete<S: Storage + Inspect>(store: S) {
             vec![
                 state(key("a"), None),
                 state(key("b"), Some("y")),
-                state(key("b"), Some("z")),
+                EntityStateWrite {
+                    state_version: 4,
+                    ..state(key("b"), Some("z"))
+                },
             ],
         ))
         .await
         .expect("commit");
     assert_eq!(
         load(vec!["a", "b"]).await,
-        [("b".into(), 3, "z".into(), secs(3))]
+        [("b".into(), 3, "z".into(), secs(3), 4)],
+        "the last write's state version"
     );
 
     store
@@ -241,7 +263,7 @@ pub async fn entity_state_versions_and_delete<S: Storage + Inspect>(store: S) {
         .expect("commit");
     assert_eq!(
         load(vec!["a"]).await,
-        [("a".into(), 1, "again".into(), secs(4))]
+        [("a".into(), 1, "again".into(), secs(4), 1)]
     );
     assert!(store.load_states(&[]).await.expect("load").is_empty());
 }

@@ -67,7 +67,9 @@ async fn row_of<S: Storage + Inspect>(store: &S, signal: &str) -> InboxMessage {
 /// carries its first and last attempt times and the original row whole.
 pub async fn first_failure_time_is_kept_across_retries<S: Storage + Inspect>(store: S) {
     store
-        .write(messages(vec![command(0, "a", "a1")]))
+        .write(messages(vec![with(command(0, "a", "a1"), |m| {
+            m.payload_version = 3;
+        })]))
         .await
         .expect("write");
     let a1 = row_of(&store, "a1").await;
@@ -88,6 +90,7 @@ pub async fn first_failure_time_is_kept_across_retries<S: Storage + Inspect>(sto
     assert_eq!(dead.len(), 1);
     let letter = &dead[0].letter;
     assert_eq!(letter.original, a1, "the original row round-trips");
+    assert_eq!(letter.original.message.payload_version, 3);
     assert_eq!(
         (
             letter.first_attempt_at,
@@ -483,6 +486,7 @@ pub async fn requeued_dead_letters_return_to_the_inbox<S: Storage + Inspect>(sto
             with(command(0, "a", "a1"), |m| {
                 m.expires_at = Some(secs(5));
                 m.deliver_after = Some(secs(-1));
+                m.payload_version = 2;
             }),
             command(0, "b", "b1"),
             with(command(0, "", "orphan"), |m| m.target_kind = "order".into()),
@@ -558,6 +562,10 @@ pub async fn requeued_dead_letters_return_to_the_inbox<S: Storage + Inspect>(sto
         (None, None)
     );
     assert_eq!(back.message.payload, a1.message.payload);
+    assert_eq!(
+        back.message.payload_version, 2,
+        "the payload's version is kept: it is upcast as it was written"
+    );
     assert_eq!(back.message.metadata, a1.message.metadata);
     assert_eq!(back.message.received_at, a1.message.received_at);
 

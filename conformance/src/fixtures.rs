@@ -46,6 +46,7 @@ pub fn command(shard: u32, target_id: &str, signal: &str) -> InboxWrite {
             tenant: String::new(),
             payload: format!("{{\"signal\":\"{signal}\"}}").into_bytes(),
             payload_type: "AccountCommand".into(),
+            payload_version: 1,
             metadata,
             received_at: t0(),
             deliver_after: None,
@@ -82,6 +83,7 @@ pub fn event(id: &str, event_type: &str, occurred_at: DateTime<Utc>) -> NewEvent
         tenant: "tenant-1".into(),
         occurred_at,
         payload: format!("{{\"event\":\"{id}\"}}").into_bytes(),
+        version: 1,
         metadata,
     }
 }
@@ -218,6 +220,7 @@ pub fn state(key: EntityKey, state: Option<&str>) -> EntityStateWrite {
     EntityStateWrite {
         key,
         state: state.map(|s| s.as_bytes().to_vec()),
+        state_version: 1,
     }
 }
 

@@ -34,6 +34,7 @@ pub async fn write_then_read_in_seq_order<S: Storage + Inspect>(store: S) {
         m.deliver_after = Some(secs(-1));
         m.metadata.insert("actor".into(), "ünïcode ✓".into());
         m.payload = vec![0, 159, 146, 150, 255];
+        m.payload_version = 3;
     });
     // Written with another row, so that a backend's multi-row form carries every field too.
     let rich_too = with(rich.clone(), |m| {
@@ -42,6 +43,7 @@ pub async fn write_then_read_in_seq_order<S: Storage + Inspect>(store: S) {
         m.deliver_after = None;
         m.expires_at = None;
         m.payload = vec![7; 3];
+        m.payload_version = 2;
     });
     let rich_too = InboxWrite {
         shard: ShardIndex(5),

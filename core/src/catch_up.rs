@@ -109,6 +109,7 @@ pub fn tick(
         tenant: String::new(),
         payload: b"{}".to_vec(),
         payload_type: TICK_TYPE.to_owned(),
+        payload_version: 1,
         metadata: Default::default(),
         received_at: now,
         deliver_after: due,

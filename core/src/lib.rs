@@ -61,7 +61,7 @@ pub use entity::addressing::Addressing;
 #[doc(hidden)]
 pub use entity::aggregate_handler::AggregateHandler;
 pub use entity::context::Context;
-pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome};
+pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome, StoredState};
 pub use entity::handler_error::HandlerError;
 pub use entity::kind::{family as entity_family, EntityKind};
 pub use entity::process::{ProcessActions, ProcessManager};
@@ -75,6 +75,7 @@ pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
 pub use entity::trace::TracePropagator;
 pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
+pub use entity::upcast::{Shape, UpcastError, UpcastStep, Upcasters, FIRST_VERSION};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, DEFAULT_LEASE_LINGER, MAX_SHARDS};

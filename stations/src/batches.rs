@@ -22,9 +22,10 @@
 //! applied to the Conveyor by the caller, in the batches' order: the commit does not depend on
 //! timing.
 
+use shardbox_core::storage::EntityState;
 use shardbox_core::{
     BatchResult, BatchRun, EntityHandler, HandlerError, InboxMessage, MessageOutcome,
-    StationContext,
+    StationContext, StoredState,
 };
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -36,7 +37,7 @@ use tokio::task::JoinSet;
 /// One target's batch to run: its handler, its state and its messages (in `seq` order).
 pub(crate) struct Batch {
     pub(crate) handler: Arc<dyn EntityHandler>,
-    pub(crate) state: Option<Vec<u8>>,
+    pub(crate) state: Option<EntityState>,
     /// Shared, not copied: the caller keeps them (a catch-up page that must go through the
     /// Inbox after all writes them back).
     pub(crate) messages: Arc<[InboxMessage]>,
@@ -96,11 +97,12 @@ pub(crate) async fn run_batches(
                 max_payload_bytes: env.config().max_payload_bytes,
                 gate: gate.as_deref(),
                 trace: env.registry().trace_propagator(),
+                upcasters: env.registry().upcasters(),
             };
             let messages: Vec<&InboxMessage> = batch.messages.iter().collect();
             let result = batch
                 .handler
-                .handle_batch(batch.state.as_deref(), &messages, run)
+                .handle_batch(batch.state.as_ref().map(StoredState::of), &messages, run)
                 .await;
             (n, result)
         });

@@ -163,6 +163,7 @@ async fn live_fans_emitted_events_out_to_the_projection() {
         tenant: String::new(),
         occurred_at: t0(),
         payload: payload.clone(),
+        version: 1,
         metadata: metadata.clone(),
     };
     let copy = InboxWrite {
@@ -175,6 +176,7 @@ async fn live_fans_emitted_events_out_to_the_projection() {
             tenant: String::new(),
             payload,
             payload_type: "counter.added".into(),
+            payload_version: 1,
             metadata,
             received_at: t0(),
             deliver_after: None,

@@ -112,7 +112,11 @@ macro_rules! stateless_kind {
         fn event_types(&self) -> &'static [&'static str] {
             &[]
         }
-        fn route(&self, _: &NewEvent) -> Result<Vec<String>, HandlerError> {
+        fn route(
+            &self,
+            _: &NewEvent,
+            _: &shardbox_core::Upcasters,
+        ) -> Result<Vec<String>, HandlerError> {
             Ok(Vec::new())
         }
     };
@@ -127,7 +131,7 @@ impl EntityHandler for Slow {
     stateless_kind!("slow");
     async fn handle_batch(
         &self,
-        _: Option<&[u8]>,
+        _: Option<shardbox_core::StoredState<'_>>,
         batch: &[&InboxMessage],
         _: BatchRun<'_>,
     ) -> BatchResult {
@@ -399,7 +403,7 @@ impl EntityHandler for Panicky {
     stateless_kind!("panicky");
     async fn handle_batch(
         &self,
-        _: Option<&[u8]>,
+        _: Option<shardbox_core::StoredState<'_>>,
         batch: &[&InboxMessage],
         _: BatchRun<'_>,
     ) -> BatchResult {

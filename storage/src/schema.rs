@@ -33,6 +33,8 @@ diesel::table! {
         first_failed_at -> Nullable<BigInt>,
         /// When it was delivered (a delivered row: a handled command's outcome time).
         delivered_at -> Nullable<BigInt>,
+        /// The version of the payload type's shape it was written in (1 before versions).
+        payload_version -> Integer,
     }
 }
 
@@ -62,6 +64,8 @@ diesel::table! {
         occurred_at -> BigInt,
         payload -> Binary,
         metadata -> Text,
+        /// The version of the event type's shape it was written in (1 before versions).
+        version -> Integer,
     }
 }
 
@@ -74,6 +78,8 @@ diesel::table! {
         version -> BigInt,
         state -> Binary,
         updated_at -> BigInt,
+        /// The version of the kind's state shape it was saved at (1 before versions).
+        state_version -> Integer,
     }
 }
 
@@ -134,6 +140,8 @@ diesel::table! {
         metadata -> Text,
         /// `first_failed_at` of the inbox row before the last attempt.
         row_first_failed_at -> Nullable<BigInt>,
+        /// The original message's `payload_version`.
+        payload_version -> Integer,
     }
 }
 

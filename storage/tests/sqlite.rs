@@ -307,18 +307,19 @@ async fn stage_queries_use_their_indexes() {
         "UPDATE inbox_sequence SET last",
         "INSERT OR FAIL INTO inbox_messages (seq, shard, signal_id, target_kind, target_id, \
          tenant, kind, status, received_at, deliver_after, expires_at, payload, payload_type, \
-         metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON",
+         metadata, payload_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON",
         // The batch of four messages: one statement of four rows.
-        "metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
+        "payload_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), (",
         "INSERT OR FAIL INTO events (id, event_type, source_kind, source_id, tenant, \
-         occurred_at, payload, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id)",
+         occurred_at, payload, metadata, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id)",
         "FROM `entity_states`",
         // The commit's fence, its delivered rows and states (five: four and one).
         "UPDATE shard_sessions SET lease_until",
         "seq IN (?)",
         "seq IN (?, ?, ?, ?)",
         "INSERT OR FAIL INTO entity_states",
-        "VALUES (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?) ON",
+        "VALUES (?, ?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?), \
+         (?, ?, ?, ?, ?, ?, ?) ON",
     ] {
         assert!(
             cached.iter().any(|sql| sql.contains(needle)),

@@ -72,6 +72,7 @@ impl CommitEntry {
                 ),
             },
             state: Some(serde_json::to_vec(self).expect("a commit-log entry serializes")),
+            state_version: 1,
         }
     }
 }

@@ -10,13 +10,14 @@
 //! ```
 
 use crate::entity::guard::{guarded, panicked};
-use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::target_batch::{
     all_failed, context, decode, emitted_payload, finish_state, load_state, settle,
 };
 use crate::entity::trace::{call_span, emitted_metadata};
 use crate::entity::traits::{Aggregate, Message};
+use crate::entity::upcast::Upcasters;
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::InboxMessage;
 use async_trait::async_trait;
@@ -38,7 +39,7 @@ impl<A: Aggregate> AggregateHandler<A> {
         m: &InboxMessage,
         run: &BatchRun<'_>,
     ) -> Result<(Vec<A::Event>, Vec<NewEvent>), HandlerError> {
-        let command: A::Command = decode(m)?;
+        let command: A::Command = decode(m, run)?;
         let cx = context(A::KIND, m, run);
         let span = call_span(run, A::KIND, m);
         let handled = state.handle(&command, &cx);
@@ -61,6 +62,7 @@ impl<A: Aggregate> AggregateHandler<A> {
             stored.push(NewEvent {
                 id: m.message.emitted_id("event", n),
                 event_type: <A::Event as Message>::TYPE.to_owned(),
+                version: <A::Event as Message>::VERSION,
                 source: EventSource {
                     kind: A::KIND.to_owned(),
                     id: m.message.target_id.clone(),
@@ -83,23 +85,26 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
     fn is_stateful(&self) -> bool {
         true
     }
+    fn state_version(&self) -> u32 {
+        A::STATE_VERSION
+    }
     fn command_type(&self) -> Option<&'static str> {
         Some(<A::Command as Message>::TYPE)
     }
     fn event_types(&self) -> &'static [&'static str] {
         &[]
     }
-    fn route(&self, _event: &NewEvent) -> Result<Vec<String>, HandlerError> {
+    fn route(&self, _event: &NewEvent, _: &Upcasters) -> Result<Vec<String>, HandlerError> {
         Ok(Vec::new())
     }
 
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {
-        let mut entity: A = match load_state(A::KIND, state) {
+        let mut entity: A = match load_state(A::KIND, A::STATE_VERSION, state, batch, &run) {
             Ok(s) => s,
             Err(e) => return all_failed(batch.len(), e),
         };
@@ -123,7 +128,7 @@ impl<A: Aggregate> EntityHandler for AggregateHandler<A> {
                         }
                         Err(panic) => {
                             // The state may be half-changed: rebuild it without this message.
-                            match load_state::<A>(A::KIND, state) {
+                            match load_state::<A>(A::KIND, A::STATE_VERSION, state, batch, &run) {
                                 Ok(mut rebuilt) => {
                                     for e in &applied {
                                         rebuilt.apply(e);

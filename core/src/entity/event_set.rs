@@ -35,6 +35,10 @@ impl<M: Message> EventSet for M {
             ))
         })
     }
+
+    fn version_of(_event_type: &str) -> u32 {
+        M::VERSION
+    }
 }
 
 /// Declares an enum of event types and its [`EventSet`] impl: one variant per [`Message`]
@@ -93,6 +97,15 @@ macro_rules! event_set {
                     stringify!($name),
                     <Self as $crate::EventSet>::TYPES.join(", "),
                 )))
+            }
+
+            fn version_of(event_type: &str) -> u32 {
+                $(
+                    if event_type == <$ty as $crate::Message>::TYPE {
+                        return <$ty as $crate::Message>::VERSION;
+                    }
+                )+
+                1
             }
         }
     };

@@ -24,6 +24,7 @@
 
 use crate::entity::handler_error::HandlerError;
 use crate::entity::services::Services;
+use crate::entity::upcast::{Upcasters, FIRST_VERSION};
 use crate::model::event::NewEvent;
 use crate::model::message::{InboxMessage, NewMessage};
 use async_trait::async_trait;
@@ -76,6 +77,9 @@ pub struct BatchRun<'a> {
     /// The delivery's trace propagator, if it has one: each handler call then runs in a span
     /// parented on its message's trace context (see [`crate::entity::trace`]).
     pub trace: Option<&'a dyn crate::entity::trace::TracePropagator>,
+    /// The application's upcasters: a payload stored at an older version of its type is
+    /// upcast to the code's before it is decoded (see [`Upcasters`]).
+    pub upcasters: &'a Upcasters,
 }
 
 impl std::fmt::Debug for BatchRun<'_> {
@@ -86,7 +90,28 @@ impl std::fmt::Debug for BatchRun<'_> {
             .field("max_payload_bytes", &self.max_payload_bytes)
             .field("gate", &self.gate)
             .field("traced", &self.trace.is_some())
+            .field("upcasters", &self.upcasters)
             .finish_non_exhaustive()
+    }
+}
+
+/// A target's state as stored: its bytes and the version of its kind's state shape they were
+/// saved at (see [`EntityHandler::state_version`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredState<'a> {
+    /// The serialized state (JSON).
+    pub bytes: &'a [u8],
+    /// The state version it was saved at (1 for states saved before versions existed).
+    pub version: u32,
+}
+
+impl<'a> StoredState<'a> {
+    /// The stored form of `state`, as the storage loaded it.
+    pub fn of(state: &'a crate::storage::EntityState) -> Self {
+        StoredState {
+            bytes: &state.state,
+            version: state.state_version,
+        }
     }
 }
 
@@ -99,20 +124,27 @@ pub trait EntityHandler: Send + Sync + 'static {
     /// Whether the framework keeps state for this kind.
     fn is_stateful(&self) -> bool;
 
+    /// The version of the kind's state shape its states are saved at (its `STATE_VERSION`);
+    /// a stored state of an older version is upcast to it before it is decoded.
+    fn state_version(&self) -> u32 {
+        FIRST_VERSION
+    }
+
     /// The command type it accepts, if it accepts commands.
     fn command_type(&self) -> Option<&'static str>;
 
     /// The event types it subscribes to (none for a kind that takes only commands).
     fn event_types(&self) -> &'static [&'static str];
 
-    /// The ids of this kind that receive `event` (only called for the subscribed types).
-    fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError>;
+    /// The ids of this kind that receive `event` (only called for the subscribed types),
+    /// read through `upcasters` if it was stored at an older version of its type.
+    fn route(&self, event: &NewEvent, upcasters: &Upcasters) -> Result<Vec<String>, HandlerError>;
 
     /// Handles one target's messages, in order, on top of `state` (None: a fresh entity).
     /// A handler call that exceeds `run.timeout` or panics fails its message.
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult;

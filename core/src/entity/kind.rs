@@ -60,14 +60,19 @@ pub mod family {
 pub trait EntityKind<Family> {
     /// The type's stable kind name, as its entity trait declares it.
     const KIND: &'static str;
+    /// The version of its state's shape, as its entity trait declares it (1 for a reactor,
+    /// which keeps none).
+    const STATE_VERSION: u32 = crate::entity::upcast::FIRST_VERSION;
 }
 
 impl<A: Aggregate> EntityKind<family::OfAggregate> for A {
     const KIND: &'static str = <A as Aggregate>::KIND;
+    const STATE_VERSION: u32 = <A as Aggregate>::STATE_VERSION;
 }
 
 impl<P: Projection> EntityKind<family::OfProjection> for P {
     const KIND: &'static str = <P as Projection>::KIND;
+    const STATE_VERSION: u32 = <P as Projection>::STATE_VERSION;
 }
 
 impl<R: Reactor> EntityKind<family::OfReactor> for R {
@@ -76,4 +81,5 @@ impl<R: Reactor> EntityKind<family::OfReactor> for R {
 
 impl<P: ProcessManager> EntityKind<family::OfProcessManager> for P {
     const KIND: &'static str = <P as ProcessManager>::KIND;
+    const STATE_VERSION: u32 = <P as ProcessManager>::STATE_VERSION;
 }

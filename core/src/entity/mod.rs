@@ -16,6 +16,7 @@
 //!  addressing Addressing: strategy + shard count, readdressing ◄── the registry, operator actions
 //!  services Services: the application's own objects, by type  ◄── handlers, via Context
 //!  payload  typed reads of stored payloads (messages, events, dead letters)  ◄── operators, tests
+//!  upcast   Upcasters: stored payloads of older versions to the current shape ◄── every read
 //! ```
 //!
 //! This layer owns the per-target handling rules (a target's batch in `seq` order, the first
@@ -41,3 +42,4 @@ pub mod services;
 pub mod target_batch;
 pub mod trace;
 pub mod traits;
+pub mod upcast;

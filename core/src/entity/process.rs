@@ -40,6 +40,12 @@ pub trait ProcessManager:
 {
     /// Stable name of this kind.
     const KIND: &'static str;
+    /// The version of this state's shape, stored with it: 1 until the state type changes
+    /// incompatibly. Raise it then, and register a state upcaster per older version
+    /// (`.upcast_state::<Self>(from_version, …)` on the builder); a state that cannot be
+    /// upcast or decoded fails its target's messages with an error naming the kind, tenant,
+    /// id and version, never a silent default.
+    const STATE_VERSION: u32 = crate::entity::upcast::FIRST_VERSION;
     /// The events it follows: one [`Message`] type or an [`event_set!`](crate::event_set).
     type Event: EventSet;
     /// Its own commands (timeouts, and commands the application sends it).

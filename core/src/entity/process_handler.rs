@@ -10,17 +10,22 @@
 //!      err ─► state back to the clone, nothing sent, the rest of the batch waits
 //!  ─► state saved, or removed if the last handled message finished the flow
 //! ```
+//!
+//! An event an upcaster split is handled part by part, in order, as one message: the
+//! commands of all parts are its commands, and a part that finishes the flow leaves the next
+//! part a fresh one.
 
 use crate::entity::guard::guarded;
-use crate::entity::handler::{BatchResult, BatchRun, EntityHandler};
+use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::process::ProcessManager;
 use crate::entity::target_batch::{
-    all_failed, context, decode, decode_event, emitted_commands, finish_state, load_state, settle,
-    subscriber_face,
+    all_failed, context, decode, decode_all, emitted_commands, finish_state, load_state, routed,
+    settle, subscriber_face,
 };
 use crate::entity::trace::call_span;
 use crate::entity::traits::{EventSet, Message};
+use crate::entity::upcast::Upcasters;
 use crate::model::event::{EventSource, NewEvent};
 use crate::model::message::{InboxMessage, MessageKind, NewMessage};
 use async_trait::async_trait;
@@ -50,16 +55,27 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
     ) -> Result<(Vec<NewMessage>, bool), HandlerError> {
         let cx = context(P::KIND, m, run);
         let span = call_span(run, P::KIND, m);
-        let actions = if m.message.kind == MessageKind::Command {
-            let command: P::Command = decode(m)?;
+        if m.message.kind == MessageKind::Command {
+            let command: P::Command = decode(m, run)?;
             let handled = flow.on_command(&command, &cx);
-            guarded(P::KIND, run.timeout, run.gate, &span, handled).await?
-        } else {
-            let event: P::Event = decode(m)?;
+            let actions = guarded(P::KIND, run.timeout, run.gate, &span, handled).await?;
+            let (outgoing, finished) = actions.into_parts();
+            return Ok((emitted_commands(m, outgoing, run, &span)?, finished));
+        }
+        // Each value the event stands for, in order (several after a split); a part that
+        // finishes the flow leaves the next part a fresh one.
+        let mut outgoing = Vec::new();
+        let mut finished = false;
+        for event in decode_all::<P::Event>(m, run)? {
+            if finished {
+                *flow = P::default();
+            }
             let handled = flow.on_event(&event, &cx);
-            guarded(P::KIND, run.timeout, run.gate, &span, handled).await?
-        };
-        let (outgoing, finished) = actions.into_parts();
+            let actions = guarded(P::KIND, run.timeout, run.gate, &span, handled).await?;
+            let (sent, done) = actions.into_parts();
+            outgoing.extend(sent);
+            finished = done;
+        }
         Ok((emitted_commands(m, outgoing, run, &span)?, finished))
     }
 }
@@ -73,13 +89,17 @@ impl<P: ProcessManager> EntityHandler for ProcessManagerHandler<P> {
         correlated::<P>
     );
 
+    fn state_version(&self) -> u32 {
+        P::STATE_VERSION
+    }
+
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {
-        let mut flow: P = match load_state(P::KIND, state) {
+        let mut flow: P = match load_state(P::KIND, P::STATE_VERSION, state, batch, &run) {
             Ok(s) => s,
             Err(e) => return all_failed(batch.len(), e),
         };

@@ -8,6 +8,7 @@
 use crate::entity::addressing::Addressing;
 use crate::entity::handler::EntityHandler;
 use crate::entity::services::Services;
+use crate::entity::upcast::Upcasters;
 use crate::model::error::{ConfigError, StorageError};
 use crate::model::event::NewEvent;
 use crate::model::ids::{validate, IdField, ShardIndex};
@@ -27,6 +28,7 @@ pub struct EntityRegistry {
     services: Services,
     /// Carries traces across messages, if the application asked for it.
     trace: Option<Arc<dyn crate::entity::trace::TracePropagator>>,
+    upcasters: Upcasters,
 }
 
 impl std::fmt::Debug for EntityRegistry {
@@ -49,6 +51,7 @@ impl EntityRegistry {
             addressing: Addressing::new(strategy, shard_count),
             services: Services::new(),
             trace: None,
+            upcasters: Upcasters::new(),
         }
     }
 
@@ -74,6 +77,17 @@ impl EntityRegistry {
     /// The application's services, for the handlers.
     pub fn services(&self) -> &Services {
         &self.services
+    }
+
+    /// Gives every read of a stored payload the application's `upcasters` (see
+    /// [`Upcasters`]): delivery, catch-up and routing.
+    pub fn set_upcasters(&mut self, upcasters: Upcasters) {
+        self.upcasters = upcasters;
+    }
+
+    /// The application's upcasters, for every read of a stored payload.
+    pub fn upcasters(&self) -> &Upcasters {
+        &self.upcasters
     }
 
     /// Registers an entity kind; a kind may be registered once, and must keep the id limits
@@ -208,7 +222,7 @@ impl EntityRegistry {
             return failures;
         };
         for handler in subscribers {
-            let ids = match handler.route(event) {
+            let ids = match handler.route(event, &self.upcasters) {
                 Ok(ids) => ids,
                 Err(e) => {
                     failures.push((handler.kind(), e.reason));
@@ -228,6 +242,7 @@ impl EntityRegistry {
                     tenant: event.tenant.clone(),
                     payload: event.payload.clone(),
                     payload_type: event.event_type.clone(),
+                    payload_version: event.version,
                     metadata: event.metadata.clone(),
                     received_at: now,
                     deliver_after,
@@ -269,12 +284,12 @@ mod tests {
         fn event_types(&self) -> &'static [&'static str] {
             &[]
         }
-        fn route(&self, _event: &NewEvent) -> Result<Vec<String>, HandlerError> {
+        fn route(&self, _event: &NewEvent, _: &Upcasters) -> Result<Vec<String>, HandlerError> {
             Ok(Vec::new())
         }
         async fn handle_batch(
             &self,
-            _state: Option<&[u8]>,
+            _state: Option<crate::entity::handler::StoredState<'_>>,
             _batch: &[&InboxMessage],
             _run: BatchRun<'_>,
         ) -> BatchResult {

@@ -3,8 +3,11 @@
 //!
 //! ```text
 //!  context           what a handler sees of its message and of the run
-//!  decode            the message's payload as the kind's command type or event set
-//!  load_state        the stored state, or the default of a fresh entity
+//!  decode            the message's payload, upcast to the code's version (`upcast`), as
+//!                    the kind's command type or the values of its event set
+//!  routed            the ids an event goes to: the route of each value it stands for
+//!  load_state        the stored state, upcast to the kind's state version, or the
+//!                    default of a fresh entity; an error names kind, tenant, id, version
 //!  settle            after each message, in `seq` order: Handled, or the first failure
 //!                    stops the batch and the messages after it are NotAttempted
 //!  finish_state      the state saved if anything was handled (or the whole batch failed)
@@ -16,10 +19,11 @@
 //! timeout and panic guard are `guard`'s).
 
 use crate::entity::context::Context;
-use crate::entity::handler::{BatchResult, BatchRun, MessageOutcome};
+use crate::entity::handler::{BatchResult, BatchRun, MessageOutcome, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::traits::{EventSet, Outgoing};
-use crate::model::event::NewEvent;
+use crate::entity::upcast::Upcasters;
+use crate::model::event::{EventSource, NewEvent};
 use crate::model::ids::validate_address;
 use crate::model::message::{InboxMessage, NewMessage};
 
@@ -38,24 +42,121 @@ pub(crate) fn context<'a>(kind: &'a str, m: &'a InboxMessage, run: &BatchRun<'a>
     }
 }
 
-/// The message's payload as `T`: a command type (a [`Message`], a set of one) or the event
-/// set of a subscriber; an error names the type refused.
-pub(crate) fn decode<T: EventSet>(m: &InboxMessage) -> Result<T, HandlerError> {
-    T::decode(&m.message.payload_type, &m.message.payload)
+/// The message's payload as the one `T` it stands for at the code's version (upcast if it
+/// was stored at an older one): a command type (a [`Message`](crate::Message), a set of one)
+/// or the event set of an aggregate's own event. An upcaster that splits it is refused here
+/// (a command is handled once, as one value); an error names the type and the version.
+pub(crate) fn decode<T: EventSet>(m: &InboxMessage, run: &BatchRun<'_>) -> Result<T, HandlerError> {
+    let mut values = decode_all::<T>(m, run)?;
+    match values.len() {
+        1 => Ok(values.remove(0)),
+        n => Err(HandlerError::permanent(format!(
+            "payload of type `{}` at version {} was upcast into {n} values; a command upcasts into exactly one",
+            m.message.payload_type, m.message.payload_version
+        ))),
+    }
 }
 
+/// The message's payload as the values of the subscriber's event set `T` it stands for at
+/// the code's version, in order: one, or several when an upcaster split it, or none when one
+/// retired it.
+pub(crate) fn decode_all<T: EventSet>(
+    m: &InboxMessage,
+    run: &BatchRun<'_>,
+) -> Result<Vec<T>, HandlerError> {
+    let m = &m.message;
+    decode_stored(
+        &m.payload_type,
+        m.payload_version,
+        &m.payload,
+        run.upcasters,
+    )
+}
+
+/// A stored event as the values of `E` it stands for (see [`decode_all`]).
+pub(crate) fn decode_event<E: EventSet>(
+    event: &NewEvent,
+    upcasters: &Upcasters,
+) -> Result<Vec<E>, HandlerError> {
+    decode_stored(&event.event_type, event.version, &event.payload, upcasters)
+}
+
+/// The one decoding of every stored payload a handler reads: upcast from its stored version
+/// to the code's (`EventSet::version_of`), then decoded. A payload of newer code is a
+/// transient failure (a node of that code may take it); a missing or failing upcaster, and a
+/// payload that does not decode, fail the same way at every attempt.
+fn decode_stored<T: EventSet>(
+    payload_type: &str,
+    version: u32,
+    payload: &[u8],
+    upcasters: &Upcasters,
+) -> Result<Vec<T>, HandlerError> {
+    if !T::TYPES.contains(&payload_type) {
+        // Not of the set: its own decode says so, naming the type.
+        return T::decode(payload_type, payload).map(|v| vec![v]);
+    }
+    let current = T::version_of(payload_type);
+    let parts = upcasters
+        .upcast(payload_type, version, current, payload)
+        .map_err(|e| {
+            if e.is_transient() {
+                HandlerError::new(e.to_string())
+            } else {
+                HandlerError::permanent(e.to_string())
+            }
+        })?;
+    parts
+        .iter()
+        .map(|part| {
+            T::decode(payload_type, part).map_err(|mut e| {
+                if version != current {
+                    e.reason = format!("{} (upcast from version {version} to {current})", e.reason);
+                }
+                e
+            })
+        })
+        .collect()
+}
+
+/// The stored state of the target of `batch` (a batch is one target's), upcast from its
+/// stored version to the kind's `current` one and decoded; the default of a fresh entity if
+/// it has none. An error names the kind, tenant, id and version, and says what to do: never
+/// a silent default. It is transient whatever failed (state of newer code, a missing or
+/// failing upcaster, a state that no longer decodes): every message of the target would fail
+/// alike, so they wait behind the first, in order, for a fix (the upcaster deployed, the
+/// state reset) rather than each becoming a dead letter.
 pub(crate) fn load_state<S: serde::de::DeserializeOwned + Default>(
     kind: &str,
-    state: Option<&[u8]>,
+    current: u32,
+    state: Option<StoredState<'_>>,
+    batch: &[&InboxMessage],
+    run: &BatchRun<'_>,
 ) -> Result<S, HandlerError> {
-    match state {
-        None => Ok(S::default()),
-        Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
-            HandlerError::new(format!(
-                "stored state of `{kind}` does not deserialize: {e}; fix or reset the state"
-            ))
-        }),
-    }
+    let Some(stored) = state else {
+        return Ok(S::default());
+    };
+    let whose = || match batch.first() {
+        Some(m) => format!(
+            "stored state of `{kind}` (tenant {:?}, id {:?}, state version {})",
+            m.message.tenant, m.message.target_id, stored.version
+        ),
+        None => format!(
+            "stored state of `{kind}` (state version {})",
+            stored.version
+        ),
+    };
+    let bytes = run
+        .upcasters
+        .upcast_state(kind, stored.version, current, stored.bytes)
+        .map_err(|e| HandlerError::new(format!("{}: {e}", whose())))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        let hint = if stored.version == current {
+            format!("if the state type changed, raise its STATE_VERSION above {current} and register a state upcaster (`.upcast_state::<E, _>({current}, …)`); or fix or reset the state")
+        } else {
+            format!("upcast from version {} to {current}; fix the state upcaster, or reset the state", stored.version)
+        };
+        HandlerError::new(format!("{} does not deserialize: {e}; {hint}", whose()))
+    })
 }
 
 fn save_state<S: serde::Serialize>(kind: &str, state: &S) -> Result<Vec<u8>, HandlerError> {
@@ -97,8 +198,23 @@ pub(crate) fn all_failed(len: usize, error: HandlerError) -> BatchResult {
     }
 }
 
-pub(crate) fn decode_event<E: EventSet>(event: &NewEvent) -> Result<E, HandlerError> {
-    E::decode(&event.event_type, &event.payload)
+/// The ids of a subscriber's kind that `event` goes to: the route of each value it stands
+/// for at the code's version, in order, each id once (a split event goes to every instance
+/// one of its parts routes to).
+pub(crate) fn routed<E: EventSet>(
+    event: &NewEvent,
+    upcasters: &Upcasters,
+    route: impl Fn(&E, &EventSource) -> Vec<String>,
+) -> Result<Vec<String>, HandlerError> {
+    let mut ids: Vec<String> = Vec::new();
+    for value in decode_event::<E>(event, upcasters)? {
+        for id in route(&value, &event.source) {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    Ok(ids)
 }
 
 /// The commands a handler sends while handling `m`, addressed and checked, all before any is
@@ -180,9 +296,88 @@ macro_rules! subscriber_face {
         fn event_types(&self) -> &'static [&'static str] {
             <$t::Event as EventSet>::TYPES
         }
-        fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
-            Ok($route(&decode_event::<$t::Event>(event)?, &event.source))
+        fn route(
+            &self,
+            event: &NewEvent,
+            upcasters: &Upcasters,
+        ) -> Result<Vec<String>, HandlerError> {
+            routed::<$t::Event>(event, upcasters, $route)
         }
     };
 }
 pub(crate) use subscriber_face;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::services::Services;
+    use crate::model::ids::ShardIndex;
+    use crate::model::message::test_command;
+    use serde::Deserialize;
+    use std::time::Duration;
+
+    #[derive(Debug, Default, PartialEq, Deserialize)]
+    struct Tally {
+        count: u32,
+    }
+
+    fn load(upcasters: &Upcasters, stored: Option<(&[u8], u32)>) -> Result<Tally, HandlerError> {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let mut m = test_command("s-1", "tally", "t-7", now);
+        m.tenant = "acme".into();
+        let m = InboxMessage::fresh(1, ShardIndex(0), m);
+        let services = Services::new();
+        let run = BatchRun {
+            now,
+            services: &services,
+            timeout: Duration::from_secs(1),
+            max_payload_bytes: 1 << 20,
+            gate: None,
+            trace: None,
+            upcasters,
+        };
+        let state = stored.map(|(bytes, version)| StoredState { bytes, version });
+        load_state::<Tally>("tally", 2, state, &[&m], &run)
+    }
+
+    #[test]
+    fn a_state_is_upcast_to_the_kind_s_version_or_refused_naming_kind_tenant_id_and_version() {
+        let none = Upcasters::new();
+        assert_eq!(load(&none, None), Ok(Tally::default()), "a fresh entity");
+        assert_eq!(
+            load(&none, Some((br#"{"count":4}"#, 2))),
+            Ok(Tally { count: 4 })
+        );
+        let mut upcasters = Upcasters::new();
+        upcasters
+            .register_state("tally", 1, |v| {
+                Ok(vec![serde_json::json!({ "count": v["n"] })])
+            })
+            .unwrap();
+        assert_eq!(
+            load(&upcasters, Some((br#"{"n":3}"#, 1))),
+            Ok(Tally { count: 3 })
+        );
+        for (upcasters, stored, says) in [
+            (&none, (&br#"{"n":3}"#[..], 1), "no upcaster"),
+            (&upcasters, (&br#"{"count":1}"#[..], 3), "newer code"),
+            (&upcasters, (&br#"{"m":3}"#[..], 1), "does not deserialize"),
+            (&none, (&br#"{"n":3}"#[..], 2), "raise its STATE_VERSION"),
+        ] {
+            let err = load(upcasters, Some(stored)).unwrap_err();
+            let version = format!("state version {}", stored.1);
+            assert!(
+                err.reason.contains("`tally`")
+                    && err.reason.contains("\"acme\"")
+                    && err.reason.contains("\"t-7\"")
+                    && err.reason.contains(&version)
+                    && err.reason.contains(says),
+                "{says}: {err}"
+            );
+            assert!(
+                !err.permanent,
+                "the target's messages wait for the fix: {err}"
+            );
+        }
+    }
+}

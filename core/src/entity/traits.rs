@@ -66,6 +66,13 @@ use std::time::Duration;
 pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The stable name of this type. Renaming the Rust type must not change it.
     const TYPE: &'static str;
+
+    /// The version of this type's shape, stored with every payload written from it: 1 until
+    /// the shape changes incompatibly (a field renamed, an event split in two). Raise it then,
+    /// and register an upcaster per older version on the builder
+    /// (`.upcast::<T>(from_version, …)`, see [`Upcasters`](crate::Upcasters)): payloads
+    /// stored at an older version are upcast to this one wherever they are read.
+    const VERSION: u32 = crate::entity::upcast::FIRST_VERSION;
 }
 
 /// The event types a projection, reactor or process manager follows, and how a stored event
@@ -113,6 +120,15 @@ pub trait EventSet: Sized + Send + Sync + 'static {
     /// The event of type `event_type` with serialized `payload`; an error if the type is not
     /// in the set or the payload does not deserialize (the error names the type).
     fn decode(event_type: &str, payload: &[u8]) -> Result<Self, HandlerError>;
+
+    /// The version of `event_type`'s shape this code reads (its [`Message::VERSION`]), to
+    /// which a payload stored at an older version is upcast before [`EventSet::decode`]. The
+    /// blanket impl of a [`Message`] and [`event_set!`](crate::event_set) say it; a
+    /// hand-written set of types above version 1 must too (by default every type is at 1).
+    fn version_of(event_type: &str) -> u32 {
+        let _ = event_type;
+        crate::entity::upcast::FIRST_VERSION
+    }
 }
 
 /// A stateful entity that handles commands and emits events (an event-sourced aggregate whose
@@ -120,6 +136,12 @@ pub trait EventSet: Sized + Send + Sync + 'static {
 pub trait Aggregate: Default + Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Stable name of this entity kind.
     const KIND: &'static str;
+    /// The version of this state's shape, stored with it: 1 until the state type changes
+    /// incompatibly. Raise it then, and register a state upcaster per older version
+    /// (`.upcast_state::<Self>(from_version, …)` on the builder); a state that cannot be
+    /// upcast or decoded fails its target's messages with an error naming the kind, tenant,
+    /// id and version, never a silent default.
+    const STATE_VERSION: u32 = crate::entity::upcast::FIRST_VERSION;
     /// Commands it accepts.
     type Command: Message;
     /// Events it emits.
@@ -142,6 +164,12 @@ pub trait Aggregate: Default + Serialize + DeserializeOwned + Send + Sync + 'sta
 pub trait Projection: Default + Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Stable name of this projection kind.
     const KIND: &'static str;
+    /// The version of this state's shape, stored with it: 1 until the state type changes
+    /// incompatibly. Raise it then, and register a state upcaster per older version
+    /// (`.upcast_state::<Self>(from_version, …)` on the builder); a state that cannot be
+    /// upcast or decoded fails its target's messages with an error naming the kind, tenant,
+    /// id and version, never a silent default.
+    const STATE_VERSION: u32 = crate::entity::upcast::FIRST_VERSION;
     /// The events it follows: one [`Message`] type, or several as an
     /// [`event_set!`](crate::event_set) enum (a multi-stream view).
     type Event: EventSet;
@@ -196,6 +224,8 @@ pub struct Outgoing {
     pub target_id: String,
     /// Stable type name of the payload.
     pub payload_type: String,
+    /// The version of the payload type's shape (its [`Message::VERSION`]).
+    pub payload_version: u32,
     /// Serialized payload.
     pub payload: Vec<u8>,
     /// Not delivered before this delay has passed.
@@ -227,6 +257,7 @@ impl Outgoing {
             target_kind: kind.to_owned(),
             target_id: id,
             payload_type: C::TYPE.to_owned(),
+            payload_version: C::VERSION,
             payload,
             delay: None,
         })
@@ -269,6 +300,7 @@ impl Outgoing {
             tenant: tenant.to_owned(),
             payload: self.payload,
             payload_type: self.payload_type,
+            payload_version: self.payload_version,
             metadata: metadata.clone(),
             received_at: now,
             deliver_after,
@@ -288,6 +320,7 @@ mod tests {
             target_kind: "stock".into(),
             target_id: "sku-1".into(),
             payload_type: "reserve".into(),
+            payload_version: 1,
             payload: b"{}".to_vec(),
             delay: Some(delay),
         };

@@ -154,6 +154,7 @@ impl State {
                             key: s.key,
                             version,
                             state: bytes,
+                            state_version: s.state_version,
                             updated_at: now,
                         },
                     );

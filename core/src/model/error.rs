@@ -337,6 +337,10 @@ pub enum PayloadError {
         #[source]
         source: serde_json::Error,
     },
+    /// The payload is stored at another version of its type and could not be upcast to the
+    /// version the code reads (no upcaster, a failing one, or newer code wrote it).
+    #[error(transparent)]
+    Upcast(#[from] crate::model::upcast_error::UpcastError),
 }
 
 impl ConfigError {
@@ -370,6 +374,21 @@ pub enum DeliveryError {
     /// The storage backend failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// A framework-kept state could not be read as the code's state type: it could not be
+    /// upcast from its stored version, or it does not deserialize.
+    #[error("stored state of `{kind}` (tenant {tenant:?}, id {id:?}, state version {version}) cannot be read: {reason}. If the state type changed, raise its STATE_VERSION and register a state upcaster (`.upcast_state::<E, _>(…)` on the builder); or fix or reset the state")]
+    UndecodableState {
+        /// The entity kind.
+        kind: String,
+        /// The tenant.
+        tenant: String,
+        /// The id.
+        id: String,
+        /// The state version it was stored at.
+        version: u32,
+        /// What failed: the upcaster's error or serde's.
+        reason: String,
+    },
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),

@@ -40,6 +40,11 @@ pub struct NewEvent {
     pub occurred_at: DateTime<Utc>,
     /// Serialized payload (JSON).
     pub payload: Vec<u8>,
+    /// The version of its type's shape the payload was written in (the type's
+    /// [`Message::VERSION`](crate::Message::VERSION)); 1 for events stored before versions
+    /// existed. Readers upcast older payloads (see [`crate::Upcasters`]).
+    #[serde(default = "crate::model::upcast_error::first_version")]
+    pub version: u32,
     /// Key/value metadata.
     pub metadata: Metadata,
 }

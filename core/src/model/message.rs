@@ -140,6 +140,12 @@ pub struct NewMessage {
     pub payload: Vec<u8>,
     /// Stable name of the payload's type (see [`crate::Message::TYPE`]).
     pub payload_type: String,
+    /// The version of the payload type's shape it was written in (see
+    /// [`crate::Message::VERSION`]); 1 for rows stored before versions existed. An event's
+    /// copy keeps its event's version; readers upcast older payloads (see
+    /// [`crate::Upcasters`]).
+    #[serde(default = "crate::model::upcast_error::first_version")]
+    pub payload_version: u32,
     /// Key/value metadata.
     pub metadata: Metadata,
     /// When the sender handed the message over.
@@ -265,6 +271,7 @@ pub(crate) fn test_command(
         tenant: String::new(),
         payload: b"{}".to_vec(),
         payload_type: "counter.command".into(),
+        payload_version: 1,
         metadata: Default::default(),
         received_at,
         deliver_after: None,

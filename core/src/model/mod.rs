@@ -8,6 +8,7 @@
 //!  outcome (what became of a command)   kind_role (what a registered kind is)
 //!  kind_controls (a kind's pause, run-time settings and limits) ──► config, failure
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
+//!  upcast_error (versions of stored shapes, why one could not be upcast) ◄── error, message
 //! ```
 //!
 //! Nothing here does I/O, holds a runtime service or knows about storage, stages or the
@@ -30,3 +31,4 @@ pub mod parked;
 pub mod payload_limit;
 pub mod strategy;
 pub mod time_limits;
+pub mod upcast_error;

@@ -86,6 +86,7 @@ fn new_command<A: Aggregate>(
         tenant: options.tenant.clone(),
         payload: serialize(command)?,
         payload_type: <A::Command as Message>::TYPE.to_owned(),
+        payload_version: <A::Command as Message>::VERSION,
         metadata: options.metadata.clone(),
         received_at: now,
         deliver_after: options.deliver_after(now)?,
@@ -108,6 +109,7 @@ fn new_event<E: Message>(
         tenant: options.tenant.clone(),
         occurred_at: now,
         payload: serialize(event)?,
+        version: E::VERSION,
         metadata: options.metadata.clone(),
     })
 }

@@ -699,6 +699,7 @@ mod tests {
         c.set_state(EntityStateWrite {
             key: key.clone(),
             state: Some(b"{\"n\":1}".to_vec()),
+            state_version: 1,
         });
         let event = NewEvent {
             id: SignalId("sig-1/event/0".into()),
@@ -710,6 +711,7 @@ mod tests {
             tenant: String::new(),
             occurred_at: t0(),
             payload: b"{}".to_vec(),
+            version: 1,
             metadata: Default::default(),
         };
         let copy = InboxWrite {
@@ -727,7 +729,8 @@ mod tests {
             commit.states,
             vec![EntityStateWrite {
                 key,
-                state: Some(b"{\"n\":1}".to_vec())
+                state: Some(b"{\"n\":1}".to_vec()),
+                state_version: 1,
             }]
         );
         assert_eq!(commit.writes.events, vec![event]);

@@ -211,6 +211,7 @@ mod tests {
                 tenant: String::new(),
                 payload: Vec::new(),
                 payload_type: "p".into(),
+                payload_version: 1,
                 metadata: Default::default(),
                 received_at: at(0),
                 deliver_after,

@@ -40,6 +40,8 @@ pub struct EntityState {
     pub version: i64,
     /// Serialized state (JSON).
     pub state: Vec<u8>,
+    /// The version of its kind's state shape it was saved at (1 before versions existed).
+    pub state_version: u32,
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
 }
@@ -51,6 +53,8 @@ pub struct EntityStateWrite {
     pub key: EntityKey,
     /// Serialized state, or `None` to delete it (a catch-up reset).
     pub state: Option<Vec<u8>>,
+    /// The version of its kind's state shape (`STATE_VERSION`) it is saved at.
+    pub state_version: u32,
 }
 
 /// The `entity_states` table.

@@ -14,7 +14,7 @@
 
 use crate::batches::{run_batches, Batch, InFlight};
 use chrono::{DateTime, Utc};
-use shardbox_core::storage::{EntityKey, EntityStateWrite};
+use shardbox_core::storage::{EntityKey, EntityState, EntityStateWrite};
 use shardbox_core::{
     Conveyor, DeliveryError, EntityHandler, InboxMessage, InboxWrite, MessageOutcome,
     StationContext,
@@ -53,10 +53,10 @@ pub(super) async fn apply_directly(
         .into_iter()
         .map(|(key, messages)| (key, messages.into()))
         .unzip();
-    let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();
+    let mut states: HashMap<EntityKey, EntityState> = HashMap::new();
     if handler.is_stateful() {
         for s in env.load_states(&keys).await? {
-            states.insert(s.key, s.state);
+            states.insert(s.key.clone(), s);
         }
     }
     let batches = keys
@@ -93,6 +93,7 @@ pub(super) async fn apply_directly(
             writes.push(EntityStateWrite {
                 key: key.clone(),
                 state: Some(state),
+                state_version: handler.state_version(),
             });
         }
     }

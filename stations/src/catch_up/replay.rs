@@ -59,7 +59,7 @@ fn page_rows(
     let kind = &job.spec.projection_kind;
     let mut rows = Vec::new();
     for stored in events {
-        let ids = match handler.route(&stored.event) {
+        let ids = match handler.route(&stored.event, registry.upcasters()) {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::error!(job = job.id, event = %stored.event.id, error = %e, "replayed event could not be routed; skipped");
@@ -78,6 +78,7 @@ fn page_rows(
                 tenant: stored.event.tenant.clone(),
                 payload: stored.event.payload.clone(),
                 payload_type: stored.event.event_type.clone(),
+                payload_version: stored.event.version,
                 metadata: stored.event.metadata.clone(),
                 received_at: now,
                 deliver_after: None,

@@ -33,7 +33,7 @@ use crate::dedup::RecentDeliveries;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use settle::{apply_result, record_outcomes, unhandled_outcomes};
-use shardbox_core::storage::EntityKey;
+use shardbox_core::storage::{EntityKey, EntityState};
 use shardbox_core::{
     BatchResult, Conveyor, DeliveryError, InboxMessage, Intent, MessageStatus, Station,
     StationContext,
@@ -177,7 +177,7 @@ impl LiveDelivery {
 async fn load_states(
     env: &StationContext,
     batches: &BTreeMap<EntityKey, Vec<usize>>,
-) -> Result<HashMap<EntityKey, Vec<u8>>, DeliveryError> {
+) -> Result<HashMap<EntityKey, EntityState>, DeliveryError> {
     let stateful: Vec<EntityKey> = batches
         .keys()
         .filter(|k| {
@@ -187,10 +187,10 @@ async fn load_states(
         })
         .cloned()
         .collect();
-    let mut states: HashMap<EntityKey, Vec<u8>> = HashMap::new();
+    let mut states: HashMap<EntityKey, EntityState> = HashMap::new();
     if !stateful.is_empty() {
         for s in env.load_states(&stateful).await? {
-            states.insert(s.key, s.state);
+            states.insert(s.key.clone(), s);
         }
     }
     Ok(states)

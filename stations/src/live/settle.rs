@@ -18,6 +18,7 @@
 
 use chrono::{DateTime, Utc};
 use shardbox_core::storage::{DeadLetter, EntityKey, EntityStateWrite};
+use shardbox_core::FIRST_VERSION;
 use shardbox_core::{
     BatchResult, Conveyor, DedupKey, FailureAction, FailureDecision, FailureInfo, HandlerError,
     InboxMessage, Intent, MessageKind, MessageOutcome, MessageStatus, NewEvent, NewMessage,
@@ -34,16 +35,23 @@ pub(super) fn apply_result(
     result: BatchResult,
     now: DateTime<Utc>,
 ) -> Vec<MessageOutcome> {
+    // Saved at the state version of the code that made it.
+    let state_version = env
+        .registry()
+        .handler(&target.kind)
+        .map_or(FIRST_VERSION, |h| h.state_version());
     if result.finished {
         // A finished process: its state goes with the stage.
         conveyor.set_state(EntityStateWrite {
             key: target.clone(),
             state: None,
+            state_version,
         });
     } else if let Some(state) = result.state {
         conveyor.set_state(EntityStateWrite {
             key: target.clone(),
             state: Some(state),
+            state_version,
         });
     }
     if !result.events.is_empty() {
@@ -204,6 +212,7 @@ fn unroutable_copy(
         tenant: event.tenant.clone(),
         payload: event.payload.clone(),
         payload_type: event.event_type.clone(),
+        payload_version: event.version,
         metadata: event.metadata.clone(),
         received_at: now,
         deliver_after: None,

@@ -121,18 +121,25 @@ impl EntityHandler for Recording {
     fn is_stateful(&self) -> bool {
         self.inner.is_stateful()
     }
+    fn state_version(&self) -> u32 {
+        self.inner.state_version()
+    }
     fn command_type(&self) -> Option<&'static str> {
         self.inner.command_type()
     }
     fn event_types(&self) -> &'static [&'static str] {
         self.inner.event_types()
     }
-    fn route(&self, event: &NewEvent) -> Result<Vec<String>, HandlerError> {
-        self.inner.route(event)
+    fn route(
+        &self,
+        event: &NewEvent,
+        upcasters: &shardbox_core::Upcasters,
+    ) -> Result<Vec<String>, HandlerError> {
+        self.inner.route(event, upcasters)
     }
     async fn handle_batch(
         &self,
-        state: Option<&[u8]>,
+        state: Option<shardbox_core::StoredState<'_>>,
         batch: &[&InboxMessage],
         run: BatchRun<'_>,
     ) -> BatchResult {
@@ -300,6 +307,7 @@ pub fn command(seq: i64, target: &str, command: &CounterCommand) -> InboxMessage
             tenant: String::new(),
             payload: serde_json::to_vec(command).unwrap(),
             payload_type: CounterCommand::TYPE.into(),
+            payload_version: 1,
             metadata: Metadata::new(),
             received_at: t0() - secs(1),
             deliver_after: None,

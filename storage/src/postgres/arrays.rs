@@ -3,12 +3,12 @@
 //! connection and PostgreSQL plans it once.
 //!
 //! ```text
-//!  InboxRows      INSERT INTO inbox_messages (…) SELECT … FROM unnest($1, …, $17)
+//!  InboxRows      INSERT INTO inbox_messages (…) SELECT … FROM unnest($1, …, $14)
 //!                   WITH ORDINALITY ORDER BY ordinality ON CONFLICT DO NOTHING RETURNING shard
 //!  AddressedInboxRows  the same, guarded by the recorded shard count read FOR KEY SHARE
 //!  EventRows      WITH appending AS (the event-append lock) INSERT INTO events (…)
-//!                   SELECT … FROM appending, unnest($2, …, $9) … ON CONFLICT (id)
-//!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $6)
+//!                   SELECT … FROM appending, unnest($2, …, $10) … ON CONFLICT (id)
+//!  StateRows      INSERT INTO entity_states (…) SELECT * FROM unnest($1, …, $7)
 //!                   ON CONFLICT (kind, tenant, id) DO UPDATE (version moves up by the row's)
 //!  DeliveredRows  SELECT shardbox_mark_delivered($1, $2, $3, $4): the schema's function runs
 //!                   UPDATE inbox_messages … WHERE shard AND seq = ANY(…) (see the type)
@@ -52,6 +52,7 @@ pub(crate) struct InboxRows<'a> {
     payload: Vec<&'a [u8]>,
     payload_type: Vec<&'a str>,
     metadata: Vec<&'a str>,
+    payload_version: Vec<i32>,
 }
 
 impl<'a> InboxRows<'a> {
@@ -75,6 +76,7 @@ impl<'a> InboxRows<'a> {
             payload: rows.iter().map(|r| r.payload.as_slice()).collect(),
             payload_type: rows.iter().map(|r| r.payload_type.as_str()).collect(),
             metadata: rows.iter().map(|r| r.metadata.as_str()).collect(),
+            payload_version: rows.iter().map(|r| r.payload_version).collect(),
         }
     }
 }
@@ -112,6 +114,7 @@ impl InboxRows<'_> {
         column!(out, Binary, &self.payload);
         column!(out, Text, &self.payload_type);
         column!(out, Text, &self.metadata);
+        column!(out, Integer, &self.payload_version);
         out.push_sql(") WITH ORDINALITY AS r(");
         out.push_sql(INBOX_COLUMNS);
         out.push_sql(", n)");
@@ -210,6 +213,7 @@ pub(crate) struct EventRows<'a> {
     occurred_at: Vec<i64>,
     payload: Vec<&'a [u8]>,
     metadata: Vec<&'a str>,
+    version: Vec<i32>,
 }
 
 impl<'a> EventRows<'a> {
@@ -224,6 +228,7 @@ impl<'a> EventRows<'a> {
             occurred_at: rows.iter().map(|r| r.occurred_at).collect(),
             payload: rows.iter().map(|r| r.payload.as_slice()).collect(),
             metadata: rows.iter().map(|r| r.metadata.as_str()).collect(),
+            version: rows.iter().map(|r| r.version).collect(),
         }
     }
 }
@@ -244,7 +249,7 @@ impl EventRows<'_> {
         out.push_sql(EVENT_COLUMNS);
         out.push_sql(
             ") SELECT r.id, r.event_type, r.source_kind, r.source_id, r.tenant, \
-             r.occurred_at, r.payload, r.metadata FROM appending, unnest(",
+             r.occurred_at, r.payload, r.metadata, r.version FROM appending, unnest(",
         );
         out.push_bind_param::<Array<Text>, _>(&self.id)?;
         column!(out, Text, &self.event_type);
@@ -254,6 +259,7 @@ impl EventRows<'_> {
         column!(out, BigInt, &self.occurred_at);
         column!(out, Binary, &self.payload);
         column!(out, Text, &self.metadata);
+        column!(out, Integer, &self.version);
         out.push_sql(") WITH ORDINALITY AS r(");
         out.push_sql(EVENT_COLUMNS);
         out.push_sql(", n) ORDER BY r.n");
@@ -289,6 +295,7 @@ pub(crate) struct StateRows<'a> {
     version: Vec<i64>,
     state: Vec<&'a [u8]>,
     updated_at: Vec<i64>,
+    state_version: Vec<i32>,
 }
 
 impl<'a> StateRows<'a> {
@@ -301,6 +308,7 @@ impl<'a> StateRows<'a> {
             version: rows.iter().map(|r| r.version).collect(),
             state: rows.iter().map(|r| r.state).collect(),
             updated_at: rows.iter().map(|r| r.updated_at).collect(),
+            state_version: rows.iter().map(|r| r.state_version).collect(),
         }
     }
 
@@ -321,6 +329,7 @@ impl QueryFragment<Pg> for StateRows<'_> {
         column!(out, BigInt, &self.version);
         column!(out, Binary, &self.state);
         column!(out, BigInt, &self.updated_at);
+        column!(out, Integer, &self.state_version);
         out.push_sql(")");
         out.push_sql(self.gate);
         out.push_sql(ON_STATE_CONFLICT);

@@ -26,7 +26,7 @@
 use crate::rows::EntityStateRow;
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{Array, BigInt, Binary, Text};
+use diesel::sql_types::{Array, BigInt, Binary, Integer, Text};
 use diesel::{PgConnection, QueryResult, RunQueryDsl};
 
 /// The states of `ids` (of `kind` and `tenant`) that exist, as rows.
@@ -48,13 +48,13 @@ impl QueryFragment<Pg> for StatesById<'_> {
         // `unnest((SELECT $1))`: the ids come from a sub-select, so no plan knows how many
         // they are; see the module's docs.
         out.push_sql(
-            "SELECT s.kind, s.tenant, s.id, s.version, s.state, s.updated_at \
+            "SELECT s.kind, s.tenant, s.id, s.version, s.state, s.updated_at, s.state_version \
              FROM unnest((SELECT ",
         );
         out.push_bind_param::<Array<Text>, _>(self.ids)?;
         out.push_sql(
             "::text[])) AS u(id) CROSS JOIN LATERAL (SELECT es.kind, es.tenant, es.id, es.version, \
-             es.state, es.updated_at FROM entity_states es WHERE es.kind = ",
+             es.state, es.updated_at, es.state_version FROM entity_states es WHERE es.kind = ",
         );
         out.push_bind_param::<Text, _>(self.kind)?;
         out.push_sql(" AND es.tenant = ");
@@ -71,7 +71,7 @@ impl QueryId for StatesById<'_> {
 }
 
 impl Query for StatesById<'_> {
-    type SqlType = (Text, Text, Text, BigInt, Binary, BigInt);
+    type SqlType = (Text, Text, Text, BigInt, Binary, BigInt, Integer);
 }
 
 impl RunQueryDsl<PgConnection> for StatesById<'_> {}

@@ -2,7 +2,7 @@
 
 use super::{
     attempts, attempts_column, metadata, metadata_json, micros, opt_micros, opt_time, parsed,
-    shard, time,
+    shard, time, version, version_column,
 };
 use crate::error::Failure;
 use crate::schema::{dead_letters, inbox_messages};
@@ -45,6 +45,7 @@ pub(crate) struct InboxRow {
         reason = "part of the table's row type, which page reads return"
     )]
     pub delivered_at: Option<i64>,
+    pub payload_version: i32,
 }
 
 impl InboxRow {
@@ -66,6 +67,7 @@ impl InboxRow {
                 tenant: self.tenant,
                 payload: self.payload,
                 payload_type: self.payload_type,
+                payload_version: version(self.payload_version)?,
                 metadata: metadata(&self.metadata)?,
                 received_at: time(self.received_at)?,
                 deliver_after: opt_time(self.deliver_after)?,
@@ -95,6 +97,7 @@ pub(crate) struct NewInboxRow {
     pub payload: Vec<u8>,
     pub payload_type: String,
     pub metadata: String,
+    pub payload_version: i32,
 }
 
 impl NewInboxRow {
@@ -116,6 +119,7 @@ impl NewInboxRow {
             expires_at: opt_micros(m.expires_at),
             payload: m.payload,
             payload_type: m.payload_type,
+            payload_version: version_column(m.payload_version)?,
         })
     }
 }
@@ -174,6 +178,7 @@ pub(crate) struct DeadLetterRow {
     pub payload_type: String,
     pub metadata: String,
     pub row_first_failed_at: Option<i64>,
+    pub payload_version: i32,
 }
 
 impl DeadLetterRow {
@@ -201,6 +206,7 @@ impl DeadLetterRow {
             metadata: r.metadata,
             first_failed_at: r.row_first_failed_at,
             delivered_at: None,
+            payload_version: r.payload_version,
         }
         .into_message()?;
         Ok(DeadLetter {
@@ -239,6 +245,7 @@ impl DeadLetterRow {
             last_attempt_at: micros(d.last_attempt_at),
             payload: m.payload,
             payload_type: m.payload_type,
+            payload_version: version_column(m.payload_version)?,
         })
     }
 }

@@ -76,6 +76,24 @@ pub(crate) fn attempts(n: i32) -> Result<u32, Failure> {
     u32::try_from(n).map_err(|_| Failure::corrupt(format!("attempt count {n} is negative")))
 }
 
+/// A payload version as stored (see `Message::VERSION`): one past `i32::MAX` cannot be.
+pub(crate) fn version_column(v: u32) -> Result<i32, Failure> {
+    i32::try_from(v).map_err(|_| {
+        Failure::corrupt(format!(
+            "payload version {v} is out of range (at most {})",
+            i32::MAX
+        ))
+    })
+}
+
+/// A stored payload version (1 and up).
+pub(crate) fn version(v: i32) -> Result<u32, Failure> {
+    u32::try_from(v)
+        .ok()
+        .filter(|&v| v >= shardbox_core::FIRST_VERSION)
+        .ok_or_else(|| Failure::corrupt(format!("payload version {v} is below 1")))
+}
+
 /// Metadata as stored: a JSON object.
 pub(crate) fn metadata_json(m: &Metadata) -> Result<String, Failure> {
     serde_json::to_string(m).map_err(|e| Failure::corrupt(format!("metadata: {e}")))
@@ -114,6 +132,10 @@ mod tests {
         assert_eq!(shard(7).ok(), Some(ShardIndex(7)));
         assert!(attempts(-3).is_err());
         assert_eq!(attempts_column(u32::MAX), i32::MAX);
+        assert!(version(0).is_err() && version(-1).is_err());
+        assert_eq!(version(3).ok(), Some(3));
+        assert!(version_column(u32::MAX).is_err());
+        assert_eq!(version_column(2).ok(), Some(2));
     }
 
     #[test]

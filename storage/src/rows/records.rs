@@ -1,6 +1,9 @@
 //! Rows of the smaller tables: events, entity states, shard sessions, catch-up jobs.
 
-use super::{metadata, metadata_json, micros, opt_micros, opt_time, parsed, shard, time};
+use super::{
+    metadata, metadata_json, micros, opt_micros, opt_time, parsed, shard, time, version,
+    version_column,
+};
 use crate::error::Failure;
 use crate::schema::{catch_ups, entity_states, events, shard_sessions};
 use diesel::prelude::*;
@@ -40,6 +43,7 @@ impl EventRow {
                 tenant: e.tenant,
                 occurred_at: time(e.occurred_at)?,
                 payload: e.payload,
+                version: version(e.version)?,
                 metadata: metadata(&e.metadata)?,
             },
         })
@@ -63,6 +67,7 @@ pub(crate) struct NewEventRow {
     pub occurred_at: i64,
     pub payload: Vec<u8>,
     pub metadata: String,
+    pub version: i32,
 }
 
 impl NewEventRow {
@@ -77,6 +82,7 @@ impl NewEventRow {
             tenant: e.tenant,
             occurred_at: micros(e.occurred_at),
             payload: e.payload,
+            version: version_column(e.version)?,
         })
     }
 }
@@ -95,6 +101,7 @@ pub(crate) struct EntityStateRow {
     pub version: i64,
     pub state: Vec<u8>,
     pub updated_at: i64,
+    pub state_version: i32,
 }
 
 impl EntityStateRow {
@@ -108,6 +115,7 @@ impl EntityStateRow {
             },
             version: self.version,
             state: self.state,
+            state_version: version(self.state_version)?,
             updated_at: time(self.updated_at)?,
         })
     }
@@ -124,6 +132,7 @@ pub(crate) struct NewEntityStateRow<'a> {
     pub version: i64,
     pub state: &'a [u8],
     pub updated_at: i64,
+    pub state_version: i32,
 }
 
 /// A row of the lock table as read.

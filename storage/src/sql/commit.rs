@@ -463,13 +463,14 @@ macro_rules! commit_units {
             // (each write is a version, as if applied one by one), and the last state. Sorted
             // by key, so that concurrent commits lock state rows in one order and one
             // statement never touches a key twice.
-            let mut per_key: BTreeMap<&EntityKey, (bool, i64, Option<&Vec<u8>>)> = BTreeMap::new();
+            let mut per_key: BTreeMap<&EntityKey, (bool, i64, Option<(&Vec<u8>, u32)>)> =
+                BTreeMap::new();
             for w in states {
                 let entry = per_key.entry(&w.key).or_insert((false, 0, None));
                 match &w.state {
                     Some(state) => {
                         entry.1 += 1;
-                        entry.2 = Some(state);
+                        entry.2 = Some((state, w.state_version));
                     }
                     None => *entry = (true, 0, None),
                 }
@@ -480,7 +481,7 @@ macro_rules! commit_units {
                 if deleted {
                     deletes.push(key);
                 }
-                if let Some(state) = state {
+                if let Some((state, state_version)) = state {
                     upserts.push(NewEntityStateRow {
                         kind: &key.kind,
                         tenant: &key.tenant,
@@ -488,6 +489,10 @@ macro_rules! commit_units {
                         version: writes,
                         state,
                         updated_at: now,
+                        // A version past i32::MAX is refused by `rows::version_column` for
+                        // payloads; a state version that large saturates (never read back
+                        // as a smaller one than the code's: it is then "newer").
+                        state_version: i32::try_from(state_version).unwrap_or(i32::MAX),
                     });
                 }
             }

@@ -58,12 +58,13 @@ impl PagePart {
 /// The columns of an inbox row, in the order of the table (and of `InboxRow`).
 const COLUMNS: &str = "seq, shard, signal_id, target_kind, target_id, tenant, kind, status, \
      received_at, deliver_after, expires_at, keep_until, attempts, last_error, payload, \
-     payload_type, metadata, first_failed_at, delivered_at";
+     payload_type, metadata, first_failed_at, delivered_at, payload_version";
 
 /// The same columns with an empty payload, for the parts that only need a row's target.
 const COLUMNS_NO_PAYLOAD: &str = "seq, shard, signal_id, target_kind, target_id, tenant, kind, \
      status, received_at, deliver_after, expires_at, keep_until, attempts, last_error, \
-     substr(payload, 1, 0), payload_type, metadata, first_failed_at, delivered_at";
+     substr(payload, 1, 0), payload_type, metadata, first_failed_at, delivered_at, \
+     payload_version";
 
 /// One shard's page read: the first `limit` due rows of `shard` at `now` by seq (at most
 /// `limit` from each index, merged by the caller), the rows whose retry is still ahead, the

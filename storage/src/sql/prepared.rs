@@ -147,7 +147,8 @@ where
 /// PostgreSQL draws from the column's identity and SQLite's writer from `inbox_sequence`), nor
 /// the columns of delivery and failure, which a new row leaves at their defaults.
 pub(crate) const INBOX_COLUMNS: &str = "shard, signal_id, target_kind, target_id, tenant, kind, \
-     status, received_at, deliver_after, expires_at, payload, payload_type, metadata";
+     status, received_at, deliver_after, expires_at, payload, payload_type, metadata, \
+     payload_version";
 
 /// What an inbox insert does with a duplicate of the dedup key: skips it, and returns the
 /// shard of each row written.
@@ -158,13 +159,15 @@ pub(crate) const ON_INBOX_DUPLICATE: &str =
 pub(crate) fn insert_states<DB: Backend + OrFail>(out: &mut AstPass<'_, '_, DB>) {
     out.push_sql("INSERT");
     out.push_sql(DB::OR_FAIL);
-    out.push_sql(" INTO entity_states (kind, tenant, id, version, state, updated_at) ");
+    out.push_sql(
+        " INTO entity_states (kind, tenant, id, version, state, updated_at, state_version) ",
+    );
 }
 
 /// The columns of an event insert (`seq` is drawn by the table), in the order both backends
 /// bind them.
 pub(crate) const EVENT_COLUMNS: &str =
-    "id, event_type, source_kind, source_id, tenant, occurred_at, payload, metadata";
+    "id, event_type, source_kind, source_id, tenant, occurred_at, payload, metadata, version";
 
 /// What an event insert does with an id already stored: skips it.
 pub(crate) const ON_EVENT_DUPLICATE: &str = " ON CONFLICT (id) DO NOTHING";
@@ -173,7 +176,8 @@ pub(crate) const ON_EVENT_DUPLICATE: &str = " ON CONFLICT (id) DO NOTHING";
 /// the state and time are replaced.
 pub(crate) const ON_STATE_CONFLICT: &str = " ON CONFLICT (kind, tenant, id) DO UPDATE SET \
      version = entity_states.version + excluded.version, \
-     state = excluded.state, updated_at = excluded.updated_at";
+     state = excluded.state, updated_at = excluded.updated_at, \
+     state_version = excluded.state_version";
 
 impl<const N: usize> QueryId for MarkDelivered<'_, N> {
     type QueryId = MarkDelivered<'static, N>;
@@ -189,8 +193,14 @@ pub(crate) struct UpsertStates<'a, const N: usize>(pub(crate) &'a [NewEntityStat
 
 impl<DB, const N: usize> QueryFragment<DB> for UpsertStates<'_, N>
 where
-    DB: Backend + HasSqlType<Text> + HasSqlType<BigInt> + HasSqlType<Binary> + OrFail,
+    DB: Backend
+        + HasSqlType<Text>
+        + HasSqlType<BigInt>
+        + HasSqlType<Binary>
+        + HasSqlType<Integer>
+        + OrFail,
     i64: ToSql<BigInt, DB>,
+    i32: ToSql<Integer, DB>,
     str: ToSql<Text, DB>,
     [u8]: ToSql<Binary, DB>,
 {
@@ -210,6 +220,8 @@ where
             out.push_bind_param::<Binary, _>(row.state)?;
             out.push_sql(", ");
             out.push_bind_param::<BigInt, _>(&row.updated_at)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Integer, _>(&row.state_version)?;
             out.push_sql(")");
         }
         out.push_sql(ON_STATE_CONFLICT);

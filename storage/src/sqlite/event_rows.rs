@@ -15,7 +15,7 @@ use crate::rows::NewEventRow;
 use crate::sql::ladder;
 use crate::sql::prepared::{EVENT_COLUMNS, ON_EVENT_DUPLICATE};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Binary, Text};
+use diesel::sql_types::{BigInt, Binary, Integer, Text};
 use diesel::sqlite::Sqlite;
 use diesel::{QueryResult, RunQueryDsl, SqliteConnection};
 
@@ -57,6 +57,8 @@ impl<const N: usize> QueryFragment<Sqlite> for InsertEvents<'_, N> {
             out.push_bind_param::<Binary, _>(&row.payload)?;
             out.push_sql(", ");
             out.push_bind_param::<Text, _>(&row.metadata)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Integer, _>(&row.version)?;
             out.push_sql(")");
         }
         out.push_sql(ON_EVENT_DUPLICATE);

@@ -127,6 +127,8 @@ impl<const N: usize> QueryFragment<Sqlite> for InsertInbox<'_, N> {
             out.push_bind_param::<Text, _>(&row.payload_type)?;
             out.push_sql(", ");
             out.push_bind_param::<Text, _>(&row.metadata)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Integer, _>(&row.payload_version)?;
             out.push_sql(")");
         }
         out.push_sql(ON_INBOX_DUPLICATE);

@@ -1,0 +1,1 @@
+ALTER TABLE entity_states DROP COLUMN state_version;
