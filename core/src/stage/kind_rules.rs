@@ -29,16 +29,23 @@ pub struct KindRules {
     gates: Mutex<HashMap<String, Arc<KindGate>>>,
     /// Whether the stored controls were read once (before that, the configuration alone).
     loaded: AtomicBool,
+    /// Whether any kind has stored controls: if not, every rule is the configuration's and
+    /// a handler call reads no lock (the common case, on the delivery path).
+    stored: AtomicBool,
+    /// Whether any kind has a limit, configured or stored: if not, no call looks for a gate.
+    limited: AtomicBool,
 }
 
 impl KindRules {
     /// The rules of `config` with nothing stored yet.
     pub fn new(config: DeliveryConfig) -> Self {
         KindRules {
-            config,
             controls: RwLock::new(Arc::new(KindControls::default())),
             gates: Mutex::new(HashMap::new()),
             loaded: AtomicBool::new(false),
+            stored: AtomicBool::new(false),
+            limited: AtomicBool::new(!config.kind_limits.is_empty()),
+            config,
         }
     }
 
@@ -50,7 +57,15 @@ impl KindRules {
     /// Replaces the stored controls with a newer read; the gates of limited kinds take their
     /// new limits at once (calls waiting included).
     pub fn replace(&self, controls: KindControls) {
+        let stored = !controls.all().is_empty();
+        let limited = !self.config.kind_limits.is_empty()
+            || controls
+                .all()
+                .iter()
+                .any(|c| c.settings.limits.is_limited());
         *write(&self.controls) = Arc::new(controls);
+        self.stored.store(stored, Ordering::Release);
+        self.limited.store(limited, Ordering::Release);
         self.loaded.store(true, Ordering::Release);
         let gates = lock(&self.gates);
         for (kind, gate) in gates.iter() {
@@ -66,16 +81,24 @@ impl KindRules {
 
     /// Whether `kind` is paused.
     pub fn is_paused(&self, kind: &str) -> bool {
-        read(&self.controls).is_paused(kind)
+        self.has_stored() && read(&self.controls).is_paused(kind)
     }
 
     /// Whether any kind is paused.
     pub fn any_paused(&self) -> bool {
-        read(&self.controls).any_paused()
+        self.has_stored() && read(&self.controls).any_paused()
+    }
+
+    /// Whether any kind has stored controls.
+    fn has_stored(&self) -> bool {
+        self.stored.load(Ordering::Acquire)
     }
 
     /// The failure policy of `kind`: stored, else configured for the kind, else the default.
     pub fn policy_of(&self, kind: &str) -> FailurePolicy {
+        if !self.has_stored() {
+            return *self.config.policy_of(kind);
+        }
         read(&self.controls)
             .get(kind)
             .and_then(|c| c.settings.failure_policy)
@@ -84,6 +107,9 @@ impl KindRules {
 
     /// The handler timeout of `kind`: stored, else configured for the kind, else the default.
     pub fn handler_timeout_of(&self, kind: &str) -> Duration {
+        if !self.has_stored() {
+            return self.config.handler_timeout_of(kind);
+        }
         read(&self.controls)
             .get(kind)
             .and_then(|c| c.settings.handler_timeout)
@@ -116,6 +142,9 @@ impl KindRules {
 
     /// The gate of `kind` on this node, if it has limits (made on first use).
     pub fn gate_of(&self, kind: &str) -> Option<Arc<KindGate>> {
+        if !self.limited.load(Ordering::Acquire) {
+            return None;
+        }
         let mut gates = lock(&self.gates);
         if let Some(gate) = gates.get(kind) {
             return Some(gate.clone());
