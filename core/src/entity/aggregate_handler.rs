@@ -41,10 +41,10 @@ impl<A: Aggregate> AggregateHandler<A> {
     ) -> Result<(Vec<A::Event>, Vec<NewEvent>), HandlerError> {
         let command: A::Command = decode(m, run)?;
         let cx = context(A::KIND, m, run);
-        let span = call_span(run, A::KIND, m);
+        let span = call_span(run.trace, A::KIND, m);
         let handled = state.handle(&command, &cx);
         let events = guarded(A::KIND, run.timeout, run.gate, &span, handled).await?;
-        let metadata = emitted_metadata(run, &span, m);
+        let metadata = emitted_metadata(run.trace, &span, m);
         let mut stored = Vec::with_capacity(events.len());
         for (n, event) in events.iter().enumerate() {
             let payload = serde_json::to_vec(event).map_err(|e| {

@@ -54,7 +54,7 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
         run: &BatchRun<'_>,
     ) -> Result<(Vec<NewMessage>, bool), HandlerError> {
         let cx = context(P::KIND, m, run);
-        let span = call_span(run, P::KIND, m);
+        let span = call_span(run.trace, P::KIND, m);
         if m.message.kind == MessageKind::Command {
             let command: P::Command = decode(m, run)?;
             let handled = flow.on_command(&command, &cx);

@@ -71,7 +71,7 @@ impl<P: Projection> EntityHandler for ProjectionHandler<P> {
         };
         let mut result = BatchResult::default();
         for (i, m) in batch.iter().enumerate() {
-            let span = call_span(&run, P::KIND, m);
+            let span = call_span(run.trace, P::KIND, m);
             let mut step = Self::apply_message(&mut view, m, &run, &span).await;
             if step.is_err() {
                 // `apply` may have half-changed the view: rebuild it from the loaded state

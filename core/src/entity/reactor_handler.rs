@@ -51,7 +51,7 @@ impl<R: Reactor> EntityHandler for ReactorHandler<R> {
     ) -> BatchResult {
         let mut result = BatchResult::default();
         for m in batch {
-            let span = call_span(&run, R::KIND, m);
+            let span = call_span(run.trace, R::KIND, m);
             let step = match Self::react_all(&self.0, m, &run, &span).await {
                 Ok(outgoing) => emitted_commands(m, outgoing, &run, &span).map(|commands| {
                     result.commands.extend(commands);

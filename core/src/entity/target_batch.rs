@@ -229,7 +229,7 @@ pub(crate) fn emitted_commands(
     run: &BatchRun<'_>,
     span: &tracing::Span,
 ) -> Result<Vec<NewMessage>, HandlerError> {
-    let metadata = crate::entity::trace::emitted_metadata(run, span, m);
+    let metadata = crate::entity::trace::emitted_metadata(run.trace, span, m);
     outgoing
         .into_iter()
         .enumerate()

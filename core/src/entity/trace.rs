@@ -14,7 +14,6 @@
 //! propagator (W3C trace context). Without a propagator nothing of this runs: no span is
 //! made and no metadata is touched.
 
-use crate::entity::handler::BatchRun;
 use crate::model::message::{InboxMessage, Metadata};
 
 /// Carries trace context in message metadata (see the module docs).
@@ -27,9 +26,13 @@ pub trait TracePropagator: Send + Sync + 'static {
 }
 
 /// The span of one handler call of `kind` on `m`, parented on the context `m` carries; a
-/// disabled span when the delivery has no propagator.
-pub(crate) fn call_span(run: &BatchRun<'_>, kind: &'static str, m: &InboxMessage) -> tracing::Span {
-    let Some(trace) = run.trace else {
+/// disabled span when the delivery has no propagator (`trace`, the batch's `BatchRun::trace`).
+pub(crate) fn call_span(
+    trace: Option<&dyn TracePropagator>,
+    kind: &'static str,
+    m: &InboxMessage,
+) -> tracing::Span {
+    let Some(trace) = trace else {
         return tracing::Span::none();
     };
     let span = tracing::info_span!(
@@ -48,12 +51,12 @@ pub(crate) fn call_span(run: &BatchRun<'_>, kind: &'static str, m: &InboxMessage
 /// The metadata of what a handler call emits while handling `m`: `m`'s, with the call's
 /// `span` as the trace context when the delivery has a propagator.
 pub(crate) fn emitted_metadata(
-    run: &BatchRun<'_>,
+    trace: Option<&dyn TracePropagator>,
     span: &tracing::Span,
     m: &InboxMessage,
 ) -> Metadata {
     let mut metadata = m.message.metadata.clone();
-    if let Some(trace) = run.trace {
+    if let Some(trace) = trace {
         trace.inject(span, &mut metadata);
     }
     metadata

@@ -300,11 +300,11 @@ impl Delivery {
         Ok(())
     }
 
-    /// Releases the lease of `shard` whose release failed earlier, if one is kept and has not
-    /// run out: before this node picks the shard up again, and in the runner's retry after a
-    /// failed turn.
+    /// Releases the lease of `shard` whose release failed earlier, if one is kept (whatever
+    /// its recorded `lease_until`: see `unreleased`): before this node picks the shard up
+    /// again, and in the runner's retry after a failed turn.
     pub(crate) async fn settle_unreleased(&self, shard: ShardIndex) -> Result<(), DeliveryError> {
-        match self.env.unreleased.take(shard, self.env.clock.now()) {
+        match self.env.unreleased.take(shard) {
             Some(lease) => self.release(&lease).await,
             None => Ok(()),
         }

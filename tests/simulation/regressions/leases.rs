@@ -279,3 +279,81 @@ pub(super) async fn failed_release_of_a_kept_lease_at_a_reshard_announcement(
     }
     node.shutdown().await.expect("shutdown");
 }
+
+/// Seed 536 of the simulation's latency invariant (issue 37): a stage whose lease the renewal
+/// had extended in the lock table failed (its commit, then the release after it), so the lease
+/// was kept for a retried release — but the kept copy still carried the `lease_until` of its
+/// pick-up, and the retry forgot a kept lease once that time had passed ("it is free
+/// anyway"), while the lock table held it until the renewal's later time. Nothing then
+/// released or served the shard: a message nobody heard waited for the lease to run out. A
+/// kept lease is now released whatever its recorded time says.
+pub(super) async fn a_kept_lease_renewed_past_its_recorded_time(inner: Arc<dyn Storage>) {
+    let notifications_dropped = FaultRates {
+        drop_notification: 1_000,
+        ..FaultRates::default()
+    };
+    let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
+    faults.enable(true);
+    let clock = Arc::new(ManualClock::new(t0()));
+    let build = |name: &str| {
+        Shardbox::builder()
+            .shared_storage(Arc::new(faults.clone()))
+            .clock(clock.clone())
+            .node_id(shardbox::NodeId(format!("node-{name}")))
+            .shards(1)
+            .lease_duration(Duration::from_millis(900))
+            .poll_interval(Duration::from_millis(100))
+            .lease_linger(Duration::ZERO)
+            .aggregate::<Ledger>()
+            .projection::<Audit>()
+            .build()
+    };
+    let sb = build("a").await.expect("build the node");
+    // Another process that writes but serves nothing: the node does not hear its writes.
+    let writer = build("writer").await.expect("build the writer");
+    let applied = || async {
+        sb.aggregate_state::<Ledger>("l")
+            .await
+            .expect("state")
+            .map(|l| l.applied)
+            .unwrap_or_default()
+    };
+    // The stage stops while it loads its target's state; meanwhile the clock passes the
+    // lease's recorded time (the renewal, every 300 ms, keeps the lease in the lock table), so
+    // that its commit renews the lease to a time later than the one recorded at the pick-up.
+    let gate = faults.gate_later("load_states", 0);
+    sb.send::<Ledger>("l", &apply(1, "a")).await.expect("send");
+    let node = sb.start();
+    gate.reached().await;
+    for _ in 0..5 {
+        clock.advance(chrono::Duration::milliseconds(300));
+        tokio::time::sleep(Duration::from_millis(320)).await;
+    }
+    // Then the commit takes effect but its acknowledgement is lost, and the release after the
+    // failed stage fails: the lease is kept, recorded until 900 ms after the pick-up, held in
+    // the lock table until 900 ms after the commit.
+    faults.fail_next("commit_stage", Scripted::After);
+    faults.fail_next("release", Scripted::Before);
+    gate.open();
+    while faults.scripted_left("release") > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    writer
+        .send::<Ledger>("l", &apply(2, "a"))
+        .await
+        .expect("send after the failed release");
+    // The clock stands still from here: the lease in the lock table never runs out, so only
+    // the retried release lets the shard be served.
+    let mut waited = 0;
+    while applied().await != vec![1, 2] {
+        assert!(
+            waited < 500,
+            "served after the failed release well before the renewed lease runs out: not \
+             after {waited} ms (applied {:?})",
+            applied().await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waited += 10;
+    }
+    node.shutdown().await.expect("shutdown");
+}

@@ -25,7 +25,8 @@ use catch_up::{
 };
 use chrono::{DateTime, Utc};
 use leases::{
-    failed_release_of_a_kept_lease, failed_release_of_a_kept_lease_at_a_reshard_announcement,
+    a_kept_lease_renewed_past_its_recorded_time, failed_release_of_a_kept_lease,
+    failed_release_of_a_kept_lease_at_a_reshard_announcement,
     release_retried_across_a_reshard_pause,
 };
 use requeue::requeue_after_an_uncommitted_delivery;
@@ -116,6 +117,7 @@ macro_rules! on_every_backend {
 }
 
 on_every_backend!(
+    a_kept_lease_renewed_past_its_recorded_time,
     epochs_of_a_shard_dropped_and_made_again,
     two_ticks_of_one_job_in_one_stage,
     failed_release_of_a_kept_lease,
