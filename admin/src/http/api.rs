@@ -20,10 +20,7 @@
 //!                                     → the started job (CatchUpView)
 //!  GET  /api/catch-ups/{id}           one job's progress
 //!  POST /api/catch-ups/{id}/cancel    → 202, the job, `cancelling` until its next step
-//!  GET  /api/kinds                    every kind: paused or not, run-time settings (KindList)
-//!  POST /api/kinds/{kind}/pause       body: {} or {"force": true} → PauseOutcome
-//!  POST /api/kinds/{kind}/resume      body: {} or {"force": true} → ResumeOutcome
-//!  POST /api/kinds/{kind}/settings    body: {settings: SettingsView, force?} → the KindView
+//!  GET  /api/kinds, POST /api/kinds/{kind}/{pause,resume,settings}   see [`super::kinds_api`]
 //! ```
 //!
 //! A list answers at most [`MAX_LIST`] rows (`limit` above it is a 400). Every request passes
@@ -41,8 +38,7 @@ use crate::http::state::AdminState;
 use crate::views::blocked::UnblockRequest;
 use crate::views::catch_ups::StartRequest;
 use crate::views::dead_letters::{DeadLetterAction, DeadLetterQuery};
-use crate::views::kinds::SettingsView;
-use crate::views::{blocked, catch_ups, dead_letters, kinds, status};
+use crate::views::{blocked, catch_ups, dead_letters, status};
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -124,14 +120,14 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(super) type ApiResult = Result<Response, ApiError>;
 
-fn ok(value: impl serde::Serialize) -> ApiResult {
+pub(super) fn ok(value: impl serde::Serialize) -> ApiResult {
     Ok(Json(value).into_response())
 }
 
 /// Refuses an action while actions are off.
-fn allowed(state: &AdminState) -> Result<(), ApiError> {
+pub(super) fn allowed(state: &AdminState) -> Result<(), ApiError> {
     if state.actions {
         Ok(())
     } else {
@@ -364,81 +360,4 @@ pub async fn cancel_catch_up(
     let view = catch_ups::cancel(&*state.storage, id, Utc::now()).await?;
     // Accepted: the job is `cancelling`; a node's next step of it carries the cancel out.
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
-}
-
-/// The body of a kind action: `{}`, or `{"force": true}` to act on a kind no live node
-/// registers and the database holds no controls for.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KindAction {
-    #[serde(default)]
-    force: bool,
-}
-
-/// The body of `POST /api/kinds/{kind}/settings`.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KindSettingsRequest {
-    /// The kind's run-time settings (`{}` clears them).
-    settings: SettingsView,
-    #[serde(default)]
-    force: bool,
-}
-
-/// `GET /api/kinds`: every kind the live nodes register or the database holds controls
-/// for: paused or not, its run-time settings.
-pub async fn kinds(State(state): State<AdminState>) -> ApiResult {
-    ok(kinds::list(&*state.storage, Utc::now()).await?)
-}
-
-/// `POST /api/kinds/{kind}/pause`.
-pub async fn pause_kind(
-    State(state): State<AdminState>,
-    Path(kind): Path<String>,
-    body: Result<Json<KindAction>, JsonRejection>,
-) -> ApiResult {
-    allowed(&state)?;
-    let Json(action) = body?;
-    let outcome = kinds::pause(&*state.storage, &kind, action.force, Utc::now()).await?;
-    if let Some(node) = &state.node {
-        node.kinds_changed(&[]);
-    }
-    ok(outcome)
-}
-
-/// `POST /api/kinds/{kind}/resume`.
-pub async fn resume_kind(
-    State(state): State<AdminState>,
-    Path(kind): Path<String>,
-    body: Result<Json<KindAction>, JsonRejection>,
-) -> ApiResult {
-    allowed(&state)?;
-    let Json(action) = body?;
-    let outcome = kinds::resume(&*state.storage, &kind, action.force, Utc::now()).await?;
-    if let Some(node) = &state.node {
-        node.kinds_changed(&outcome.report.shards);
-    }
-    ok(outcome)
-}
-
-/// `POST /api/kinds/{kind}/settings`.
-pub async fn set_kind_settings(
-    State(state): State<AdminState>,
-    Path(kind): Path<String>,
-    body: Result<Json<KindSettingsRequest>, JsonRejection>,
-) -> ApiResult {
-    allowed(&state)?;
-    let Json(request) = body?;
-    let view = kinds::set(
-        &*state.storage,
-        &kind,
-        &request.settings,
-        request.force,
-        Utc::now(),
-    )
-    .await?;
-    if let Some(node) = &state.node {
-        node.kinds_changed(&[]);
-    }
-    ok(view)
 }

@@ -19,6 +19,7 @@ pub mod api;
 mod dashboard;
 pub mod guard;
 pub mod health;
+pub mod kinds_api;
 pub mod prometheus;
 pub mod state;
 
@@ -57,10 +58,13 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/api/catch-ups/{id}", get(api::catch_up))
         .route("/api/catch-ups/{id}/cancel", post(api::cancel_catch_up))
-        .route("/api/kinds", get(api::kinds))
-        .route("/api/kinds/{kind}/pause", post(api::pause_kind))
-        .route("/api/kinds/{kind}/resume", post(api::resume_kind))
-        .route("/api/kinds/{kind}/settings", post(api::set_kind_settings))
+        .route("/api/kinds", get(kinds_api::kinds))
+        .route("/api/kinds/{kind}/pause", post(kinds_api::pause_kind))
+        .route("/api/kinds/{kind}/resume", post(kinds_api::resume_kind))
+        .route(
+            "/api/kinds/{kind}/settings",
+            post(kinds_api::set_kind_settings),
+        )
         .fallback(api::no_route)
         .method_not_allowed_fallback(api::no_method)
         .layer(middleware::from_fn_with_state(state.clone(), guard::check))
