@@ -6,8 +6,9 @@ use super::catch_up::{ids, spec};
 use super::fixtures::*;
 use shardbox_core::catch_up::parked_until;
 use shardbox_core::storage::Inspect;
-use shardbox_core::storage::{CatchUpStatus, RowChange, RowUpdate, WriteBatch};
+use shardbox_core::storage::{CatchUpJob, CatchUpStatus, Lease, RowChange, RowUpdate, WriteBatch};
 use shardbox_core::{ShardIndex, Storage, StorageError, WorkerId};
+use std::collections::HashMap;
 
 fn not_running(result: Result<impl std::fmt::Debug, StorageError>, id: i64, status: &str) {
     match result {
@@ -37,8 +38,15 @@ pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect
         None,
         "an unknown job is not found"
     );
+    let (lease, seqs) = park_live_rows(&store).await;
+    let (stepped, home) = request_then_store_a_step(&store, &job, &seqs).await;
+    cancel_in_a_stage(&store, &stepped, &lease, &home).await;
+    finished_jobs_refuse_a_cancel_and_are_purged(&store, job.id).await;
+}
 
-    // Live rows of the targets, parked by the job while it ran (as in the completion case).
+/// Live rows of the job's targets in shard 1, parked by the job while it runs (as in the
+/// completion case): the lease that parked them, and their events' seqs.
+async fn park_live_rows<S: Storage + Inspect>(store: &S) -> (Lease, HashMap<String, i64>) {
     let live = |signal: &str, target: &str| {
         with(command(1, target, signal), |m| {
             m.kind = shardbox_core::MessageKind::Event;
@@ -61,7 +69,7 @@ pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect
         })
         .await
         .expect("write");
-    let seqs = event_seqs_by_id(&store, &names).await;
+    let seqs = event_seqs_by_id(store, &names).await;
     let lease = store
         .pick_up(ShardIndex(1), &node("a"), WorkerId(0), secs(2), secs(60))
         .await
@@ -85,7 +93,17 @@ pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect
         .commit_stage(stage(&lease, secs(2), park))
         .await
         .expect("park");
+    (lease, seqs)
+}
 
+/// A cancel is requested (twice: the first time kept) while a step that read the job before
+/// stores it, by itself and in a stage commit of shard 3: both keep the request. Returns the
+/// step's job and shard 3's lease.
+async fn request_then_store_a_step<S: Storage + Inspect>(
+    store: &S,
+    job: &CatchUpJob,
+    seqs: &HashMap<String, i64>,
+) -> (CatchUpJob, Lease) {
     // The step that will store the job read it before the request.
     let mut stepped = job.clone();
     stepped.status = CatchUpStatus::InProgress;
@@ -137,13 +155,23 @@ pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect
         "a stage's store keeps the request"
     );
     assert_eq!(store.running_catch_ups().await.expect("running").len(), 1);
+    (stepped, home)
+}
 
-    // Cancelled in a stage of shard 3, the cursor past ev-1 only.
+/// The job stored `Cancelled` in a stage of shard 3 (`home`), the cursor past ev-1 only: the
+/// covered row is removed, the others due in `seq` order, shard 1's `lease` re-fenced, the
+/// job no longer running, a second cancel refused, and an overlapping start accepted.
+async fn cancel_in_a_stage<S: Storage + Inspect>(
+    store: &S,
+    stepped: &CatchUpJob,
+    lease: &Lease,
+    home: &Lease,
+) {
     let mut cancelled = stepped.clone();
     cancelled.status = CatchUpStatus::Cancelled;
     cancelled.finished_at = Some(secs(5));
     cancelled.updated_at = secs(5);
-    let mut commit = stage(&home, secs(5), vec![]);
+    let mut commit = stage(home, secs(5), vec![]);
     commit.catch_ups = vec![cancelled.clone()];
     store.commit_stage(commit).await.expect("cancelled");
     let page = store
@@ -155,31 +183,41 @@ pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect
         ["ev-2", "ev-3", "ev-4"],
         "the covered row removed, the others due in seq order"
     );
-    let refused = store.commit_stage(stage(&lease, secs(5), vec![])).await;
+    let refused = store.commit_stage(stage(lease, secs(5), vec![])).await;
     assert!(
         matches!(refused, Err(StorageError::LeaseLost { .. })),
         "the other affected shard is re-fenced: {refused:?}"
     );
     store
-        .commit_stage(stage(&home, secs(5), vec![]))
+        .commit_stage(stage(home, secs(5), vec![]))
         .await
         .expect("the cancelling shard keeps its lease");
 
-    let stored = store.catch_up(job.id).await.expect("get").expect("found");
+    let stored = store
+        .catch_up(stepped.id)
+        .await
+        .expect("get")
+        .expect("found");
     assert_eq!(stored.status, CatchUpStatus::Cancelled);
     assert_eq!(stored.finished_at, Some(secs(5)));
     assert!(store.running_catch_ups().await.expect("running").is_empty());
     not_running(
-        store.cancel_catch_up(job.id, secs(6)).await,
-        job.id,
+        store.cancel_catch_up(stepped.id, secs(6)).await,
+        stepped.id,
         "cancelled",
     );
+}
+
+/// A cancelled job no longer blocks an overlapping start; a completed job refuses a cancel
+/// too, and both kinds of finished jobs (`cancelled` among them) are purged after their time.
+async fn finished_jobs_refuse_a_cancel_and_are_purged<S: Storage + Inspect>(
+    store: &S,
+    cancelled: i64,
+) {
     let next = store
         .start_catch_up(spec("balances", "", ids(&["x"])), SHARDS)
         .await
         .expect("a cancelled job no longer blocks");
-
-    // A completed job refuses a cancel too, and both kinds of finished jobs are purged.
     let mut done = next.clone();
     done.status = CatchUpStatus::Completed;
     done.finished_at = Some(secs(6));
@@ -191,5 +229,5 @@ pub async fn a_cancelled_catch_up_settles_like_a_completion<S: Storage + Inspect
     );
     assert_eq!(store.purge_catch_ups(secs(5)).await.expect("purge"), 0);
     assert_eq!(store.purge_catch_ups(secs(7)).await.expect("purge"), 2);
-    assert_eq!(store.catch_up(job.id).await.expect("get"), None);
+    assert_eq!(store.catch_up(cancelled).await.expect("get"), None);
 }

@@ -2,7 +2,7 @@
 
 use super::fixtures::*;
 use shardbox_core::storage::Inspect;
-use shardbox_core::storage::{DeadLetter, RowChange, RowUpdate, WriteBatch};
+use shardbox_core::storage::{DeadLetter, Lease, RowChange, RowUpdate, StageCommit, WriteBatch};
 use shardbox_core::{MessageKind, MessageStatus, ShardIndex, Storage, StorageError};
 
 /// A failed message is retried at its time with its attempt count and error, and its target
@@ -66,44 +66,7 @@ pub async fn retry_reports_waiting_target<S: Storage + Inspect>(store: S) {
 /// Delivered rows stay until `keep_until`; a purge removes at most the asked number, oldest
 /// window first, of the committing shard only.
 pub async fn delivered_rows_kept_until_window_then_purged<S: Storage + Inspect>(store: S) {
-    store
-        .write(messages(vec![
-            command(0, "a", "d1"),
-            command(0, "b", "d2"),
-            command(0, "c", "d3"),
-            command(1, "x", "x1"),
-        ]))
-        .await
-        .expect("write");
-    let zero = pick(&store, 0, "node-a", t0()).await;
-    let one = pick(&store, 1, "node-a", t0()).await;
-    let page = store
-        .read_page(ShardIndex(0), t0(), 10)
-        .await
-        .expect("read");
-    let keep = [secs(10), secs(20), secs(20)];
-    let updates = page
-        .messages
-        .iter()
-        .zip(keep)
-        .map(|(r, k)| delivered(r.seq, k))
-        .collect();
-    store
-        .commit_stage(stage(&zero, t0(), updates))
-        .await
-        .expect("commit");
-    let page = store
-        .read_page(ShardIndex(1), t0(), 10)
-        .await
-        .expect("read");
-    store
-        .commit_stage(stage(
-            &one,
-            t0(),
-            vec![delivered(page.messages[0].seq, secs(10))],
-        ))
-        .await
-        .expect("commit");
+    let zero = deliver_rows_of_two_shards(&store).await;
 
     // A page read tells whether a purge has work: a window has passed (at 10 s, not before).
     for (at, due) in [(secs(5), false), (secs(10), true)] {
@@ -167,6 +130,50 @@ pub async fn delivered_rows_kept_until_window_then_purged<S: Storage + Inspect>(
             .delivered,
         1
     );
+}
+
+/// d1, d2, d3 in shard 0 delivered until 10 s, 20 s and 20 s, x1 in shard 1 until 10 s:
+/// shard 0's lease.
+async fn deliver_rows_of_two_shards<S: Storage + Inspect>(store: &S) -> Lease {
+    store
+        .write(messages(vec![
+            command(0, "a", "d1"),
+            command(0, "b", "d2"),
+            command(0, "c", "d3"),
+            command(1, "x", "x1"),
+        ]))
+        .await
+        .expect("write");
+    let zero = pick(store, 0, "node-a", t0()).await;
+    let one = pick(store, 1, "node-a", t0()).await;
+    let page = store
+        .read_page(ShardIndex(0), t0(), 10)
+        .await
+        .expect("read");
+    let keep = [secs(10), secs(20), secs(20)];
+    let updates = page
+        .messages
+        .iter()
+        .zip(keep)
+        .map(|(r, k)| delivered(r.seq, k))
+        .collect();
+    store
+        .commit_stage(stage(&zero, t0(), updates))
+        .await
+        .expect("commit");
+    let page = store
+        .read_page(ShardIndex(1), t0(), 10)
+        .await
+        .expect("read");
+    store
+        .commit_stage(stage(
+            &one,
+            t0(),
+            vec![delivered(page.messages[0].seq, secs(10))],
+        ))
+        .await
+        .expect("commit");
+    zero
 }
 
 /// A commit whose last update is bogus writes nothing at all; the same commit without it
@@ -257,25 +264,6 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
 ) {
     let (lease, r1, r2, x1) = two_rows_and_one_elsewhere(&store).await;
     let (r1, r2, x1) = (r1.seq, r2.seq, x1.seq);
-    let plain = |lease: &shardbox_core::Lease, seqs: &[i64], with_events: bool| {
-        let mut commit = stage(
-            lease,
-            secs(1),
-            seqs.iter().map(|&s| delivered(s, secs(60))).collect(),
-        );
-        commit.states = vec![
-            state(key("a"), Some("{\"n\":1}")),
-            state(key("b"), Some("{\"n\":1}")),
-            state(key("a"), Some("{\"n\":2}")),
-        ];
-        if with_events {
-            commit.writes.events = vec![
-                event("p1", "Deposited", secs(1)),
-                event("p2", "Deposited", secs(1)),
-            ];
-        }
-        commit
-    };
     let before_rows = store.rows().await.expect("rows");
     let before_sessions = store.sessions().await.expect("sessions");
     let unchanged = |what: &str, rows, sessions| {
@@ -284,7 +272,7 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
     };
     for with_events in [true, false] {
         let err = store
-            .commit_stage(plain(&lease, &[r1, r2, x1], with_events))
+            .commit_stage(delivering_stage(&lease, &[r1, r2, x1], with_events))
             .await
             .expect_err("a commit delivering a row outside its shard must fail");
         assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
@@ -301,7 +289,7 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
     let before_sessions = store.sessions().await.expect("sessions");
     for with_events in [true, false] {
         match store
-            .commit_stage(plain(&lease, &[r1, r2], with_events))
+            .commit_stage(delivering_stage(&lease, &[r1, r2], with_events))
             .await
         {
             Err(StorageError::LeaseLost { held, current, .. }) => {
@@ -316,7 +304,7 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
 
     // The owner's commit writes every part.
     let report = store
-        .commit_stage(plain(&taker, &[r1], true))
+        .commit_stage(delivering_stage(&taker, &[r1], true))
         .await
         .expect("commit");
     assert_eq!(report.written.events, 2);
@@ -339,7 +327,7 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
     );
     // A second stage without events: the other statement.
     let report = store
-        .commit_stage(plain(&taker, &[r2], false))
+        .commit_stage(delivering_stage(&taker, &[r2], false))
         .await
         .expect("commit");
     assert_eq!(report.written.events, 0);
@@ -354,4 +342,26 @@ pub async fn a_stage_that_only_delivers_is_fenced_and_all_or_nothing<S: Storage 
     assert_eq!(delivered, vec![(r1, Some(secs(60))), (r2, Some(secs(60)))]);
     let session = &store.sessions().await.expect("sessions")[0];
     assert_eq!(session.lease_until, Some(secs(31)), "renewed by the commit");
+}
+
+/// A stage of the one-statement shape: `seqs` delivered until 60 s, states of a (twice) and b,
+/// and (`with_events`) two events.
+fn delivering_stage(lease: &Lease, seqs: &[i64], with_events: bool) -> StageCommit {
+    let mut commit = stage(
+        lease,
+        secs(1),
+        seqs.iter().map(|&s| delivered(s, secs(60))).collect(),
+    );
+    commit.states = vec![
+        state(key("a"), Some("{\"n\":1}")),
+        state(key("b"), Some("{\"n\":1}")),
+        state(key("a"), Some("{\"n\":2}")),
+    ];
+    if with_events {
+        commit.writes.events = vec![
+            event("p1", "Deposited", secs(1)),
+            event("p2", "Deposited", secs(1)),
+        ];
+    }
+    commit
 }

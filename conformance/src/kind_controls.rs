@@ -34,19 +34,7 @@ pub async fn a_paused_kinds_rows_are_parked_until_the_resume<S: Storage + Inspec
     let rows = store.rows().await.expect("rows");
     let (a1, b1) = (seq_of(&rows, "a1"), seq_of(&rows, "b1"));
 
-    let policy = FailurePolicy::new(
-        3,
-        Backoff::Fixed(Duration::from_millis(1500)),
-        ExhaustedOutcome::Block,
-    );
-    let settings = KindSettings {
-        failure_policy: Some(policy),
-        handler_timeout: Some(Duration::from_secs(9)),
-        limits: KindLimits {
-            max_concurrent: Some(4),
-            rate_per_second: Some(12.5),
-        },
-    };
+    let settings = order_settings();
     store
         .set_kind_settings("order", &settings, secs(1))
         .await
@@ -112,7 +100,28 @@ pub async fn a_paused_kinds_rows_are_parked_until_the_resume<S: Storage + Inspec
         .expect("resume");
     assert_eq!((again.was_paused, again.released), (false, 0));
 
-    // Settings cleared; a pause of the same kind kept apart from them.
+    clearing_settings_keeps_the_pause(&store).await;
+}
+
+/// The run-time settings the case stores for `order`: each field set.
+fn order_settings() -> KindSettings {
+    let policy = FailurePolicy::new(
+        3,
+        Backoff::Fixed(Duration::from_millis(1500)),
+        ExhaustedOutcome::Block,
+    );
+    KindSettings {
+        failure_policy: Some(policy),
+        handler_timeout: Some(Duration::from_secs(9)),
+        limits: KindLimits {
+            max_concurrent: Some(4),
+            rate_per_second: Some(12.5),
+        },
+    }
+}
+
+/// Settings cleared; a pause of the same kind kept apart from them.
+async fn clearing_settings_keeps_the_pause<S: Storage + Inspect>(store: &S) {
     assert!(store.pause_kind("order", secs(60)).await.expect("pause"));
     store
         .set_kind_settings("order", &KindSettings::default(), secs(61))

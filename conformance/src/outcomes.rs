@@ -3,8 +3,9 @@
 //! rows.
 
 use super::fixtures::*;
+use chrono::{DateTime, Utc};
 use shardbox_core::storage::Inspect;
-use shardbox_core::storage::{RowChange, RowUpdate};
+use shardbox_core::storage::{Lease, RowChange, RowUpdate};
 use shardbox_core::{
     CommandOutcome, DedupKey, OutcomeLookup, OutcomeRecord, ShardIndex, SignalId, Storage,
 };
@@ -46,17 +47,29 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         ]))
         .await
         .expect("write");
-    let outcome = |k: DedupKey, at| {
-        let store = &store;
-        async move { store.outcome(&k, at).await.expect("outcome") }
-    };
-    assert_eq!(outcome(key("a", "s1"), t0()).await, OutcomeLookup::Pending);
     assert_eq!(
-        outcome(key("a", "nope"), t0()).await,
+        lookup(&store, key("a", "s1"), t0()).await,
+        OutcomeLookup::Pending
+    );
+    assert_eq!(
+        lookup(&store, key("a", "nope"), t0()).await,
         OutcomeLookup::Unknown
     );
-
     let lease = pick(&store, 0, "node-a", t0()).await;
+    a_stage_decides_four_outcomes(&store, &lease).await;
+    a_later_record_replaces_the_earlier(&store, &lease).await;
+    a_requeued_command_answers_by_its_delivered_row(&store, &lease).await;
+    forgotten_outcomes_are_purged_with_the_rows(&store, &lease).await;
+}
+
+/// `store`'s answer for `key` at `at`.
+async fn lookup<S: Storage>(store: &S, key: DedupKey, at: DateTime<Utc>) -> OutcomeLookup {
+    store.outcome(&key, at).await.expect("outcome")
+}
+
+/// One stage handles s1 (with 17 events) and s4 (none), records s2 dead-lettered and s3
+/// expired: each read back as decided, s3 forgotten when its window ends.
+async fn a_stage_decides_four_outcomes<S: Storage + Inspect>(store: &S, lease: &Lease) {
     let page = store
         .read_page(ShardIndex(0), t0(), 10)
         .await
@@ -80,7 +93,7 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         reason: "boom \"quoted\"".into(),
     };
     let mut commit = stage(
-        &lease,
+        lease,
         t0(),
         vec![
             delivered(seq("s1"), secs(60)),
@@ -102,26 +115,28 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
     ];
     store.commit_stage(commit).await.expect("commit");
     assert_eq!(
-        outcome(key("a", "s1"), secs(1)).await,
+        lookup(store, key("a", "s1"), secs(1)).await,
         decided(CommandOutcome::Handled { events: s1_events })
     );
     assert_eq!(
-        outcome(key("d", "s4"), secs(1)).await,
+        lookup(store, key("d", "s4"), secs(1)).await,
         decided(CommandOutcome::Handled { events: vec![] })
     );
-    assert_eq!(outcome(key("b", "s2"), secs(1)).await, decided(dead));
+    assert_eq!(lookup(store, key("b", "s2"), secs(1)).await, decided(dead));
     assert_eq!(
-        outcome(key("c", "s3"), secs(29)).await,
+        lookup(store, key("c", "s3"), secs(29)).await,
         decided(CommandOutcome::Expired)
     );
     assert_eq!(
-        outcome(key("c", "s3"), secs(30)).await,
+        lookup(store, key("c", "s3"), secs(30)).await,
         OutcomeLookup::Unknown,
         "forgotten when its window ends"
     );
+}
 
-    // Decided again: the later record wins.
-    let mut again = stage(&lease, t0(), vec![]);
+/// Decided again: the later record wins.
+async fn a_later_record_replaces_the_earlier<S: Storage + Inspect>(store: &S, lease: &Lease) {
+    let mut again = stage(lease, t0(), vec![]);
     again.outcomes = vec![record(
         "b",
         "s2",
@@ -132,19 +147,24 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
     )];
     store.commit_stage(again).await.expect("commit again");
     assert_eq!(
-        outcome(key("b", "s2"), secs(61)).await,
+        lookup(store, key("b", "s2"), secs(61)).await,
         decided(CommandOutcome::Dropped {
             reason: "later".into()
         })
     );
+}
 
-    // Requeued (written again) and handled at 2 s: its delivered row answers, not the record.
+/// Requeued (written again) and handled at 2 s: its delivered row answers, not the record.
+async fn a_requeued_command_answers_by_its_delivered_row<S: Storage + Inspect>(
+    store: &S,
+    lease: &Lease,
+) {
     store
         .write(messages(vec![command(0, "b", "s2")]))
         .await
         .expect("requeue");
     assert_eq!(
-        outcome(key("b", "s2"), secs(2)).await,
+        lookup(store, key("b", "s2"), secs(2)).await,
         OutcomeLookup::Pending
     );
     let page = store
@@ -157,31 +177,36 @@ pub async fn command_outcomes_are_kept_for_their_window<S: Storage + Inspect>(st
         .find(|m| m.message.signal_id.0 == "s2")
         .map(|m| m.seq)
         .expect("the requeued row");
-    let handled = stage(&lease, secs(2), vec![delivered(requeued, secs(62))]);
+    let handled = stage(lease, secs(2), vec![delivered(requeued, secs(62))]);
     store.commit_stage(handled).await.expect("handled");
     assert_eq!(
-        outcome(key("b", "s2"), secs(3)).await,
+        lookup(store, key("b", "s2"), secs(3)).await,
         OutcomeLookup::Decided {
             outcome: CommandOutcome::Handled { events: vec![] },
             decided_at: secs(2),
         }
     );
+}
 
-    // A purge at 61 s deletes the rows and records forgotten by then (s1, s3, s4), not s2's
-    // delivered row (kept to 62 s); asked at an earlier time, s1 is gone for good.
-    let mut purge = stage(&lease, secs(61), vec![]);
+/// A purge at 61 s deletes the rows and records forgotten by then (s1, s3, s4), not s2's
+/// delivered row (kept to 62 s); asked at an earlier time, s1 is gone for good.
+async fn forgotten_outcomes_are_purged_with_the_rows<S: Storage + Inspect>(
+    store: &S,
+    lease: &Lease,
+) {
+    let mut purge = stage(lease, secs(61), vec![]);
     purge.purge_delivered = 10;
     store.commit_stage(purge).await.expect("purge");
     assert_eq!(
-        outcome(key("a", "s1"), secs(1)).await,
+        lookup(store, key("a", "s1"), secs(1)).await,
         OutcomeLookup::Unknown
     );
     assert_eq!(
-        outcome(key("c", "s3"), secs(1)).await,
+        lookup(store, key("c", "s3"), secs(1)).await,
         OutcomeLookup::Unknown
     );
     assert_eq!(
-        outcome(key("b", "s2"), secs(61)).await,
+        lookup(store, key("b", "s2"), secs(61)).await,
         OutcomeLookup::Decided {
             outcome: CommandOutcome::Handled { events: vec![] },
             decided_at: secs(2),
@@ -200,7 +225,6 @@ pub async fn unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock
 >(
     store: S,
 ) {
-    use shardbox_core::storage::Unblock;
     store
         .write(messages(vec![
             command(0, "a", "s1"),
@@ -253,9 +277,14 @@ pub async fn unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock
         store.purge_due_shards(secs(59)).await.expect("due"),
         Vec::<ShardIndex>::new()
     );
+    unblocked_commands_are_decided_anew(&store).await;
+    forgotten_records_are_purged_without_delivered_rows(&store, &lease, seq("s4")).await;
+}
 
-    // Unblocked by the operator at 10 s: b dropped, c dead-lettered, each decided anew with
-    // the operator's reason; their window is unchanged.
+/// Unblocked by the operator at 10 s: b dropped, c dead-lettered, each decided anew with the
+/// operator's reason; their window is unchanged.
+async fn unblocked_commands_are_decided_anew<S: Storage + Inspect>(store: &S) {
+    use shardbox_core::storage::Unblock;
     for (target, action) in [("b", Unblock::Drop), ("c", Unblock::DeadLetter)] {
         store
             .unblock_target(
@@ -286,14 +315,25 @@ pub async fn unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock
             decided_at: secs(10),
         }
     );
+}
 
-    // At 61 s the three records are forgotten and their shard, which holds no delivered
-    // row, is named; a purging stage deletes them.
+/// At 61 s the three records are forgotten and their shard, which holds no delivered row, is
+/// named; a purging stage deletes them (two, its limit). A stage that records an outcome (s4's,
+/// removing its row `s4`) deletes a forgotten one too, with no purge asked.
+async fn forgotten_records_are_purged_without_delivered_rows<S: Storage + Inspect>(
+    store: &S,
+    lease: &Lease,
+    s4: i64,
+) {
+    let remove = |seq| RowUpdate {
+        seq,
+        change: RowChange::Remove,
+    };
     assert_eq!(
         store.purge_due_shards(secs(61)).await.expect("due"),
         vec![ShardIndex(0)]
     );
-    let mut purge = stage(&lease, secs(61), vec![]);
+    let mut purge = stage(lease, secs(61), vec![]);
     purge.purge_delivered = 2;
     store.commit_stage(purge).await.expect("purge");
     assert_eq!(
@@ -303,7 +343,7 @@ pub async fn unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock
     );
 
     // A stage that records an outcome deletes a forgotten one too, with no purge asked.
-    let mut expiring = stage(&lease, secs(62), vec![remove(seq("s4"))]);
+    let mut expiring = stage(lease, secs(62), vec![remove(s4)]);
     expiring.outcomes = vec![record("d", "s4", CommandOutcome::Expired, 120)];
     store.commit_stage(expiring).await.expect("commit");
     assert_eq!(
