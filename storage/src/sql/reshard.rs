@@ -94,172 +94,229 @@ macro_rules! reshard_units {
             conn: &mut Conn,
             switch: shardbox_core::storage::ReshardSwitch,
         ) -> Result<shardbox_core::storage::ReshardMoves, Failure> {
-            use $crate::schema::command_outcomes::dsl as co;
-            use $crate::schema::shardbox_settings::dsl as st;
             <Conn as Dialect>::write_transaction(conn, |conn| {
-                let recorded = <Conn as Dialect>::read_shard_count_locked(conn, true)?
-                    .map(|v| $crate::sql::reshard::parse_count(&v))
-                    .transpose()?
-                    .unwrap_or(switch.from);
-                if recorded != switch.from {
-                    return Err(Failure::from(StorageError::ShardCountChanged {
-                        expected: switch.from,
-                        recorded,
-                    }));
-                }
-                let mut shards: Vec<i32> = switch.leases.iter().map(|l| l.shard.as_i32()).collect();
-                shards.sort_unstable();
-                shards.dedup();
-                if shards.len() != switch.from as usize
-                    || shards.iter().enumerate().any(|(i, s)| *s != i as i32)
-                {
-                    return Err(Failure::from(StorageError::ReshardRefused {
-                        reason: format!(
-                            "the switch must hold the lease of every shard 0..{}, it holds {}",
-                            switch.from,
-                            shards.len()
-                        ),
-                    }));
-                }
+                let shards = check_switch(conn, &switch)?;
                 <Conn as Dialect>::lock_sessions_in_order(conn, &shards)?;
-                for lease in &switch.leases {
-                    let freed = SetLease {
-                        shard: lease.shard.as_i32(),
-                        epoch: lease.epoch.0,
-                        node_id: &lease.node_id.0,
-                        until: None,
-                    }
-                    .execute(conn)?;
-                    if freed != 1 {
-                        let current: Option<i64> = shard_sessions::table
-                            .filter(shard_sessions::shard.eq(lease.shard.as_i32()))
-                            .select(shard_sessions::epoch)
-                            .first(conn)
-                            .optional()?;
-                        return Err(Failure::from(StorageError::LeaseLost {
-                            shard: lease.shard,
-                            held: lease.epoch,
-                            current: current.map(LeaseEpoch),
-                        }));
-                    }
-                }
-                let route = |kind: &str, id: &str| switch.route.as_ref()(kind, id).as_i32();
+                free_switch_leases(conn, &switch.leases)?;
                 let mut moves = shardbox_core::storage::ReshardMoves::default();
-                // Inbox rows of every status, by seq.
-                let rows: Vec<(i64, i32, String, String)> = inbox_messages::table
-                    .select((
-                        inbox_messages::seq,
-                        inbox_messages::shard,
-                        inbox_messages::target_kind,
-                        inbox_messages::target_id,
-                    ))
-                    .load(conn)?;
-                moves.inbox_rows = rows.len() as u64;
-                let mut by_shard: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-                for (seq, shard, kind, id) in &rows {
-                    let to = route(kind, id);
-                    if to != *shard {
-                        by_shard.entry(to).or_default().push(*seq);
-                    }
-                }
-                drop(rows);
-                for (to, seqs) in &by_shard {
-                    moves.inbox_moved += seqs.len() as u64;
-                    for chunk in seqs.chunks(IN_CHUNK) {
-                        diesel::update(
-                            inbox_messages::table.filter(inbox_messages::seq.eq_any(chunk)),
-                        )
-                        .set(inbox_messages::shard.eq(*to))
-                        .execute(conn)?;
-                    }
-                }
-                // Dead letters keep the shard of their target (a requeue addresses it again).
-                let letters: Vec<(i64, i32, String, String)> = dead_letters::table
-                    .select((
-                        dead_letters::id,
-                        dead_letters::shard,
-                        dead_letters::target_kind,
-                        dead_letters::target_id,
-                    ))
-                    .load(conn)?;
-                for (id, shard, kind, target) in letters {
-                    let to = route(&kind, &target);
-                    if to != shard {
-                        diesel::update(dead_letters::table.filter(dead_letters::id.eq(id)))
-                            .set(dead_letters::shard.eq(to))
-                            .execute(conn)?;
-                        moves.records_moved += 1;
-                    }
-                }
-                // Kept outcomes are purged per shard: each goes with its target.
-                let targets: Vec<(String, String, i32)> = co::command_outcomes
-                    .select((co::target_kind, co::target_id, co::shard))
-                    .distinct()
-                    .load(conn)?;
-                for (kind, target, shard) in targets {
-                    let to = route(&kind, &target);
-                    if to != shard {
-                        moves.records_moved += diesel::update(
-                            co::command_outcomes
-                                .filter(co::target_kind.eq(&kind))
-                                .filter(co::target_id.eq(&target))
-                                .filter(co::shard.eq(shard)),
-                        )
-                        .set(co::shard.eq(to))
-                        .execute(conn)? as u64;
-                    }
-                }
-                for job in running_catch_ups(conn)? {
-                    let affected = shardbox_core::catch_up::affected_shards(
-                        &job.spec.targets,
-                        &job.spec.projection_kind,
-                        switch.to,
-                        |kind, id| switch.route.as_ref()(kind, id),
-                    );
-                    let json =
-                        serde_json::to_string(&affected.iter().map(|s| s.0).collect::<Vec<u32>>())
-                            .map_err(|e| Failure::corrupt(format!("affected shards: {e}")))?;
-                    diesel::update(catch_ups::table.filter(catch_ups::id.eq(job.id)))
-                        .set(catch_ups::affected_shards.eq(json))
-                        .execute(conn)?;
-                    moves.catch_ups += 1;
-                }
-                // The lock table: shards >= to go; every row of the new layout, kept or new,
-                // starts above every epoch handed out, so that no lease of the old layout can
-                // ever match one of them, and the highest epoch of the rows kept is still the
-                // highest ever handed out, which a new row starts from (see `pick_up`). Were
-                // the kept rows left as they were, the epochs of the rows dropped here were
-                // forgotten, and a later re-sharding that made those shards again would hand
-                // them out a second time (issue 37).
-                let top: Option<i64> = shard_sessions::table
-                    .select(diesel::dsl::max(shard_sessions::epoch))
-                    .first(conn)?;
-                let fresh = top.unwrap_or(0) + 1;
-                let to = i32::try_from(switch.to)
-                    .map_err(|_| Failure::corrupt(format!("shard count {}", switch.to)))?;
-                // Rows at or above `from` belong to no layout (a stale pick-up's): they go too.
-                let keep = to.min(switch.from as i32);
-                diesel::delete(shard_sessions::table.filter(shard_sessions::shard.ge(keep)))
-                    .execute(conn)?;
-                // The rows kept were freed above (the switch held them all).
-                diesel::update(shard_sessions::table)
-                    .set(shard_sessions::epoch.eq(fresh))
-                    .execute(conn)?;
-                for shard in (switch.from as i32)..to {
-                    diesel::insert_into(shard_sessions::table)
-                        .values((
-                            shard_sessions::shard.eq(shard),
-                            shard_sessions::epoch.eq(fresh),
-                        ))
-                        .execute(conn)?;
-                }
-                diesel::update(st::shardbox_settings.filter(st::name.eq("shard_count")))
-                    .set(st::value.eq(switch.to.to_string()))
-                    .execute(conn)?;
-                diesel::delete(st::shardbox_settings.filter(st::name.eq("resharding")))
-                    .execute(conn)?;
+                move_inbox_rows(conn, &switch, &mut moves)?;
+                move_records(conn, &switch, &mut moves)?;
+                readdress_catch_ups(conn, &switch, &mut moves)?;
+                relay_lock_table(conn, &switch)?;
                 Ok(moves)
             })
+        }
+
+        /// The shards of the switch's leases, sorted, if the recorded count is the one the
+        /// switch moves from and it holds the lease of every shard of it; else the refusal.
+        fn check_switch(
+            conn: &mut Conn,
+            switch: &shardbox_core::storage::ReshardSwitch,
+        ) -> Result<Vec<i32>, Failure> {
+            let recorded = <Conn as Dialect>::read_shard_count_locked(conn, true)?
+                .map(|v| $crate::sql::reshard::parse_count(&v))
+                .transpose()?
+                .unwrap_or(switch.from);
+            if recorded != switch.from {
+                return Err(Failure::from(StorageError::ShardCountChanged {
+                    expected: switch.from,
+                    recorded,
+                }));
+            }
+            let mut shards: Vec<i32> = switch.leases.iter().map(|l| l.shard.as_i32()).collect();
+            shards.sort_unstable();
+            shards.dedup();
+            if shards.len() != switch.from as usize
+                || shards.iter().enumerate().any(|(i, s)| *s != i as i32)
+            {
+                return Err(Failure::from(StorageError::ReshardRefused {
+                    reason: format!(
+                        "the switch must hold the lease of every shard 0..{}, it holds {}",
+                        switch.from,
+                        shards.len()
+                    ),
+                }));
+            }
+            Ok(shards)
+        }
+
+        /// Frees every lease of the switch, or `LeaseLost` for the first one it no longer
+        /// holds.
+        fn free_switch_leases(conn: &mut Conn, leases: &[Lease]) -> Result<(), Failure> {
+            for lease in leases {
+                let freed = SetLease {
+                    shard: lease.shard.as_i32(),
+                    epoch: lease.epoch.0,
+                    node_id: &lease.node_id.0,
+                    until: None,
+                }
+                .execute(conn)?;
+                if freed != 1 {
+                    let current: Option<i64> = shard_sessions::table
+                        .filter(shard_sessions::shard.eq(lease.shard.as_i32()))
+                        .select(shard_sessions::epoch)
+                        .first(conn)
+                        .optional()?;
+                    return Err(Failure::from(StorageError::LeaseLost {
+                        shard: lease.shard,
+                        held: lease.epoch,
+                        current: current.map(LeaseEpoch),
+                    }));
+                }
+            }
+            Ok(())
+        }
+
+        /// Inbox rows of every status, by seq, moved to their target's shard of the new
+        /// layout.
+        fn move_inbox_rows(
+            conn: &mut Conn,
+            switch: &shardbox_core::storage::ReshardSwitch,
+            moves: &mut shardbox_core::storage::ReshardMoves,
+        ) -> Result<(), Failure> {
+            let route = |kind: &str, id: &str| switch.route.as_ref()(kind, id).as_i32();
+            let rows: Vec<(i64, i32, String, String)> = inbox_messages::table
+                .select((
+                    inbox_messages::seq,
+                    inbox_messages::shard,
+                    inbox_messages::target_kind,
+                    inbox_messages::target_id,
+                ))
+                .load(conn)?;
+            moves.inbox_rows = rows.len() as u64;
+            let mut by_shard: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+            for (seq, shard, kind, id) in &rows {
+                let to = route(kind, id);
+                if to != *shard {
+                    by_shard.entry(to).or_default().push(*seq);
+                }
+            }
+            drop(rows);
+            for (to, seqs) in &by_shard {
+                moves.inbox_moved += seqs.len() as u64;
+                for chunk in seqs.chunks(IN_CHUNK) {
+                    diesel::update(inbox_messages::table.filter(inbox_messages::seq.eq_any(chunk)))
+                        .set(inbox_messages::shard.eq(*to))
+                        .execute(conn)?;
+                }
+            }
+            Ok(())
+        }
+
+        /// Dead letters and kept command outcomes moved to their target's shard of the new
+        /// layout.
+        fn move_records(
+            conn: &mut Conn,
+            switch: &shardbox_core::storage::ReshardSwitch,
+            moves: &mut shardbox_core::storage::ReshardMoves,
+        ) -> Result<(), Failure> {
+            use $crate::schema::command_outcomes::dsl as co;
+            let route = |kind: &str, id: &str| switch.route.as_ref()(kind, id).as_i32();
+            // Dead letters keep the shard of their target (a requeue addresses it again).
+            let letters: Vec<(i64, i32, String, String)> = dead_letters::table
+                .select((
+                    dead_letters::id,
+                    dead_letters::shard,
+                    dead_letters::target_kind,
+                    dead_letters::target_id,
+                ))
+                .load(conn)?;
+            for (id, shard, kind, target) in letters {
+                let to = route(&kind, &target);
+                if to != shard {
+                    diesel::update(dead_letters::table.filter(dead_letters::id.eq(id)))
+                        .set(dead_letters::shard.eq(to))
+                        .execute(conn)?;
+                    moves.records_moved += 1;
+                }
+            }
+            // Kept outcomes are purged per shard: each goes with its target.
+            let targets: Vec<(String, String, i32)> = co::command_outcomes
+                .select((co::target_kind, co::target_id, co::shard))
+                .distinct()
+                .load(conn)?;
+            for (kind, target, shard) in targets {
+                let to = route(&kind, &target);
+                if to != shard {
+                    moves.records_moved += diesel::update(
+                        co::command_outcomes
+                            .filter(co::target_kind.eq(&kind))
+                            .filter(co::target_id.eq(&target))
+                            .filter(co::shard.eq(shard)),
+                    )
+                    .set(co::shard.eq(to))
+                    .execute(conn)? as u64;
+                }
+            }
+            Ok(())
+        }
+
+        /// Every running catch-up's affected shards, computed again for the new layout.
+        fn readdress_catch_ups(
+            conn: &mut Conn,
+            switch: &shardbox_core::storage::ReshardSwitch,
+            moves: &mut shardbox_core::storage::ReshardMoves,
+        ) -> Result<(), Failure> {
+            for job in running_catch_ups(conn)? {
+                let affected = shardbox_core::catch_up::affected_shards(
+                    &job.spec.targets,
+                    &job.spec.projection_kind,
+                    switch.to,
+                    |kind, id| switch.route.as_ref()(kind, id),
+                );
+                let json =
+                    serde_json::to_string(&affected.iter().map(|s| s.0).collect::<Vec<u32>>())
+                        .map_err(|e| Failure::corrupt(format!("affected shards: {e}")))?;
+                diesel::update(catch_ups::table.filter(catch_ups::id.eq(job.id)))
+                    .set(catch_ups::affected_shards.eq(json))
+                    .execute(conn)?;
+                moves.catch_ups += 1;
+            }
+            Ok(())
+        }
+
+        /// The lock table re-laid for the new layout, the new count recorded and the
+        /// announcement withdrawn.
+        fn relay_lock_table(
+            conn: &mut Conn,
+            switch: &shardbox_core::storage::ReshardSwitch,
+        ) -> Result<(), Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            // The lock table: shards >= to go; every row of the new layout, kept or new,
+            // starts above every epoch handed out, so that no lease of the old layout can
+            // ever match one of them, and the highest epoch of the rows kept is still the
+            // highest ever handed out, which a new row starts from (see `pick_up`). Were
+            // the kept rows left as they were, the epochs of the rows dropped here were
+            // forgotten, and a later re-sharding that made those shards again would hand
+            // them out a second time (issue 37).
+            let top: Option<i64> = shard_sessions::table
+                .select(diesel::dsl::max(shard_sessions::epoch))
+                .first(conn)?;
+            let fresh = top.unwrap_or(0) + 1;
+            let to = i32::try_from(switch.to)
+                .map_err(|_| Failure::corrupt(format!("shard count {}", switch.to)))?;
+            // Rows at or above `from` belong to no layout (a stale pick-up's): they go too.
+            let keep = to.min(switch.from as i32);
+            diesel::delete(shard_sessions::table.filter(shard_sessions::shard.ge(keep)))
+                .execute(conn)?;
+            // The rows kept were freed by `free_switch_leases` (the switch held them all).
+            diesel::update(shard_sessions::table)
+                .set(shard_sessions::epoch.eq(fresh))
+                .execute(conn)?;
+            for shard in (switch.from as i32)..to {
+                diesel::insert_into(shard_sessions::table)
+                    .values((
+                        shard_sessions::shard.eq(shard),
+                        shard_sessions::epoch.eq(fresh),
+                    ))
+                    .execute(conn)?;
+            }
+            diesel::update(st::shardbox_settings.filter(st::name.eq("shard_count")))
+                .set(st::value.eq(switch.to.to_string()))
+                .execute(conn)?;
+            diesel::delete(st::shardbox_settings.filter(st::name.eq("resharding")))
+                .execute(conn)?;
+            Ok(())
         }
     };
 }
