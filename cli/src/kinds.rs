@@ -20,57 +20,9 @@ where
     S: KindControlStore + WorkRegistry + ?Sized,
 {
     match command {
-        KindsCommand::List => {
-            let list = kinds::list(storage, now).await?;
-            if json {
-                return print_json(&list);
-            }
-            if list.kinds.is_empty() {
-                outln!("no kinds: no live node registers one and none has stored controls")?;
-                return Ok(());
-            }
-            let mut t = Table::new(["kind", "role", "nodes", "state", "settings"]);
-            for k in &list.kinds {
-                t.row(vec![
-                    k.kind.clone(),
-                    k.role.clone().unwrap_or_else(|| "-".into()),
-                    k.nodes.len().to_string(),
-                    state(k),
-                    settings_text(&k.settings),
-                ]);
-            }
-            out!("{}", t.render())?;
-            Ok(())
-        }
-        KindsCommand::Pause { kind, force } => {
-            let outcome = kinds::pause(storage, &kind, force, now).await?;
-            if json {
-                return print_json(&outcome);
-            }
-            if outcome.paused {
-                outln!(
-                    "{kind} paused; running nodes stop delivering it within their poll interval"
-                )?;
-            } else {
-                outln!("{kind} was paused already")?;
-            }
-            Ok(())
-        }
-        KindsCommand::Resume { kind, force } => {
-            let outcome = kinds::resume(storage, &kind, force, now).await?;
-            if json {
-                return print_json(&outcome);
-            }
-            if outcome.was_paused {
-                outln!(
-                    "{kind} resumed: {} waiting messages due now; running nodes go on at their next poll",
-                    outcome.released
-                )?;
-            } else {
-                outln!("{kind} was not paused")?;
-            }
-            Ok(())
-        }
+        KindsCommand::List => list(storage, json, now).await,
+        KindsCommand::Pause { kind, force } => pause(storage, &kind, force, json, now).await,
+        KindsCommand::Resume { kind, force } => resume(storage, &kind, force, json, now).await,
         KindsCommand::Set {
             kind,
             max_attempts,
@@ -90,34 +42,127 @@ where
                 max_concurrent,
                 rate_per_second: rate,
             };
-            if !clear && given == SettingsView::default() {
-                return Err(CliError::Usage(
-                    "nothing to set: give a setting (see `shardbox kinds set --help`), or --clear to put the kind back on its nodes' configuration".into(),
-                ));
-            }
-            let stored = if clear {
-                SettingsView::default()
-            } else {
-                kinds::list(storage, now)
-                    .await?
-                    .kinds
-                    .into_iter()
-                    .find(|k| k.kind == kind)
-                    .map(|k| k.settings)
-                    .unwrap_or_default()
-            };
-            let merged = merge(stored, given);
-            let view = kinds::set(storage, &kind, &merged, force, now).await?;
-            if json {
-                return print_json(&view);
-            }
-            outln!(
-                "{kind}: {}; running nodes follow within their poll interval",
-                settings_text(&view.settings)
-            )?;
-            Ok(())
+            set(storage, &kind, given, clear, force, json, now).await
         }
     }
+}
+
+/// `kinds list`: every kind, its role, nodes, state and settings.
+async fn list<S>(storage: &S, json: bool, now: DateTime<Utc>) -> Result<(), CliError>
+where
+    S: KindControlStore + WorkRegistry + ?Sized,
+{
+    let list = kinds::list(storage, now).await?;
+    if json {
+        return print_json(&list);
+    }
+    if list.kinds.is_empty() {
+        outln!("no kinds: no live node registers one and none has stored controls")?;
+        return Ok(());
+    }
+    let mut t = Table::new(["kind", "role", "nodes", "state", "settings"]);
+    for k in &list.kinds {
+        t.row(vec![
+            k.kind.clone(),
+            k.role.clone().unwrap_or_else(|| "-".into()),
+            k.nodes.len().to_string(),
+            state(k),
+            settings_text(&k.settings),
+        ]);
+    }
+    out!("{}", t.render())?;
+    Ok(())
+}
+
+/// `kinds pause KIND`.
+async fn pause<S>(
+    storage: &S,
+    kind: &str,
+    force: bool,
+    json: bool,
+    now: DateTime<Utc>,
+) -> Result<(), CliError>
+where
+    S: KindControlStore + WorkRegistry + ?Sized,
+{
+    let outcome = kinds::pause(storage, kind, force, now).await?;
+    if json {
+        return print_json(&outcome);
+    }
+    if outcome.paused {
+        outln!("{kind} paused; running nodes stop delivering it within their poll interval")?;
+    } else {
+        outln!("{kind} was paused already")?;
+    }
+    Ok(())
+}
+
+/// `kinds resume KIND`.
+async fn resume<S>(
+    storage: &S,
+    kind: &str,
+    force: bool,
+    json: bool,
+    now: DateTime<Utc>,
+) -> Result<(), CliError>
+where
+    S: KindControlStore + WorkRegistry + ?Sized,
+{
+    let outcome = kinds::resume(storage, kind, force, now).await?;
+    if json {
+        return print_json(&outcome);
+    }
+    if outcome.was_paused {
+        outln!(
+            "{kind} resumed: {} waiting messages due now; running nodes go on at their next poll",
+            outcome.released
+        )?;
+    } else {
+        outln!("{kind} was not paused")?;
+    }
+    Ok(())
+}
+
+/// `kinds set KIND …`: the `given` settings merged over the stored ones, or (`clear`) none
+/// stored.
+async fn set<S>(
+    storage: &S,
+    kind: &str,
+    given: SettingsView,
+    clear: bool,
+    force: bool,
+    json: bool,
+    now: DateTime<Utc>,
+) -> Result<(), CliError>
+where
+    S: KindControlStore + WorkRegistry + ?Sized,
+{
+    if !clear && given == SettingsView::default() {
+        return Err(CliError::Usage(
+            "nothing to set: give a setting (see `shardbox kinds set --help`), or --clear to put the kind back on its nodes' configuration".into(),
+        ));
+    }
+    let stored = if clear {
+        SettingsView::default()
+    } else {
+        kinds::list(storage, now)
+            .await?
+            .kinds
+            .into_iter()
+            .find(|k| k.kind == kind)
+            .map(|k| k.settings)
+            .unwrap_or_default()
+    };
+    let merged = merge(stored, given);
+    let view = kinds::set(storage, kind, &merged, force, now).await?;
+    if json {
+        return print_json(&view);
+    }
+    outln!(
+        "{kind}: {}; running nodes follow within their poll interval",
+        settings_text(&view.settings)
+    )?;
+    Ok(())
 }
 
 /// `stored` with every field `given` sets replaced (a failure policy's three fields together).

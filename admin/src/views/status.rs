@@ -200,60 +200,8 @@ async fn read_with(
         Vec::new()
     };
 
-    let mut by_shard: BTreeMap<ShardIndex, (Option<&ShardSession>, ShardDepth)> = BTreeMap::new();
-    for s in &sessions {
-        by_shard.insert(s.shard, (Some(s), ShardDepth::empty(s.shard)));
-    }
-    let mut totals = ShardDepth::empty(ShardIndex(0));
-    for d in &depths {
-        totals.absorb(d);
-        by_shard.entry(d.shard).or_insert((None, *d)).1 = *d;
-    }
-    let held = |s: &ShardSession| s.node_id.is_some() && s.lease_until.is_some_and(|u| u > now);
-    let shards: Vec<ShardView> = by_shard
-        .values()
-        .map(|(session, depth)| ShardView {
-            shard: depth.shard.0,
-            owner: session
-                .and_then(|s| s.node_id.as_ref())
-                .map(|n| n.0.clone()),
-            worker: session.and_then(|s| s.worker_id).map(|w| w.0),
-            epoch: session.map_or(0, |s| s.epoch.0),
-            held: session.is_some_and(held),
-            picked_at: session.and_then(|s| s.picked_at),
-            lease_until: session.and_then(|s| s.lease_until),
-            lease_age_ms: session
-                .and_then(|s| s.picked_at)
-                .map(|p| (now - p).num_milliseconds()),
-            depth: DepthView::of(depth, now),
-        })
-        .collect();
-
-    let mut nodes: BTreeMap<&str, NodeView> = BTreeMap::new();
-    let node_view = |node: &str, member: Option<&Member>| NodeView {
-        node: node.to_owned(),
-        member: member.is_some(),
-        started_at: member.map(|m| m.started_at),
-        last_heartbeat: member.map(|m| m.beat_at),
-        alive_until: member.map(|m| m.alive_until),
-        leases_held: 0,
-        last_picked_at: None,
-        last_lease_until: None,
-    };
-    for m in &members {
-        nodes.insert(&m.node_id.0, node_view(&m.node_id.0, Some(m)));
-    }
-    for s in &sessions {
-        let Some(node) = &s.node_id else { continue };
-        let view = nodes
-            .entry(&node.0)
-            .or_insert_with(|| node_view(&node.0, None));
-        view.leases_held += usize::from(held(s));
-        view.last_picked_at = view.last_picked_at.max(s.picked_at);
-        view.last_lease_until = view.last_lease_until.max(s.lease_until);
-    }
-
-    let nodes: Vec<NodeView> = nodes.into_values().collect();
+    let (shards, totals) = shard_views(&sessions, &depths, now);
+    let nodes = node_views(&members, &sessions, now);
     let resharding = layout
         .resharding
         .filter(|a| a.until > now)
@@ -290,4 +238,76 @@ async fn read_with(
         resharding,
         attention,
     })
+}
+
+/// Whether `s` is held at `now`: a node holds it and its lease has not run out.
+fn held_at(s: &ShardSession, now: DateTime<Utc>) -> bool {
+    s.node_id.is_some() && s.lease_until.is_some_and(|u| u > now)
+}
+
+/// One view per shard that has a session or rows, in shard order, and the depths summed over
+/// every shard.
+fn shard_views(
+    sessions: &[ShardSession],
+    depths: &[ShardDepth],
+    now: DateTime<Utc>,
+) -> (Vec<ShardView>, ShardDepth) {
+    let mut by_shard: BTreeMap<ShardIndex, (Option<&ShardSession>, ShardDepth)> = BTreeMap::new();
+    for s in sessions {
+        by_shard.insert(s.shard, (Some(s), ShardDepth::empty(s.shard)));
+    }
+    let mut totals = ShardDepth::empty(ShardIndex(0));
+    for d in depths {
+        totals.absorb(d);
+        by_shard.entry(d.shard).or_insert((None, *d)).1 = *d;
+    }
+    let held = |s: &ShardSession| held_at(s, now);
+    let shards: Vec<ShardView> = by_shard
+        .values()
+        .map(|(session, depth)| ShardView {
+            shard: depth.shard.0,
+            owner: session
+                .and_then(|s| s.node_id.as_ref())
+                .map(|n| n.0.clone()),
+            worker: session.and_then(|s| s.worker_id).map(|w| w.0),
+            epoch: session.map_or(0, |s| s.epoch.0),
+            held: session.is_some_and(held),
+            picked_at: session.and_then(|s| s.picked_at),
+            lease_until: session.and_then(|s| s.lease_until),
+            lease_age_ms: session
+                .and_then(|s| s.picked_at)
+                .map(|p| (now - p).num_milliseconds()),
+            depth: DepthView::of(depth, now),
+        })
+        .collect();
+    (shards, totals)
+}
+
+/// One view per node that is a member or holds a session, in node order: its membership
+/// times and the leases it holds at `now`.
+fn node_views(members: &[Member], sessions: &[ShardSession], now: DateTime<Utc>) -> Vec<NodeView> {
+    let mut nodes: BTreeMap<&str, NodeView> = BTreeMap::new();
+    let node_view = |node: &str, member: Option<&Member>| NodeView {
+        node: node.to_owned(),
+        member: member.is_some(),
+        started_at: member.map(|m| m.started_at),
+        last_heartbeat: member.map(|m| m.beat_at),
+        alive_until: member.map(|m| m.alive_until),
+        leases_held: 0,
+        last_picked_at: None,
+        last_lease_until: None,
+    };
+    for m in members {
+        nodes.insert(&m.node_id.0, node_view(&m.node_id.0, Some(m)));
+    }
+    for s in sessions {
+        let Some(node) = &s.node_id else { continue };
+        let view = nodes
+            .entry(&node.0)
+            .or_insert_with(|| node_view(&node.0, None));
+        view.leases_held += usize::from(held_at(s, now));
+        view.last_picked_at = view.last_picked_at.max(s.picked_at);
+        view.last_lease_until = view.last_lease_until.max(s.lease_until);
+    }
+    nodes.into_values().collect()
 }
