@@ -121,59 +121,14 @@ fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, 
 
 impl Args {
     pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-        let mut a = Args {
-            backend: Backend::Sqlite,
-            workload: Workload::Live,
-            n: 0,
-            targets: 1_000,
-            shards: 16,
-            page_size: 256,
-            nodes: 3,
-            rate: 1_000,
-            secs: 10,
-            warmup: 1,
-            rounds: 2,
-            batch: 0,
-            paced: false,
-            kind_limit: None,
-            cache_capacity: None,
-            workers: 4,
-            handler_concurrency: 64,
-            work_ms: 1.0,
-            node_process: None,
-            schema: None,
-            minutes: 30.0,
-            sample_secs: 60,
-            vacuum_secs: None,
-            hold_xmin_minutes: 0.0,
-            hold_xmin_after: 0.0,
-        };
+        let mut a = Args::defaults();
         let mut n = None;
         let mut rate = None;
         while let Some(flag) = it.next() {
             match flag.as_str() {
                 "--bench" => {} // cargo bench passes it to harness = false targets
-                "--backend" => {
-                    a.backend = match it.next().as_deref() {
-                        Some("memory") => Backend::Memory,
-                        Some("sqlite") => Backend::Sqlite,
-                        Some("postgres") => Backend::Postgres,
-                        other => return Err(format!("--backend: unknown backend {other:?}")),
-                    }
-                }
-                "--workload" => {
-                    a.workload = match it.next().as_deref() {
-                        Some("live") => Workload::Live,
-                        Some("latency") => Workload::Latency,
-                        Some("scale") => Workload::Scale,
-                        Some("catch-up") => Workload::CatchUp,
-                        Some("cluster") => Workload::Cluster,
-                        Some("reshard") => Workload::Reshard,
-                        Some("jobs") => Workload::Jobs,
-                        Some("soak") => Workload::Soak,
-                        other => return Err(format!("--workload: unknown workload {other:?}")),
-                    }
-                }
+                "--backend" => a.backend = Backend::parse(it.next().as_deref())?,
+                "--workload" => a.workload = Workload::parse(it.next().as_deref())?,
                 "--n" => n = Some(number("--n", it.next())?),
                 "--targets" => a.targets = number("--targets", it.next())?,
                 "--shards" => a.shards = number("--shards", it.next())?,
@@ -220,23 +175,90 @@ impl Args {
         if a.batch == 0 {
             a.batch = a.page_size;
         }
-        if a.n == 0
-            || a.targets == 0
-            || a.shards == 0
-            || a.page_size == 0
-            || a.nodes == 0
-            || a.rounds == 0
-            || a.workers == 0
-            || a.handler_concurrency == 0
-            || !(a.work_ms >= 0.0 && a.work_ms <= 60_000.0)
-            || !(a.minutes > 0.0 && a.minutes <= 10_000.0)
-            || a.sample_secs == 0
-            || !(a.hold_xmin_minutes >= 0.0 && a.hold_xmin_after >= 0.0)
+        a.check()?;
+        Ok(a)
+    }
+
+    /// Every setting's default; `n`, `rate` and `batch` are settled after the flags (their
+    /// defaults depend on the workload and the page size).
+    fn defaults() -> Args {
+        Args {
+            backend: Backend::Sqlite,
+            workload: Workload::Live,
+            n: 0,
+            targets: 1_000,
+            shards: 16,
+            page_size: 256,
+            nodes: 3,
+            rate: 1_000,
+            secs: 10,
+            warmup: 1,
+            rounds: 2,
+            batch: 0,
+            paced: false,
+            kind_limit: None,
+            cache_capacity: None,
+            workers: 4,
+            handler_concurrency: 64,
+            work_ms: 1.0,
+            node_process: None,
+            schema: None,
+            minutes: 30.0,
+            sample_secs: 60,
+            vacuum_secs: None,
+            hold_xmin_minutes: 0.0,
+            hold_xmin_after: 0.0,
+        }
+    }
+
+    /// Refuses arguments out of range: every count must be > 0, every time within its bounds.
+    fn check(&self) -> Result<(), String> {
+        if self.n == 0
+            || self.targets == 0
+            || self.shards == 0
+            || self.page_size == 0
+            || self.nodes == 0
+            || self.rounds == 0
+            || self.workers == 0
+            || self.handler_concurrency == 0
+            || !(self.work_ms >= 0.0 && self.work_ms <= 60_000.0)
+            || !(self.minutes > 0.0 && self.minutes <= 10_000.0)
+            || self.sample_secs == 0
+            || !(self.hold_xmin_minutes >= 0.0 && self.hold_xmin_after >= 0.0)
         {
             return Err(
                 "--n, --targets, --shards, --page-size, --nodes, --rounds, --workers, --handler-concurrency, --minutes and --sample-secs must be > 0, --work-ms 0..=60000, the --hold-xmin-* values >= 0".into(),
             );
         }
-        Ok(a)
+        Ok(())
+    }
+}
+
+impl Backend {
+    /// The `--backend` value.
+    fn parse(value: Option<&str>) -> Result<Backend, String> {
+        match value {
+            Some("memory") => Ok(Backend::Memory),
+            Some("sqlite") => Ok(Backend::Sqlite),
+            Some("postgres") => Ok(Backend::Postgres),
+            other => Err(format!("--backend: unknown backend {other:?}")),
+        }
+    }
+}
+
+impl Workload {
+    /// The `--workload` value.
+    fn parse(value: Option<&str>) -> Result<Workload, String> {
+        match value {
+            Some("live") => Ok(Workload::Live),
+            Some("latency") => Ok(Workload::Latency),
+            Some("scale") => Ok(Workload::Scale),
+            Some("catch-up") => Ok(Workload::CatchUp),
+            Some("cluster") => Ok(Workload::Cluster),
+            Some("reshard") => Ok(Workload::Reshard),
+            Some("jobs") => Ok(Workload::Jobs),
+            Some("soak") => Ok(Workload::Soak),
+            other => Err(format!("--workload: unknown workload {other:?}")),
+        }
     }
 }
