@@ -29,6 +29,7 @@ use axum::middleware;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use kinds_api::KindStep;
 use state::AdminState;
 
 /// The router over `state`. Mount it as it is (`app.merge(router(state))`) or under a
@@ -59,8 +60,14 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/catch-ups/{id}", get(api::catch_up))
         .route("/api/catch-ups/{id}/cancel", post(api::cancel_catch_up))
         .route("/api/kinds", get(kinds_api::kinds))
-        .route("/api/kinds/{kind}/pause", post(kinds_api::pause_kind))
-        .route("/api/kinds/{kind}/resume", post(kinds_api::resume_kind))
+        .route(
+            "/api/kinds/{kind}/pause",
+            post(|s, k, b| kinds_api::steer_kind(KindStep::Pause, s, k, b)),
+        )
+        .route(
+            "/api/kinds/{kind}/resume",
+            post(|s, k, b| kinds_api::steer_kind(KindStep::Resume, s, k, b)),
+        )
         .route(
             "/api/kinds/{kind}/settings",
             post(kinds_api::set_kind_settings),
