@@ -90,7 +90,9 @@ pub use model::ids::{
 pub use model::kind_controls::{
     exhausted_name, exhausted_of, KindControl, KindControls, KindLimits, KindSettings,
 };
-pub use model::kind_role::{decode_kinds, encode_kinds, KindRole, RegisteredKind};
+pub use model::kind_role::{
+    decode_kinds, encode_kinds, is_internal_kind, KindRole, RegisteredKind, INTERNAL_KIND_PREFIX,
+};
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };
