@@ -97,26 +97,28 @@ async fn ready(State(state): State<AdminState>) -> Response {
 }
 
 async fn metrics(State(state): State<AdminState>) -> Response {
-    let mut out = String::new();
-    match crate::views::status::read_for_gauges(&state.reads(), chrono::Utc::now()).await {
-        Ok(status) => prometheus::render_gauges(&mut out, &status),
-        Err(e) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("# the database could not be read: {e}\n"),
-            )
-                .into_response()
-        }
-    }
-    if let Some(node) = &state.node {
-        prometheus::render_counters(&mut out, &node.node_id(), &node.metrics());
-    }
+    let status =
+        match crate::views::status::read_for_gauges(&state.reads(), chrono::Utc::now()).await {
+            Ok(status) => status,
+            Err(e) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("# the database could not be read: {e}\n"),
+                )
+                    .into_response()
+            }
+        };
+    let node = state.node.as_ref().map(|n| (n.node_id(), n.metrics()));
+    let text = prometheus::render(
+        &status,
+        node.as_ref().map(|(id, snapshot)| (id.as_str(), snapshot)),
+    );
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        out,
+        text,
     )
         .into_response()
 }
