@@ -15,8 +15,9 @@ impl Shardbox {
     /// runs out while paused is still expired. Returns whether the kind was running.
     ///
     /// `kind` must be registered here ([`DeliveryError::UnknownKind`] otherwise: a misspelled
-    /// kind would pause nothing). A tool without the application pauses any kind with
-    /// `shardbox kinds pause`.
+    /// kind would pause nothing), and not one of Shardbox's own (`shardbox.…`,
+    /// `ConfigError::InternalKind`; as for every kind action). A tool without the application
+    /// pauses any other kind with `shardbox kinds pause`.
     ///
     /// ```no_run
     /// # async fn run(shardbox: shardbox::Shardbox) -> Result<(), shardbox::DeliveryError> {

@@ -253,5 +253,5 @@ async fn gauges_show_a_seeded_database() {
     ] {
         assert!(described.contains(name), "{name} is described");
     }
-    assert_eq!(described.len(), 30, "19 counters, 10 gauges, 1 histogram");
+    assert_eq!(described.len(), 31, "20 counters, 10 gauges, 1 histogram");
 }

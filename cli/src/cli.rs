@@ -182,7 +182,8 @@ pub struct DeadLetterFilterArgs {
     /// Only of this tenant.
     #[arg(long)]
     pub tenant: Option<String>,
-    /// Only dead-lettered at or after this time (RFC 3339, or an age such as 30m, 2h, 7d).
+    /// Only dead-lettered at or after this time (RFC 3339, or an age such as 30m, 2h, 7d,
+    /// 1h30m, 2w; at most 36500d).
     #[arg(long)]
     pub since: Option<Since>,
     /// Only dead-lettered before this time (same forms as --since).

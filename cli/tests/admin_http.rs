@@ -60,7 +60,8 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     let due_shard = sb.shard_of(Ledger::KIND, "l-5").0;
     for line in [
         "# TYPE shardbox_inbox_depth gauge".to_owned(),
-        format!("shardbox_inbox_depth{{shard=\"{due_shard}\",state=\"due\"}} 1"),
+        // The labels a node's own recorder gives (state; the shard is the lag's label).
+        "shardbox_inbox_depth{state=\"due\"} 1".to_owned(),
         "shardbox_dead_letters 1".to_owned(),
         "shardbox_blocked_targets 1".to_owned(),
         format!("shardbox_leases_held{{node=\"{}\"}} 0", seed::NODE),
@@ -79,7 +80,9 @@ async fn read_only(sb: &Shardbox, addr: &str) {
         assert_eq!(Some(help), shardbox::core::metric_help(name), "{name}");
         helped += 1;
     }
-    assert_eq!(helped, 9, "every gauge of core's catalog:\n{text}");
+    // Every gauge with a line: the exporter writes no header for a metric without one, and
+    // the catch-up progress gauges have lines only while a catch-up runs.
+    assert_eq!(helped, 7, "every gauge of core's catalog:\n{text}");
     assert!(
         !text.contains("shardbox_delivered_total"),
         "a standalone server has no node counters"
@@ -188,7 +191,8 @@ async fn read_only(sb: &Shardbox, addr: &str) {
         1
     );
     refused(
-        &get(addr, "/api/dead-letters?since=5w").await,
+        // Weeks are an age since humantime reads them (`5w`); `x` is no unit.
+        &get(addr, "/api/dead-letters?since=5x").await,
         400,
         "unit of an age",
     );

@@ -112,6 +112,38 @@ async fn start_and_cancel(storage: Arc<dyn Storage>, db: &str, schema: Option<&s
         vec![0; COUNTERS],
         "the targets are reset"
     );
+    // The job's first step waits in the Inbox as a row of Shardbox's own kind: no kinds
+    // list shows it (status by kind, which the dashboard's Kinds table reads too; `kinds
+    // list`), and a kind action on it is refused, forced or not (issue 36).
+    let tick = shardbox::core::catch_up::TICK_KIND;
+    let status = json(db, schema, &["status"]);
+    let by_kind = status["by_kind"].as_array().expect("by_kind");
+    assert!(
+        by_kind.iter().all(|k| k["kind"] != tick),
+        "internal kinds are not listed: {status}"
+    );
+    let kinds = json(db, schema, &["kinds", "list"]);
+    assert!(
+        kinds["kinds"]
+            .as_array()
+            .expect("kinds")
+            .iter()
+            .all(|k| k["kind"] != tick),
+        "{kinds}"
+    );
+    let steps: [&[&str]; 2] = [
+        &["kinds", "pause", tick, "--force"],
+        &["kinds", "set", tick, "--max-concurrent", "1", "--force"],
+    ];
+    for args in steps {
+        let refused = run(db, schema, args);
+        assert_eq!(code(&refused), 2, "{args:?}: {}", stderr(&refused));
+        assert!(
+            stderr(&refused).contains("one of Shardbox's own kinds"),
+            "{args:?}: {}",
+            stderr(&refused)
+        );
+    }
     let overlap = run(
         db,
         schema,

@@ -90,7 +90,9 @@ pub use model::ids::{
 pub use model::kind_controls::{
     exhausted_name, exhausted_of, KindControl, KindControls, KindLimits, KindSettings,
 };
-pub use model::kind_role::{decode_kinds, encode_kinds, KindRole, RegisteredKind};
+pub use model::kind_role::{
+    decode_kinds, encode_kinds, is_internal_kind, KindRole, RegisteredKind, INTERNAL_KIND_PREFIX,
+};
 pub use model::message::{
     DedupKey, InboxMessage, InboxWrite, MessageKind, MessageStatus, Metadata, NewMessage,
 };
@@ -117,9 +119,11 @@ pub use storage::{
     CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, KindControlStore, Lease,
     ListenerHandle, ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
 };
-pub use telemetry::describe::{describe_metrics, metric_help};
+pub use telemetry::describe::{describe_metrics, metric_help, STAGE_SECONDS};
 pub use telemetry::gauges::{publish_kind_controls, GaugeSample};
-pub use telemetry::metrics::{DeliveryMetrics, LatencySummary, MetricsSnapshot};
+pub use telemetry::metrics::{
+    DeliveryMetrics, LatencySummary, MetricsSnapshot, STAGE_BUCKETS, STAGE_BUCKETS_US,
+};
 pub use telemetry::monitor::{
     DeliveryMonitor, FailureAction, FailureInfo, NoopMonitor, StageInfo, StageReport,
 };

@@ -51,30 +51,39 @@ pub async fn kinds(State(state): State<AdminState>) -> ApiResult {
     ok(kinds::list(&*state.storage, Utc::now()).await?)
 }
 
-/// `POST /api/kinds/{kind}/pause`.
-pub async fn pause_kind(
-    State(state): State<AdminState>,
-    Path(kind): Path<String>,
-    body: Result<Json<KindAction>, JsonRejection>,
-) -> ApiResult {
-    allowed(&state)?;
-    let Json(action) = body?;
-    let outcome = kinds::pause(&*state.storage, &kind, action.force, Utc::now()).await?;
-    changed(&state, &[]);
-    ok(outcome)
+/// The two ways to steer a kind: the last segment of its route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KindStep {
+    /// `POST /api/kinds/{kind}/pause` → `PauseOutcome`.
+    Pause,
+    /// `POST /api/kinds/{kind}/resume` → `ResumeOutcome` (the node wakes the shards whose
+    /// parked messages were released).
+    Resume,
 }
 
-/// `POST /api/kinds/{kind}/resume`.
-pub async fn resume_kind(
+/// `POST /api/kinds/{kind}/pause` and `POST /api/kinds/{kind}/resume`: one handler, the
+/// route says which step (`post(|s, k, b| steer_kind(KindStep::Pause, s, k, b))`).
+pub async fn steer_kind(
+    step: KindStep,
     State(state): State<AdminState>,
     Path(kind): Path<String>,
     body: Result<Json<KindAction>, JsonRejection>,
 ) -> ApiResult {
     allowed(&state)?;
     let Json(action) = body?;
-    let outcome = kinds::resume(&*state.storage, &kind, action.force, Utc::now()).await?;
-    changed(&state, &outcome.report.shards);
-    ok(outcome)
+    let now = Utc::now();
+    match step {
+        KindStep::Pause => {
+            let outcome = kinds::pause(&*state.storage, &kind, action.force, now).await?;
+            changed(&state, &[]);
+            ok(outcome)
+        }
+        KindStep::Resume => {
+            let outcome = kinds::resume(&*state.storage, &kind, action.force, now).await?;
+            changed(&state, &outcome.report.shards);
+            ok(outcome)
+        }
+    }
 }
 
 /// `POST /api/kinds/{kind}/settings`.

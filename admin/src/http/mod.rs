@@ -29,6 +29,7 @@ use axum::middleware;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use kinds_api::KindStep;
 use state::AdminState;
 
 /// The router over `state`. Mount it as it is (`app.merge(router(state))`) or under a
@@ -59,8 +60,14 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/catch-ups/{id}", get(api::catch_up))
         .route("/api/catch-ups/{id}/cancel", post(api::cancel_catch_up))
         .route("/api/kinds", get(kinds_api::kinds))
-        .route("/api/kinds/{kind}/pause", post(kinds_api::pause_kind))
-        .route("/api/kinds/{kind}/resume", post(kinds_api::resume_kind))
+        .route(
+            "/api/kinds/{kind}/pause",
+            post(|s, k, b| kinds_api::steer_kind(KindStep::Pause, s, k, b)),
+        )
+        .route(
+            "/api/kinds/{kind}/resume",
+            post(|s, k, b| kinds_api::steer_kind(KindStep::Resume, s, k, b)),
+        )
         .route(
             "/api/kinds/{kind}/settings",
             post(kinds_api::set_kind_settings),
@@ -90,26 +97,28 @@ async fn ready(State(state): State<AdminState>) -> Response {
 }
 
 async fn metrics(State(state): State<AdminState>) -> Response {
-    let mut out = String::new();
-    match crate::views::status::read_for_gauges(&state.reads(), chrono::Utc::now()).await {
-        Ok(status) => prometheus::render_gauges(&mut out, &status),
-        Err(e) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("# the database could not be read: {e}\n"),
-            )
-                .into_response()
-        }
-    }
-    if let Some(node) = &state.node {
-        prometheus::render_counters(&mut out, &node.node_id(), &node.metrics());
-    }
+    let status =
+        match crate::views::status::read_for_gauges(&state.reads(), chrono::Utc::now()).await {
+            Ok(status) => status,
+            Err(e) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("# the database could not be read: {e}\n"),
+                )
+                    .into_response()
+            }
+        };
+    let node = state.node.as_ref().map(|n| (n.node_id(), n.metrics()));
+    let text = prometheus::render(
+        &status,
+        node.as_ref().map(|(id, snapshot)| (id.as_str(), snapshot)),
+    );
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        out,
+        text,
     )
         .into_response()
 }

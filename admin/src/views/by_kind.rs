@@ -7,10 +7,13 @@
 //!    each ─► DeadLetterStore::count_dead_letters(kind)                          exact
 //!  dead letters of other kinds ─► one `other` line (kind: None)
 //! ```
+//!
+//! Shardbox's own kinds (the catch-ups' tick rows, `shardbox.catch-up`) are left out: they
+//! are a catch-up's steps, shown by the catch-up views, not an application's backlog.
 
 use serde::Serialize;
 use shardbox_core::storage::{DeadLetterFilter, KindDepth, StorageReads};
-use shardbox_core::StorageError;
+use shardbox_core::{is_internal_kind, StorageError};
 use std::collections::BTreeMap;
 
 /// The oldest dead letters whose kinds are counted (each kind's count is exact; a kind
@@ -76,6 +79,7 @@ pub async fn read(
         .kind_depths(now)
         .await?
         .iter()
+        .filter(|d| !is_internal_kind(&d.kind))
         .map(|d| (d.kind.clone(), KindCounts::of(d, now)))
         .collect();
     let mut counted_kinds = kinds;
@@ -85,7 +89,7 @@ pub async fn read(
             counted_kinds.push(d.letter.original.message.target_kind.clone());
         }
     }
-    for kind in counted_kinds {
+    for kind in counted_kinds.into_iter().filter(|k| !is_internal_kind(k)) {
         by_kind
             .entry(kind.clone())
             .or_insert_with(|| KindCounts::empty(&kind));

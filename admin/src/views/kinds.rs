@@ -5,6 +5,9 @@
 //! A tool has no registry to check a kind name against: an action is refused unless a live
 //! node registers the kind or the database already holds controls for it (a misspelled kind
 //! would pause nothing), and `force` lets it through (a kind whose nodes are all down).
+//!
+//! Shardbox's own kinds (names starting `shardbox.`, the catch-ups' ticks) are neither
+//! listed nor steered: the library refuses them (`operator::check_steerable`), force or not.
 
 use crate::error::AdminError;
 use chrono::{DateTime, Utc};
@@ -12,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use shardbox_core::operator;
 use shardbox_core::storage::{KindControlStore, ResumeReport, WorkRegistry};
 use shardbox_core::{
-    exhausted_name, exhausted_of, Backoff, FailurePolicy, KindControl, KindLimits, KindSettings,
+    exhausted_name, exhausted_of, is_internal_kind, Backoff, DeliveryError, FailurePolicy,
+    KindControl, KindLimits, KindSettings,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -156,7 +160,8 @@ fn refused(field: &str, why: &str) -> AdminError {
     AdminError::Refused(format!("{field}: {why}"))
 }
 
-/// Every kind the live nodes register or the database holds controls for.
+/// Every kind the live nodes register or the database holds controls for, but Shardbox's
+/// own (see [`is_internal_kind`]).
 pub async fn list<S>(storage: &S, now: DateTime<Utc>) -> Result<KindList, AdminError>
 where
     S: KindControlStore + WorkRegistry + ?Sized,
@@ -165,11 +170,12 @@ where
         .kind_controls()
         .await?
         .into_iter()
+        .filter(|c| !is_internal_kind(&c.kind))
         .map(|c| (c.kind.clone(), c))
         .collect();
     let mut kinds: BTreeMap<String, KindView> = BTreeMap::new();
     for member in storage.members(now).await? {
-        for k in member.kinds {
+        for k in member.kinds.iter().filter(|k| !is_internal_kind(&k.kind)) {
             let view = kinds
                 .entry(k.kind.clone())
                 .or_insert_with(|| empty(&k.kind));
@@ -202,7 +208,7 @@ fn empty(kind: &str) -> KindView {
 }
 
 /// Refuses an action on `kind` unless a live node registers it or it has stored controls
-/// (unless `force`).
+/// (unless `force`); refuses Shardbox's own kinds whatever `force` says.
 async fn check_known<S>(
     storage: &S,
     kind: &str,
@@ -212,6 +218,7 @@ async fn check_known<S>(
 where
     S: KindControlStore + WorkRegistry + ?Sized,
 {
+    operator::check_steerable(kind).map_err(DeliveryError::from)?;
     if force {
         return Ok(());
     }
@@ -391,5 +398,48 @@ mod tests {
         assert_eq!(list.kinds[1].role.as_deref(), Some("reactor"));
         let resumed = resume(&storage, "mailer", false, t(4)).await.unwrap();
         assert!(resumed.was_paused);
+    }
+
+    #[tokio::test]
+    async fn shardbox_s_own_kinds_are_neither_listed_nor_steered() {
+        let storage = MemoryStorage::new();
+        let kinds = vec![
+            RegisteredKind {
+                kind: "balances".into(),
+                role: KindRole::Projection,
+            },
+            RegisteredKind {
+                kind: shardbox_core::catch_up::TICK_KIND.into(),
+                role: KindRole::Reactor,
+            },
+        ];
+        storage
+            .beat(&NodeId("n1".into()), t(0), t(60), &kinds)
+            .await
+            .unwrap();
+        let names: Vec<String> = list(&storage, t(1))
+            .await
+            .unwrap()
+            .kinds
+            .into_iter()
+            .map(|k| k.kind)
+            .collect();
+        assert_eq!(names, ["balances"]);
+        let tick = shardbox_core::catch_up::TICK_KIND;
+        for force in [false, true] {
+            let paused = pause(&storage, tick, force, t(2)).await.unwrap_err();
+            assert!(
+                matches!(paused, AdminError::Refused(ref m) if m.contains("Shardbox's own kinds")),
+                "{paused}"
+            );
+            let settings = set(&storage, tick, &SettingsView::default(), force, t(2)).await;
+            assert!(settings.is_err());
+            assert!(resume(&storage, tick, force, t(2)).await.is_err());
+        }
+        let refused = pause(&storage, "balancs", false, t(3)).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("known kinds: balances;"),
+            "the internal kind is not offered: {refused}"
+        );
     }
 }

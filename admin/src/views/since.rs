@@ -1,6 +1,11 @@
 //! Points in time given by an operator: an RFC 3339 instant, or an age (`90s`, `30m`, `2h`,
-//! `7d`) meaning that long before now. The CLI's `--since`/`--until` and the HTTP API's
-//! `since`/`until` parameters read the same forms.
+//! `7d`, `1h30m`, `2w`) meaning that long before now. The CLI's `--since`/`--until` and the
+//! HTTP API's `since`/`until` parameters read the same forms.
+//!
+//! An age is read by [`humantime::parse_duration`]: numbers each followed by a unit, with or
+//! without spaces between them (`1h 30m`) — `s` (`sec`, `seconds`), `m` (`min`, `minutes`),
+//! `h` (`hr`, `hours`), `d` (`days`), `w` (`weeks`), `M` (`months`, 30.44 days) and `y`
+//! (`years`, 365.25 days), and the sub-second `ms`, `us`, `ns`.
 //!
 //! An age is at most [`MAX_AGE_DAYS`] days: far enough for any history, and near enough that
 //! "now minus the age" is always a time the clock (and a database) can hold. A longer age is
@@ -12,6 +17,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Deserializer};
 use std::str::FromStr;
+use std::time::Duration;
 
 /// A duration for people: `4.2s`, `3m05s`, `2h10m`, `3d4h`.
 pub fn human(d: TimeDelta) -> String {
@@ -33,6 +39,9 @@ pub fn human(d: TimeDelta) -> String {
 
 /// The longest age accepted: 100 years, in days.
 pub const MAX_AGE_DAYS: i64 = 36_500;
+
+/// [`MAX_AGE_DAYS`] as a duration.
+const MAX_AGE: Duration = Duration::from_secs(MAX_AGE_DAYS as u64 * 86_400);
 
 /// A point in time, resolved against the clock when used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,33 +73,25 @@ impl FromStr for Since {
         if let Ok(t) = DateTime::parse_from_rfc3339(s) {
             return Ok(Since::At(t.with_timezone(&Utc)));
         }
-        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let (n, unit) = s.split_at(split);
-        if n.is_empty() {
-            return Err(format!(
-                "`{s}` is neither an RFC 3339 time nor an age like 30m"
-            ));
-        }
-        let seconds_per_unit: i64 = match unit {
-            "s" => 1,
-            "m" => 60,
-            "h" => 3_600,
-            "d" => 86_400,
-            _ => return Err(format!("`{s}`: the unit of an age is s, m, h or d")),
-        };
         let out_of_range = || {
             format!(
                 "`{s}` is out of range: an age is at most {MAX_AGE_DAYS}d (100 years); give an RFC 3339 time for an earlier point"
             )
         };
-        // Only digits are left, so a parse failure is an overflow.
-        let n: i64 = n.parse().map_err(|_| out_of_range())?;
-        match n.checked_mul(seconds_per_unit) {
-            Some(seconds) if seconds <= MAX_AGE_DAYS * 86_400 => {
-                Ok(Since::Ago(TimeDelta::seconds(seconds)))
-            }
-            _ => Err(out_of_range()),
+        let age = humantime::parse_duration(s).map_err(|e| match e {
+            humantime::DurationError::NumberOverflow => out_of_range(),
+            other => format!(
+                "`{s}` is neither an RFC 3339 time nor an age like 30m, 2h or 1h30m (the unit of an age is s, m, h, d, w, M or y): {other}"
+            ),
+        })?;
+        // Bounded here, so that "now minus the age" is a time the clock and the databases
+        // hold; the bound also makes the conversion below infallible.
+        if age > MAX_AGE {
+            return Err(out_of_range());
         }
+        TimeDelta::from_std(age)
+            .map(Since::Ago)
+            .map_err(|_| out_of_range())
     }
 }
 
@@ -132,8 +133,26 @@ mod tests {
                 .timestamp(),
             5
         );
-        assert!("5w".parse::<Since>().is_err());
-        assert!("soon".parse::<Since>().is_err());
+        // humantime's syntax: units combined, weeks.
+        assert_eq!(
+            "1h30m".parse::<Since>().unwrap(),
+            Since::Ago(TimeDelta::seconds(5400))
+        );
+        assert_eq!(
+            "1h 30m".parse::<Since>().unwrap(),
+            Since::Ago(TimeDelta::seconds(5400))
+        );
+        assert_eq!(
+            "2w".parse::<Since>().unwrap(),
+            Since::Ago(TimeDelta::days(14))
+        );
+        for bad in ["5x", "soon", "", "30", "-5m"] {
+            let refused = bad.parse::<Since>().unwrap_err();
+            assert!(
+                refused.contains("neither an RFC 3339 time"),
+                "{bad}: {refused}"
+            );
+        }
     }
 
     #[test]
@@ -161,6 +180,6 @@ mod tests {
     fn json_strings_parse_the_same_forms() {
         let since: Since = serde_json::from_str("\"90s\"").unwrap();
         assert_eq!(since, Since::Ago(TimeDelta::seconds(90)));
-        assert!(serde_json::from_str::<Since>("\"5w\"").is_err());
+        assert!(serde_json::from_str::<Since>("\"5x\"").is_err());
     }
 }

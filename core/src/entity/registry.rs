@@ -92,13 +92,22 @@ impl EntityRegistry {
 
     /// Registers an entity kind; a kind may be registered once, and must keep the id limits
     /// of a target kind (not empty, at most [`MAX_ID_BYTES`](crate::MAX_ID_BYTES) bytes, no
-    /// NUL byte).
+    /// NUL byte) and not start with Shardbox's own prefix
+    /// ([`INTERNAL_KIND_PREFIX`](crate::INTERNAL_KIND_PREFIX): the operator views would hide
+    /// it and the kind actions refuse it).
     pub fn register(&mut self, handler: Arc<dyn EntityHandler>) -> Result<(), ConfigError> {
         let kind = handler.kind();
         // A kind is the target kind of every message to it: one the send path would refuse
         // is refused here, once, instead of at every send.
         validate(IdField::TargetKind, kind)
             .map_err(|e| ConfigError::invalid_id(e, "KIND", kind))?;
+        if crate::is_internal_kind(kind) {
+            return Err(ConfigError::Invalid {
+                field: "KIND",
+                value: format!("{kind:?}"),
+                reason: "must not start with `shardbox.`: Shardbox's own kinds (the catch-ups' ticks) use that prefix",
+            });
+        }
         if self.handlers.contains_key(kind) {
             return Err(ConfigError::DuplicateKind { kind: kind.into() });
         }
@@ -310,6 +319,7 @@ mod tests {
             (too_long, "at most 512 bytes"),
             ("acc\0ount", "NUL"),
             ("", "not be empty"),
+            ("shardbox.mailer", "must not start with `shardbox.`"),
         ] {
             let err = registered(kind).expect_err(kind);
             let text = err.to_string();

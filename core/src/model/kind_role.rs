@@ -57,6 +57,22 @@ impl fmt::Display for KindRole {
     }
 }
 
+/// The prefix of the kinds Shardbox registers for its own work (today the catch-up's ticks,
+/// [`crate::catch_up::TICK_KIND`]). The operator views leave them out (the kinds list, the
+/// by-kind counts) and the kind actions refuse them: pausing one would stall every
+/// catch-up, and none of them has settings an operator should change.
+pub const INTERNAL_KIND_PREFIX: &str = "shardbox.";
+
+/// Whether `kind` is one of Shardbox's own (see [`INTERNAL_KIND_PREFIX`]).
+///
+/// ```
+/// assert!(shardbox_core::is_internal_kind(shardbox_core::catch_up::TICK_KIND));
+/// assert!(!shardbox_core::is_internal_kind("account"));
+/// ```
+pub fn is_internal_kind(kind: &str) -> bool {
+    kind.starts_with(INTERNAL_KIND_PREFIX)
+}
+
 /// One kind a node has registered, and its role.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RegisteredKind {

@@ -30,4 +30,4 @@ pub use catch_up::{
     cancel_catch_up, check_projection_served, start_catch_up, CatchUpStart, StartedCatchUp,
 };
 pub use dead_letters::{purge_dead_letters, requeue_dead_letters, unblock, Placement};
-pub use kinds::{kind_controls, pause_kind, resume_kind, set_kind_settings};
+pub use kinds::{check_steerable, kind_controls, pause_kind, resume_kind, set_kind_settings};

@@ -11,7 +11,7 @@
 use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 
 /// Counters: (name, help).
-pub const COUNTERS: [(&str, &str); 19] = [
+pub const COUNTERS: [(&str, &str); 20] = [
     ("shardbox_delivered_total", "Messages handled and marked delivered."),
     ("shardbox_duplicates_total", "Duplicate messages dropped by the stations (same target and signal within the dedup window)."),
     ("shardbox_write_duplicates_total", "Duplicate writes ignored by the Inbox's unique key."),
@@ -31,6 +31,7 @@ pub const COUNTERS: [(&str, &str); 19] = [
     ("shardbox_lease_takeovers_total", "Pick-ups of a lease that had expired without a release (its node died or stalled)."),
     ("shardbox_lease_refusals_total", "Pick-ups refused because another worker held the shard."),
     ("shardbox_lease_losses_total", "Leases lost before a commit (taken over, or re-fenced by a catch-up)."),
+    ("shardbox_worker_restarts_total", "Worker tasks that died (a panic outside the handlers) and were restarted, and take-overs' turns that panicked alike."),
 ];
 
 /// Gauges: (name, unit, help).

@@ -7,6 +7,8 @@
 //!                                          DeadLetterStore::count_dead_letters,
 //!                                          CatchUpStore::running_catch_ups (4 queries)
 //!  GaugeSample::publish(node)              metrics::gauge!(…).set(…), labelled `node`
+//!  GaugeSample::publish_database(labels)   the database's gauges alone (the admin surface's
+//!                                          `/metrics` sets them into a recorder of its own)
 //!  publish_kind_controls(controls, node)   shardbox_kind_paused{kind}, at each read of the
 //!                                          kinds' controls (every poll interval, no query)
 //! ```
@@ -21,6 +23,7 @@ use crate::model::ids::{NodeId, ShardIndex};
 use crate::model::kind_controls::KindControls;
 use crate::storage::{DeadLetterFilter, ShardDepth, StorageReads};
 use chrono::{DateTime, Utc};
+use metrics::Label;
 
 /// One reading of every gauge.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,7 +98,21 @@ impl GaugeSample {
 
     /// Sets every gauge through the `metrics` facade, labelled with `node`.
     pub fn publish(&self, node: &NodeId) {
-        let node = node.0.clone();
+        let labels = [Label::new("node", node.0.clone())];
+        self.publish_database(&labels);
+        metrics::gauge!("shardbox_leases_held", labels.to_vec()).set(self.leases_held as f64);
+    }
+
+    /// Sets the gauges that are the whole database's (all but `shardbox_leases_held`), each
+    /// with `labels` besides its own (`state`, `shard`, `job`, `projection`). A node labels
+    /// them with itself ([`publish`](Self::publish)); the admin surface's `/metrics` sets
+    /// them with none, into a recorder of its own: one code, so the same names and labels.
+    pub fn publish_database(&self, labels: &[Label]) {
+        let with = |extra: &[(&'static str, String)]| -> Vec<Label> {
+            let mut all = labels.to_vec();
+            all.extend(extra.iter().map(|(k, v)| Label::new(*k, v.clone())));
+            all
+        };
         let t = &self.totals;
         for (state, value) in [
             ("due", t.due),
@@ -106,7 +123,7 @@ impl GaugeSample {
             ("blocked", t.blocked),
             ("delivered", t.delivered),
         ] {
-            metrics::gauge!("shardbox_inbox_depth", "node" => node.clone(), "state" => state)
+            metrics::gauge!("shardbox_inbox_depth", with(&[("state", state.into())]))
                 .set(value as f64);
         }
         let mut oldest = 0.0_f64;
@@ -115,28 +132,18 @@ impl GaugeSample {
             oldest = oldest.max(lag);
             metrics::gauge!(
                 "shardbox_shard_lag_seconds",
-                "node" => node.clone(),
-                "shard" => d.shard.0.to_string()
+                with(&[("shard", d.shard.0.to_string())])
             )
             .set(lag);
         }
-        metrics::gauge!("shardbox_lag_seconds", "node" => node.clone()).set(oldest);
-        metrics::gauge!("shardbox_leases_held", "node" => node.clone())
-            .set(self.leases_held as f64);
-        metrics::gauge!("shardbox_dead_letters", "node" => node.clone())
-            .set(self.dead_letters as f64);
-        metrics::gauge!("shardbox_blocked_targets", "node" => node.clone())
-            .set(self.blocked_targets() as f64);
-        metrics::gauge!("shardbox_catch_ups_running", "node" => node.clone())
-            .set(self.catch_ups.len() as f64);
+        metrics::gauge!("shardbox_lag_seconds", with(&[])).set(oldest);
+        metrics::gauge!("shardbox_dead_letters", with(&[])).set(self.dead_letters as f64);
+        metrics::gauge!("shardbox_blocked_targets", with(&[])).set(self.blocked_targets() as f64);
+        metrics::gauge!("shardbox_catch_ups_running", with(&[])).set(self.catch_ups.len() as f64);
         for (id, projection, replayed, total) in &self.catch_ups {
-            let labels = [
-                ("node", node.clone()),
-                ("job", id.to_string()),
-                ("projection", projection.clone()),
-            ];
-            metrics::gauge!("shardbox_catch_up_replayed", &labels).set(*replayed as f64);
-            metrics::gauge!("shardbox_catch_up_total", &labels).set(*total as f64);
+            let labels = with(&[("job", id.to_string()), ("projection", projection.clone())]);
+            metrics::gauge!("shardbox_catch_up_replayed", labels.clone()).set(*replayed as f64);
+            metrics::gauge!("shardbox_catch_up_total", labels).set(*total as f64);
         }
     }
 }

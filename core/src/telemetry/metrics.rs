@@ -24,7 +24,12 @@ use crate::telemetry::monitor::StageReport;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Upper bounds (µs) of the stage-latency buckets; the last bucket is unbounded.
+/// Upper bounds (µs) of the stage-latency buckets; one more bucket, unbounded, follows.
+pub const STAGE_BUCKETS_US: [u64; 16] = BUCKETS_US;
+
+/// The stage-latency buckets kept: one per bound of [`STAGE_BUCKETS_US`], and the unbounded.
+pub const STAGE_BUCKETS: usize = BUCKETS_US.len() + 1;
+
 const BUCKETS_US: [u64; 16] = [
     100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
     1_000_000, 2_500_000, 5_000_000, 10_000_000,
@@ -79,7 +84,7 @@ pub struct MetricsSnapshot {
     pub stage_latency: LatencySummary,
 }
 
-/// Percentiles of a histogram, as bucket upper bounds.
+/// Percentiles of a histogram, as bucket upper bounds, and the buckets themselves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LatencySummary {
     /// Observations.
@@ -88,6 +93,42 @@ pub struct LatencySummary {
     pub p50: Duration,
     /// Upper bound of the bucket holding the 99th percentile.
     pub p99: Duration,
+    /// Observations per bucket: at most [`STAGE_BUCKETS_US`]`[i]` µs (and above the bound
+    /// before), the last one above every bound.
+    pub buckets: [u64; STAGE_BUCKETS],
+    /// The observations of each bucket added up, in µs: with the counts, an exporter
+    /// renders the histogram's sum exactly.
+    pub bucket_sums_us: [u64; STAGE_BUCKETS],
+}
+
+impl MetricsSnapshot {
+    /// Every counter with its exported name (`shardbox_*_total`), in the catalog's order
+    /// ([`crate::telemetry::describe::COUNTERS`]): what an exporter reading a snapshot
+    /// (the admin surface's `/metrics`) sets.
+    pub fn counters(&self) -> [(&'static str, u64); 20] {
+        [
+            ("shardbox_delivered_total", self.delivered),
+            ("shardbox_duplicates_total", self.duplicates),
+            ("shardbox_write_duplicates_total", self.write_duplicates),
+            ("shardbox_written_total", self.written),
+            ("shardbox_write_groups_total", self.write_groups),
+            ("shardbox_retries_total", self.retries),
+            ("shardbox_dead_lettered_total", self.dead_lettered),
+            ("shardbox_dropped_total", self.dropped),
+            ("shardbox_expired_total", self.expired),
+            ("shardbox_held_total", self.held),
+            ("shardbox_blocked_total", self.blocked),
+            ("shardbox_unblocked_total", self.unblocked),
+            ("shardbox_requeued_total", self.requeued),
+            ("shardbox_stages_total", self.stages),
+            ("shardbox_purged_total", self.purged),
+            ("shardbox_lease_pick_ups_total", self.lease_pick_ups),
+            ("shardbox_lease_takeovers_total", self.lease_takeovers),
+            ("shardbox_lease_refusals_total", self.lease_refusals),
+            ("shardbox_lease_losses_total", self.lease_losses),
+            ("shardbox_worker_restarts_total", self.worker_restarts),
+        ]
+    }
 }
 
 /// The live counters of one delivery.
@@ -114,7 +155,8 @@ pub struct DeliveryMetrics {
     lease_refusals: AtomicU64,
     lease_losses: AtomicU64,
     worker_restarts: AtomicU64,
-    latency: [AtomicU64; BUCKETS_US.len() + 1],
+    latency: [AtomicU64; STAGE_BUCKETS],
+    latency_sums_us: [AtomicU64; STAGE_BUCKETS],
 }
 
 fn add(counter: &AtomicU64, name: &'static str, node: &str, n: u64) {
@@ -151,6 +193,7 @@ impl DeliveryMetrics {
             lease_losses: AtomicU64::new(0),
             worker_restarts: AtomicU64::new(0),
             latency: Default::default(),
+            latency_sums_us: Default::default(),
         }
     }
 
@@ -188,6 +231,7 @@ impl DeliveryMetrics {
             .position(|b| us <= *b)
             .unwrap_or(BUCKETS_US.len());
         self.latency[bucket].fetch_add(1, Ordering::Relaxed);
+        self.latency_sums_us[bucket].fetch_add(us, Ordering::Relaxed);
         metrics::histogram!("shardbox_stage_seconds", "node" => n.clone())
             .record(r.elapsed.as_secs_f64());
     }
@@ -285,7 +329,8 @@ impl DeliveryMetrics {
     /// A copy of the counters now.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let buckets: Vec<u64> = self.latency.iter().map(get).collect();
+        let buckets = self.latency.each_ref().map(get);
+        let sums = self.latency_sums_us.each_ref().map(get);
         MetricsSnapshot {
             delivered: get(&self.delivered),
             duplicates: get(&self.duplicates),
@@ -307,14 +352,14 @@ impl DeliveryMetrics {
             lease_refusals: get(&self.lease_refusals),
             lease_losses: get(&self.lease_losses),
             worker_restarts: get(&self.worker_restarts),
-            stage_latency: summarize(&buckets),
+            stage_latency: summarize(buckets, sums),
         }
     }
 }
 
 /// Percentiles from bucket counts (bucket upper bounds; the overflow bucket reports the
 /// largest bound).
-fn summarize(buckets: &[u64]) -> LatencySummary {
+fn summarize(buckets: [u64; STAGE_BUCKETS], sums: [u64; STAGE_BUCKETS]) -> LatencySummary {
     let count: u64 = buckets.iter().sum();
     let at = |q: f64| {
         let rank = ((count as f64) * q).ceil().max(1.0) as u64;
@@ -338,6 +383,8 @@ fn summarize(buckets: &[u64]) -> LatencySummary {
         count,
         p50: at(0.5),
         p99: at(0.99),
+        buckets,
+        bucket_sums_us: sums,
     }
 }
 
@@ -384,6 +431,28 @@ mod tests {
         assert_eq!(s.stage_latency.count, 4);
         assert_eq!(s.stage_latency.p50, Duration::from_millis(1));
         assert_eq!(s.stage_latency.p99, Duration::from_millis(50));
+        // 1 ms in the 1 ms bucket (three), 40 ms in the 50 ms one: counts and exact sums.
+        let ms1 = BUCKETS_US.iter().position(|b| *b == 1_000).unwrap();
+        let ms50 = BUCKETS_US.iter().position(|b| *b == 50_000).unwrap();
+        assert_eq!(s.stage_latency.buckets[ms1], 3);
+        assert_eq!(s.stage_latency.bucket_sums_us[ms1], 3_000);
+        assert_eq!(s.stage_latency.buckets[ms50], 1);
+        assert_eq!(s.stage_latency.bucket_sums_us[ms50], 40_000);
+        assert_eq!(s.stage_latency.buckets.iter().sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn the_snapshot_s_counters_are_the_catalog_s() {
+        let names: Vec<&str> = MetricsSnapshot::default()
+            .counters()
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        let catalog: Vec<&str> = crate::telemetry::describe::COUNTERS
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(names, catalog);
     }
 
     #[test]
