@@ -101,6 +101,7 @@ pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
 #[cfg(feature = "postgres")]
 pub use shardbox_storage::{PostgresOptions, PostgresStorage};
+pub use shardbox_storage::{SqlConnection, SqlProjection, SqlResult};
 #[cfg(feature = "sqlite")]
 pub use shardbox_storage::{SqliteOptions, SqliteStorage};
 
@@ -139,7 +140,8 @@ pub mod prelude {
         async_trait, Aggregate, Backoff, CatchUp, CommandOutcome, Context, Conveyor,
         DeadLetterFilter, DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome,
         FailurePolicy, HandlerError, Intent, Message, OutcomeWait, Outgoing, ProcessActions,
-        ProcessManager, Projection, Reactor, SendOptions, Shardbox, Station, Unblock,
+        ProcessManager, Projection, Reactor, SendOptions, Shardbox, SqlConnection, SqlProjection,
+        SqlResult, Station, Unblock,
     };
 }
 

@@ -75,6 +75,9 @@ pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
 pub use entity::trace::TracePropagator;
 pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
+pub use entity::transactional_projection::{
+    InTransactionApply, TransactionalApply, TransactionalProjection, TransactionalProjectionHandler,
+};
 pub use entity::upcast::{Shape, UpcastError, UpcastStep, Upcasters, FIRST_VERSION};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
@@ -111,7 +114,7 @@ pub use send::inbox::{Inbox, SendReceipt};
 pub use send::options::SendOptions;
 pub use send::outcome::OutcomeWait;
 pub use stage::context::StationContext;
-pub use stage::conveyor::{AfterCommit, Conveyor, Intent, EXPIRED_REASON};
+pub use stage::conveyor::{settle_rows, AfterCommit, Conveyor, Intent, EXPIRED_REASON};
 pub use stage::station::Station;
 pub use storage::{
     CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, KindControlStore, Lease,

@@ -2,6 +2,7 @@
 
 use super::catch_up::CatchUpJob;
 use super::entities::{EntityKey, EntityStateWrite};
+use super::in_transaction::InTransaction;
 use super::registry::Lease;
 use super::write::{WriteBatch, WriteReport};
 use crate::model::message::InboxMessage;
@@ -142,6 +143,10 @@ pub struct StageCommit {
     /// The stage decided the outcome of at least one command (handled ones included, which
     /// have no record): its storage tells waiting senders once it committed.
     pub outcomes_decided: bool,
+    /// The application's writes to run inside the commit's transaction, after the fence and
+    /// before the row changes, each target's in a savepoint of its own (SQL projections; see
+    /// [`InTransaction`]). A backend without SQL refuses a commit with any.
+    pub in_transaction: Vec<InTransaction>,
 }
 
 impl StageCommit {
@@ -253,6 +258,7 @@ mod tests {
             release_holds: Vec::new(),
             outcomes: Vec::new(),
             outcomes_decided: false,
+            in_transaction: Vec::new(),
         }
     }
 

@@ -186,7 +186,10 @@ impl CatchUpStation {
         }
         .instrument(span)
         .await;
-        let rows = if !rows.is_empty() && self.may_apply_directly(conveyor, env, job).await? {
+        // A projection writing inside the commit's transaction is replayed through the Inbox:
+        // its writes are settled by live delivery, under the failure policy.
+        let direct = !rows.is_empty() && !handler.in_transaction();
+        let rows = if direct && self.may_apply_directly(conveyor, env, job).await? {
             apply_directly(conveyor, env, &self.in_flight, handler, rows, now)
                 .await?
                 .unwrap_or_default()

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //!  1 fence      UPDATE shard_sessions SET lease_until WHERE shard, epoch, node   0 rows → LeaseLost
+//!  1b app       the application's writes (SQL projections), a savepoint per target; a
+//!               target whose writes failed gets its rows' failure changes (`sql::in_transaction`)
 //!  2 rows       delivered / held / retried / blocked / removed, each touching exactly one
 //!               row of the shard                                                  else → Corrupt;
 //!               then parked behind a block, if the target is still blocked
@@ -52,8 +54,9 @@ macro_rules! commit_units {
                 release_holds,
                 outcomes,
                 outcomes_decided: _,
+                in_transaction,
             } = commit;
-            let outcomes: Vec<_> = outcomes
+            let mut outcomes: Vec<_> = outcomes
                 .into_iter()
                 .map($crate::sql::outcomes::OutcomeRow::new)
                 .collect();
@@ -91,6 +94,17 @@ macro_rules! commit_units {
                     <Conn as Dialect>::lock_sessions_in_order(conn, &locked)?;
                 }
                 fence(conn, &lease, lease_until)?;
+                let (mut updates, mut dead_letters) = (updates, dead_letters);
+                if !in_transaction.is_empty() {
+                    // The application's writes, after the fence (see `sql::in_transaction`).
+                    $crate::sql::in_transaction::run(
+                        conn,
+                        &in_transaction,
+                        &mut updates,
+                        &mut dead_letters,
+                        &mut outcomes,
+                    )?;
+                }
                 update_rows(conn, lease.shard, updates, now)?;
                 for release in &release_holds {
                     release_hold(conn, lease.shard, release)?;

@@ -596,6 +596,10 @@ macro_rules! storage_impls {
                 self.node_stopped_backend().await
             }
 
+            fn runs_writes_in_transaction(&self) -> bool {
+                true
+            }
+
             fn schema_check(&self) -> Option<&dyn shardbox_core::storage::SchemaCheck> {
                 Some(self)
             }
