@@ -202,8 +202,8 @@ async fn the_table_is_the_in_order_fold(storage: Arc<dyn shardbox::core::Storage
     let reason = letter.reason.to_lowercase();
     assert!(reason.contains("check"), "{reason}");
     // Nothing else waits.
-    let counts = sb.counts().await.expect("counts");
-    assert_eq!(counts.pending, 0, "{counts:?}");
+    let counts = sb.storage().counts(None).await.expect("counts");
+    assert_eq!((counts.to_deliver, counts.blocked), (0, 0), "{counts:?}");
 }
 
 #[tokio::test]
