@@ -76,7 +76,8 @@ pub use entity::services::Services;
 pub use entity::trace::TracePropagator;
 pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
 pub use entity::transactional_projection::{
-    InTransactionApply, TransactionalApply, TransactionalProjection, TransactionalProjectionHandler,
+    InTransactionApply, RebuildScope, TransactionalApply, TransactionalProjection,
+    TransactionalProjectionHandler,
 };
 pub use entity::upcast::{Shape, UpcastError, UpcastStep, Upcasters, FIRST_VERSION};
 pub use model::backoff::ExponentialBackoff;

@@ -19,7 +19,7 @@
 //! ```no_run
 //! use diesel::prelude::*;
 //! use serde::{Deserialize, Serialize};
-//! use shardbox_core::{Context, Message};
+//! use shardbox_core::{Context, Message, RebuildScope};
 //! use shardbox_storage::{SqlConnection, SqlProjection, SqlResult};
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -58,10 +58,18 @@
 //!         };
 //!         Ok(())
 //!     }
+//!
+//!     // A rebuild empties the table first (in the transaction of its first replayed page).
+//!     fn reset(&self, conn: SqlConnection<'_>, _: &RebuildScope) -> SqlResult {
+//!         conn.batch_execute("DELETE FROM order_list")?;
+//!         Ok(())
+//!     }
 //! }
 //! ```
 
-use shardbox_core::{Context, EventSet, EventSource, HandlerError, TransactionalProjection};
+use shardbox_core::{
+    Context, EventSet, EventSource, HandlerError, RebuildScope, TransactionalProjection,
+};
 use std::any::Any;
 
 /// What [`SqlProjection::apply`] returns: `?` takes a diesel error (a transient failure: the
@@ -154,6 +162,13 @@ pub trait SqlProjection: Send + Sync + 'static {
     /// target's writes of the stage (the other targets of the page still commit), and the
     /// message follows the kind's failure policy.
     fn apply(&self, conn: SqlConnection<'_>, event: &Self::Event, cx: &Context<'_>) -> SqlResult;
+
+    /// Deletes, through `conn`, what a rebuild (a catch-up) of `scope` writes again: the rows
+    /// of `scope.tenant`'s instances (all, or `scope.ids`), built by events from `scope.since`
+    /// on. It runs inside the transaction of the catch-up's first step, so readers see the
+    /// old rows until the replay's first page replaces them. An error fails that step; it is
+    /// tried again at the next pass (cancelling the catch-up stops it).
+    fn reset(&self, conn: SqlConnection<'_>, scope: &RebuildScope) -> SqlResult;
 }
 
 /// A [`SqlProjection`] as the engine sees it (a
@@ -176,18 +191,34 @@ impl<P: SqlProjection> TransactionalProjection for Sql<P> {
         cx: &Context<'_>,
     ) -> Result<(), HandlerError> {
         let Some(conn) = SqlConnection::from_any(conn) else {
-            return Err(HandlerError::new(format!(
-                "SQL projection `{}` was given no SQL connection: its backend does not run SQL",
-                P::KIND
-            )));
+            return Err(no_sql::<P>());
         };
-        self.0
-            .apply(conn, event, cx)
-            .map_err(|e| match e.downcast::<HandlerError>() {
-                Ok(e) => *e,
-                Err(other) => HandlerError::new(format!("SQL projection `{}`: {other}", P::KIND)),
-            })
+        self.0.apply(conn, event, cx).map_err(handler_error::<P>)
     }
+
+    fn reset_in(&self, conn: &mut dyn Any, scope: &RebuildScope) -> Result<(), HandlerError> {
+        let Some(conn) = SqlConnection::from_any(conn) else {
+            return Err(no_sql::<P>());
+        };
+        self.0.reset(conn, scope).map_err(handler_error::<P>)
+    }
+}
+
+/// A SQL projection's error as the failure policy sees it: a [`HandlerError`] as it is, any
+/// other (a driver's) transient, named after the projection.
+fn handler_error<P: SqlProjection>(e: Box<dyn std::error::Error + Send + Sync>) -> HandlerError {
+    match e.downcast::<HandlerError>() {
+        Ok(e) => *e,
+        Err(other) => HandlerError::new(format!("SQL projection `{}`: {other}", P::KIND)),
+    }
+}
+
+/// The error of a SQL projection handed a connection that is no SQL backend's.
+fn no_sql<P: SqlProjection>() -> HandlerError {
+    HandlerError::new(format!(
+        "SQL projection `{}` was given no SQL connection: its backend does not run SQL",
+        P::KIND
+    ))
 }
 
 /// Runs one body of diesel code on a [`SqlConnection`], whichever backend it is: the body is

@@ -25,7 +25,7 @@
 
 use crate::entity::handler_error::HandlerError;
 use crate::entity::services::Services;
-use crate::entity::transactional_projection::InTransactionApply;
+use crate::entity::transactional_projection::{InTransactionApply, RebuildScope};
 use crate::entity::upcast::{Upcasters, FIRST_VERSION};
 use crate::model::event::NewEvent;
 use crate::model::kind_role::KindRole;
@@ -152,6 +152,14 @@ pub trait EntityHandler: Send + Sync + 'static {
     /// and a catch-up replays it through the Inbox rather than straight into states.
     fn in_transaction(&self) -> bool {
         false
+    }
+
+    /// For a kind that writes inside the commit's transaction: what a catch-up of `scope`
+    /// runs there before its first replayed page (it empties what the replay writes again).
+    /// `None` (the default): nothing, the framework's states are reset by the catch-up.
+    fn rebuild_reset(&self, scope: RebuildScope) -> Option<InTransactionApply> {
+        let _ = scope;
+        None
     }
 
     /// The command type it accepts, if it accepts commands.

@@ -60,6 +60,43 @@ pub trait TransactionalProjection: Send + Sync + 'static {
         event: &Self::Event,
         cx: &Context<'_>,
     ) -> Result<(), HandlerError>;
+
+    /// Deletes, through `conn`, what a rebuild of `scope` writes again: run inside the
+    /// transaction of the catch-up's first step, with its first page of replayed events. An
+    /// error fails that step's commit (retried at the next pass; cancelling the catch-up stops
+    /// it).
+    fn reset_in(&self, conn: &mut dyn Any, scope: &RebuildScope) -> Result<(), HandlerError>;
+}
+
+/// What a catch-up rebuilds: the instances of one tenant, all of them or some, from all of
+/// history or from a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuildScope {
+    /// The projection's kind.
+    pub kind: String,
+    /// The tenant of the instances.
+    pub tenant: String,
+    /// These instances only; `None`: every instance of the tenant.
+    pub ids: Option<Vec<String>>,
+    /// The replay starts with the events that occurred at or after this time (`None`: all of
+    /// history): a reset should delete only what those events build.
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// A rebuild's reset, run inside the catch-up step's transaction.
+struct Reset<P> {
+    projection: Arc<P>,
+    scope: RebuildScope,
+}
+
+impl<P: TransactionalProjection> TransactionalApply for Reset<P> {
+    fn len(&self) -> usize {
+        1
+    }
+
+    fn apply(&self, conn: &mut dyn Any, _index: usize) -> Result<(), HandlerError> {
+        self.projection.reset_in(conn, &self.scope)
+    }
 }
 
 /// One target's handled messages, to be written inside the stage's transaction.
@@ -183,6 +220,13 @@ impl<P: TransactionalProjection> EntityHandler for TransactionalProjectionHandle
         true
     }
 
+    fn rebuild_reset(&self, scope: RebuildScope) -> Option<InTransactionApply> {
+        Some(InTransactionApply(Arc::new(Reset {
+            projection: self.projection.clone(),
+            scope,
+        })))
+    }
+
     async fn handle_batch(
         &self,
         _state: Option<StoredState<'_>>,
@@ -252,6 +296,14 @@ mod tests {
             rows.lock()
                 .unwrap()
                 .push((cx.target_id.to_owned(), event.0));
+            Ok(())
+        }
+
+        fn reset_in(&self, conn: &mut dyn Any, _: &RebuildScope) -> Result<(), HandlerError> {
+            let rows = conn
+                .downcast_mut::<Mutex<Vec<(String, i64)>>>()
+                .ok_or_else(|| HandlerError::new("not my connection"))?;
+            rows.lock().unwrap().clear();
             Ok(())
         }
     }

@@ -6,6 +6,7 @@
 //!                              └ j failed ─► ROLLBACK TO ─► SAVEPOINT ─► apply 0 … j-1 again
 //!                                            (until a prefix writes whole; j = 0: nothing)
 //!              ─► its rows' changes replaced by the work's `settle_failure(j, error)`
+//!  work for no row (a rebuild's reset) that fails ─► the whole commit fails
 //! ```
 //!
 //! Runs after the fence and before the row changes, inside the commit's transaction: the
@@ -53,6 +54,17 @@ pub(crate) fn run<C: Connection + 'static>(
         let Some((failed, error)) = write_longest_prefix(conn, &*target.work)? else {
             continue;
         };
+        if target.seqs.is_empty() {
+            // Work that stands for no row (a rebuild's reset) cannot fail alone.
+            return Err(Failure::Storage(shardbox_core::StorageError::Query {
+                database: "the application's tables".into(),
+                reason: format!(
+                    "the writes of `{}` inside the stage's transaction failed: {error}",
+                    target.target.kind
+                ),
+                source: None,
+            }));
+        }
         failed_targets += 1;
         let settled = target.work.settle_failure(failed, error);
         let mut records = Vec::new();
