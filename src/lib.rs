@@ -165,6 +165,8 @@ mod doc_pages {
     struct GettingStarted;
     #[doc = include_str!("../docs/operations.md")]
     struct Operations;
+    #[doc = include_str!("../docs/read-models.md")]
+    struct ReadModels;
     #[doc = include_str!("../docs/storage.md")]
     struct Storage;
 }

@@ -44,6 +44,7 @@ pub enum Workload {
     Jobs,
     Reshard,
     Soak,
+    ReadModel,
 }
 
 impl Workload {
@@ -57,6 +58,7 @@ impl Workload {
             Workload::Reshard => "reshard",
             Workload::Jobs => "jobs",
             Workload::Soak => "soak",
+            Workload::ReadModel => "read-model",
         }
     }
 }
@@ -171,6 +173,7 @@ impl Args {
                         Some("reshard") => Workload::Reshard,
                         Some("jobs") => Workload::Jobs,
                         Some("soak") => Workload::Soak,
+                        Some("read-model") => Workload::ReadModel,
                         other => return Err(format!("--workload: unknown workload {other:?}")),
                     }
                 }
