@@ -277,6 +277,118 @@ async fn a_rebuild_writes_the_table_again(storage: Arc<dyn shardbox::core::Stora
     node.shutdown().await.expect("shutdown");
 }
 
+/// A node process's main for the crash test: serves the SQLite file named by
+/// `SHARDBOX_SQL_PROJECTION_DB` until it is killed. Does nothing in a normal test run.
+#[test]
+fn sql_projection_node_entry() {
+    let Ok(path) = std::env::var("SHARDBOX_SQL_PROJECTION_DB") else {
+        return;
+    };
+    common::cluster::init_node_log();
+    common::cluster::runtime().block_on(async {
+        let storage = shardbox::SqliteStorage::open(&path).await.expect("open");
+        let sb = Shardbox::builder()
+            .storage(storage)
+            .shards(4)
+            .poll_interval(Duration::from_millis(20))
+            // The killed node's leases run out soon, for the restarted one.
+            .lease_duration(Duration::from_secs(2))
+            .aggregate::<Tally>()
+            .sql_projection(TallyRows)
+            .build()
+            .await
+            .expect("build the node");
+        common::cluster::serve_until_stopped(&sb, "sql-node", "").await;
+    });
+}
+
+/// kill -9 of the process that writes the read model, mid-stream, then a restart: the table
+/// is the in-order fold of every event, each applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_kill_9_mid_stream_leaves_the_in_order_fold() {
+    const TARGETS: usize = 20;
+    const ROUNDS: u64 = 60;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("shop.db");
+    let path_text = path.to_str().expect("utf-8").to_owned();
+    // The sender: the same application, no node of its own.
+    let sender = Shardbox::builder()
+        .storage(shardbox::SqliteStorage::open(&path).await.expect("open"))
+        .shards(4)
+        .aggregate::<Tally>()
+        .sql_projection(TallyRows)
+        .build()
+        .await
+        .expect("build the sender");
+    let mut db = diesel::SqliteConnection::establish(&path_text).expect("raw");
+    db.batch_execute(&format!("PRAGMA busy_timeout = 5000; {MIGRATION}"))
+        .expect("the application's migration");
+    let mut db = Db::Sqlite(db);
+    let env = [("SHARDBOX_SQL_PROJECTION_DB", path_text.clone())];
+    let spawn = || {
+        let node = common::cluster::NodeProcess::spawn(
+            "sql-node",
+            "sql_projection_node_entry",
+            &env,
+        );
+        node.ready();
+        node
+    };
+    let ids: Vec<String> = (0..TARGETS).map(|t| format!("t-{t:02}")).collect();
+    let send_round = |n: u64| {
+        let sender = sender.clone();
+        let ids = ids.clone();
+        async move {
+            let commands: Vec<(&str, TallyCommand)> = ids
+                .iter()
+                .map(|id| (id.as_str(), TallyCommand::Record(n)))
+                .collect();
+            sender.send_many::<Tally>(&commands).await.expect("send");
+        }
+    };
+    let mut node = spawn();
+    let mut n = 1;
+    // Half the rounds, the node writing the read model as they come; killed once some are
+    // written and more are on their way.
+    while n <= ROUNDS / 2 {
+        send_round(n).await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let written = |db: &mut Db| read_model(db).iter().map(|r| r.events).sum::<i64>();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while written(&mut db) == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    node.kill();
+    let at_kill = written(&mut db);
+    assert!(at_kill > 0, "the node wrote nothing before it was killed");
+    while n <= ROUNDS {
+        send_round(n).await;
+        n += 1;
+    }
+    let mut node = spawn();
+    let expected: Vec<Row> = ids
+        .iter()
+        .map(|id| Row {
+            id: id.clone(),
+            events: ROUNDS as i64,
+            total: 0,
+            seen: (1..=ROUNDS).map(|n| format!(",{n}")).collect(),
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = read_model(&mut db);
+        if rows == expected || tokio::time::Instant::now() >= deadline {
+            assert_eq!(rows, expected, "after kill -9 at {at_kill} events and a restart");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    node.stop(Duration::from_secs(30));
+}
+
 #[tokio::test]
 async fn a_sql_projection_is_refused_on_the_memory_backend() {
     let refused = Shardbox::builder()
