@@ -326,11 +326,8 @@ async fn sqlite_kill_9_mid_stream_leaves_the_in_order_fold() {
     let mut db = Db::Sqlite(db);
     let env = [("SHARDBOX_SQL_PROJECTION_DB", path_text.clone())];
     let spawn = || {
-        let node = common::cluster::NodeProcess::spawn(
-            "sql-node",
-            "sql_projection_node_entry",
-            &env,
-        );
+        let node =
+            common::cluster::NodeProcess::spawn("sql-node", "sql_projection_node_entry", &env);
         node.ready();
         node
     };
@@ -381,7 +378,10 @@ async fn sqlite_kill_9_mid_stream_leaves_the_in_order_fold() {
     loop {
         let rows = read_model(&mut db);
         if rows == expected || tokio::time::Instant::now() >= deadline {
-            assert_eq!(rows, expected, "after kill -9 at {at_kill} events and a restart");
+            assert_eq!(
+                rows, expected,
+                "after kill -9 at {at_kill} events and a restart"
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
