@@ -397,7 +397,10 @@ async fn a_sql_projection_is_refused_on_the_memory_backend() {
         .sql_projection(TallyRows)
         .build()
         .await;
-    let error = refused.err().expect("refused").to_string();
+    let error = match refused {
+        Ok(_) => panic!("a SQL projection was built on the memory backend"),
+        Err(e) => e.to_string(),
+    };
     assert!(
         error.contains("sql_projection") && error.contains("tally-rows"),
         "{error}"
