@@ -63,6 +63,7 @@ pub use entity::aggregate_handler::AggregateHandler;
 pub use entity::context::Context;
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome, StoredState};
 pub use entity::handler_error::HandlerError;
+pub use entity::in_transaction::{InTransactionApply, RebuildScope, TransactionalApply};
 pub use entity::kind::{family as entity_family, EntityKind};
 pub use entity::process::{ProcessActions, ProcessManager};
 #[doc(hidden)]
@@ -76,8 +77,7 @@ pub use entity::services::Services;
 pub use entity::trace::TracePropagator;
 pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
 pub use entity::transactional_projection::{
-    InTransactionApply, RebuildScope, TransactionalApply, TransactionalProjection,
-    TransactionalProjectionHandler,
+    TransactionalProjection, TransactionalProjectionHandler,
 };
 pub use entity::upcast::{Shape, UpcastError, UpcastStep, Upcasters, FIRST_VERSION};
 pub use model::backoff::ExponentialBackoff;

@@ -24,8 +24,8 @@
 //! This file is the contract alone: the adapters use it, it uses none of them.
 
 use crate::entity::handler_error::HandlerError;
+use crate::entity::in_transaction::{InTransactionApply, RebuildScope};
 use crate::entity::services::Services;
-use crate::entity::transactional_projection::{InTransactionApply, RebuildScope};
 use crate::entity::upcast::{Upcasters, FIRST_VERSION};
 use crate::model::event::NewEvent;
 use crate::model::kind_role::KindRole;

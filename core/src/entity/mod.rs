@@ -12,6 +12,7 @@
 //!  target_batch the per-target rules every adapter shares     ◄── the adapters
 //!  aggregate_handler, projection_handler, reactor_handler,
 //!  process_handler  the adapter of each kind, on those rules   ◄── the application's builder
+//!  in_transaction writes a handling leaves for the commit's transaction ◄── handler, stations
 //!  transactional_projection a projection writing the application's tables inside the
 //!           stage's transaction (SQL projections build on it)  ◄── the SQL backends
 //!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
@@ -32,6 +33,7 @@ pub mod event_set;
 pub mod guard;
 pub mod handler;
 pub mod handler_error;
+pub mod in_transaction;
 pub mod kind;
 pub mod kind_gate;
 pub mod payload;

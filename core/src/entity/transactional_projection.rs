@@ -19,6 +19,7 @@
 use crate::entity::context::Context;
 use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
+use crate::entity::in_transaction::{InTransactionApply, RebuildScope, TransactionalApply};
 use crate::entity::services::Services;
 use crate::entity::target_batch::{decode_all, routed, settle};
 use crate::entity::traits::EventSet;
@@ -68,21 +69,6 @@ pub trait TransactionalProjection: Send + Sync + 'static {
     fn reset_in(&self, conn: &mut dyn Any, scope: &RebuildScope) -> Result<(), HandlerError>;
 }
 
-/// What a catch-up rebuilds: the instances of one tenant, all of them or some, from all of
-/// history or from a time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RebuildScope {
-    /// The projection's kind.
-    pub kind: String,
-    /// The tenant of the instances.
-    pub tenant: String,
-    /// These instances only; `None`: every instance of the tenant.
-    pub ids: Option<Vec<String>>,
-    /// The replay starts with the events that occurred at or after this time (`None`: all of
-    /// history): a reset should delete only what those events build.
-    pub since: Option<DateTime<Utc>>,
-}
-
 /// A rebuild's reset, run inside the catch-up step's transaction.
 struct Reset<P> {
     projection: Arc<P>,
@@ -96,38 +82,6 @@ impl<P: TransactionalProjection> TransactionalApply for Reset<P> {
 
     fn apply(&self, conn: &mut dyn Any, _index: usize) -> Result<(), HandlerError> {
         self.projection.reset_in(conn, &self.scope)
-    }
-}
-
-/// One target's handled messages, to be written inside the stage's transaction.
-pub trait TransactionalApply: Send + Sync {
-    /// How many messages it writes.
-    fn len(&self) -> usize;
-
-    /// Whether it writes nothing.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Writes message `index` through `conn` (the backend's connection).
-    fn apply(&self, conn: &mut dyn Any, index: usize) -> Result<(), HandlerError>;
-}
-
-/// The writes a [`BatchResult`] leaves for the commit's transaction.
-#[derive(Clone)]
-pub struct InTransactionApply(pub Arc<dyn TransactionalApply>);
-
-impl std::fmt::Debug for InTransactionApply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("InTransactionApply")
-            .field(&self.0.len())
-            .finish()
-    }
-}
-
-impl PartialEq for InTransactionApply {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -350,7 +304,7 @@ mod tests {
         assert_eq!(result.state, None);
         let work = result.in_transaction.expect("writes left for the commit").0;
         assert_eq!(work.len(), 2);
-        let mut conn = Mutex::new(Vec::new());
+        let mut conn = Mutex::new(Vec::<(String, i64)>::new());
         for i in 0..work.len() {
             work.apply(&mut conn, i).unwrap();
         }

@@ -18,8 +18,8 @@
 //! in-memory one) refuses a commit that carries any.
 
 use crate::model::outcome::OutcomeRecord;
-use crate::storage::commit::{DeadLetter, RowUpdate};
 use crate::storage::entities::EntityKey;
+use crate::storage::row_change::{DeadLetter, RowUpdate};
 use std::any::Any;
 use std::sync::Arc;
 

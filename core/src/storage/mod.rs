@@ -30,6 +30,7 @@ pub mod listener;
 pub mod observer;
 mod reads;
 mod registry;
+mod row_change;
 mod schema;
 mod write;
 
@@ -37,7 +38,7 @@ pub use listener::{ListenerHandle, ListenerStats, WriteListener};
 pub use observer::ShardObserver;
 
 pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
-pub use commit::{CommitReport, DeadLetter, HoldRelease, RowChange, RowUpdate, StageCommit};
+pub use commit::{CommitReport, StageCommit};
 pub use dead_letters::{
     unblocked_outcome, unblocked_reason, BlockedTarget, DeadLetterFilter, DeadLetterId,
     DeadLetterStore, Requeue, RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
@@ -55,6 +56,7 @@ pub use registry::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
     ShardSession, WorkRegistry,
 };
+pub use row_change::{DeadLetter, HoldRelease, RowChange, RowUpdate};
 pub use schema::SchemaCheck;
 pub use write::{WriteBatch, WriteReport};
 
