@@ -4,7 +4,7 @@ use crate::shardbox::Shardbox;
 use shardbox_core::catch_up::CatchUp;
 use shardbox_core::operator::{self, CatchUpStart};
 use shardbox_core::storage::WriteBatch;
-use shardbox_core::{CatchUpProgress, DeliveryError, EventSet, Projection};
+use shardbox_core::{CatchUpProgress, DeliveryError, Projection};
 use shardbox_stations::tick_message;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -59,18 +59,32 @@ impl Shardbox {
         &self,
         request: CatchUp,
     ) -> Result<CatchUpHandle, DeliveryError> {
+        self.catch_up_kind(P::KIND, request).await
+    }
+
+    /// Rebuilds the projection of kind `kind` as [`Shardbox::catch_up`] does: for a kind
+    /// named at run time, or a [`SqlProjection`](crate::SqlProjection) (whose rebuild runs its
+    /// `reset` in the first step's transaction, then writes the replayed events again).
+    /// Refused with [`DeliveryError::UnknownKind`] if no kind of that name is registered
+    /// here.
+    pub async fn catch_up_kind(
+        &self,
+        kind: &str,
+        request: CatchUp,
+    ) -> Result<CatchUpHandle, DeliveryError> {
         let env = self.env();
-        env.registry.check_registered(P::KIND)?;
-        let types: Vec<String> = <P::Event as EventSet>::TYPES
-            .iter()
-            .map(|t| (*t).to_owned())
-            .collect();
+        env.registry.check_registered(kind)?;
+        let types: Vec<String> = env
+            .registry
+            .handler(kind)
+            .map(|h| h.event_types().iter().map(|t| (*t).to_owned()).collect())
+            .unwrap_or_default();
         let total_estimate = env.storage.count_events(&types, request.since).await?;
         let started = operator::start_catch_up(
             &*env.storage,
             env.registry.addressing(),
             CatchUpStart {
-                projection_kind: P::KIND.to_owned(),
+                projection_kind: kind.to_owned(),
                 tenant: request.tenant,
                 targets: request.targets,
                 since: request.since,

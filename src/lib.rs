@@ -101,6 +101,7 @@ pub use shardbox_stations as stations;
 pub use shardbox_storage as storage;
 #[cfg(feature = "postgres")]
 pub use shardbox_storage::{PostgresOptions, PostgresStorage};
+pub use shardbox_storage::{SqlConnection, SqlProjection, SqlResult};
 #[cfg(feature = "sqlite")]
 pub use shardbox_storage::{SqliteOptions, SqliteStorage};
 
@@ -121,11 +122,11 @@ pub use shardbox_core::{
     EventSource, ExhaustedOutcome, FailureAction, FailureInfo, FailurePolicy, HandlerError,
     IdField, IdProblem, Intent, InvalidId, KindControl, KindLimits, KindRole, KindSettings,
     ManualClock, Message, MetricsSnapshot, NextAttempt, NodeId, NoopMonitor, OutcomeWait, Outgoing,
-    PayloadError, ProcessActions, ProcessManager, Projection, Reactor, RegisteredKind,
-    ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex, ShardStrategy, SignalId,
-    StableHashStrategy, StageInfo, StageReport, Station, StationContext, StorageError,
-    StrategyRecord, SystemClock, TracePropagator, UpcastError, Upcasters, MAX_DELIVER_STAGES,
-    MAX_ID_BYTES,
+    PayloadError, ProcessActions, ProcessManager, Projection, Reactor, RebuildScope,
+    RegisteredKind, ReshardOptions, ReshardReport, SendOptions, SendReceipt, ShardIndex,
+    ShardStrategy, SignalId, StableHashStrategy, StageInfo, StageReport, Station, StationContext,
+    StorageError, StrategyRecord, SystemClock, TracePropagator, UpcastError, Upcasters,
+    MAX_DELIVER_STAGES, MAX_ID_BYTES,
 };
 pub use shardbox_core::{InvalidTime, TimeField, MAX_SPAN};
 pub use shardbox_core::{PayloadTooLarge, DEFAULT_MAX_PAYLOAD_BYTES};
@@ -139,7 +140,8 @@ pub mod prelude {
         async_trait, Aggregate, Backoff, CatchUp, CommandOutcome, Context, Conveyor,
         DeadLetterFilter, DeliveryError, EntityKey, EventSet, EventSource, ExhaustedOutcome,
         FailurePolicy, HandlerError, Intent, Message, OutcomeWait, Outgoing, ProcessActions,
-        ProcessManager, Projection, Reactor, SendOptions, Shardbox, Station, Unblock,
+        ProcessManager, Projection, Reactor, RebuildScope, SendOptions, Shardbox, SqlConnection,
+        SqlProjection, SqlResult, Station, Unblock,
     };
 }
 
@@ -163,6 +165,8 @@ mod doc_pages {
     struct GettingStarted;
     #[doc = include_str!("../docs/operations.md")]
     struct Operations;
+    #[doc = include_str!("../docs/read-models.md")]
+    struct ReadModels;
     #[doc = include_str!("../docs/storage.md")]
     struct Storage;
 }

@@ -44,6 +44,7 @@ pub enum Workload {
     Jobs,
     Reshard,
     Soak,
+    ReadModel,
 }
 
 impl Workload {
@@ -57,6 +58,7 @@ impl Workload {
             Workload::Reshard => "reshard",
             Workload::Jobs => "jobs",
             Workload::Soak => "soak",
+            Workload::ReadModel => "read-model",
         }
     }
 }
@@ -258,6 +260,7 @@ impl Workload {
             Some("reshard") => Ok(Workload::Reshard),
             Some("jobs") => Ok(Workload::Jobs),
             Some("soak") => Ok(Workload::Soak),
+            Some("read-model") => Ok(Workload::ReadModel),
             other => Err(format!("--workload: unknown workload {other:?}")),
         }
     }

@@ -6,6 +6,7 @@
 //!     [--targets 1000] [--shards 16] [--page-size 256] [--nodes 3] [--rate 1000] [--secs 10]
 //!     [--handler-concurrency 64] [--work-ms 1]   (the `jobs` workload)
 //!     [--minutes 30] [--sample-secs 60] [--hold-xmin-minutes N --hold-xmin-after M]  (`soak`)
+//!     --workload read-model [--rounds 3]   (JSON-state vs SQL projection, alternating)
 //! ```
 //!
 //! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
@@ -20,6 +21,7 @@ mod cluster;
 mod floor;
 mod jobs;
 mod model;
+mod read_model;
 mod report;
 mod reshard;
 mod soak;
@@ -70,6 +72,7 @@ fn main() {
             Workload::Jobs => jobs::jobs(&args).await,
             Workload::Reshard => reshard::reshard(&args).await,
             Workload::Soak => soak::soak(&args).await,
+            Workload::ReadModel => read_model::read_model(&args).await,
         }
     });
     match result {

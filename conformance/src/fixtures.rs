@@ -186,6 +186,7 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
         release_holds: vec![],
         outcomes: vec![],
         outcomes_decided: false,
+        in_transaction: Vec::new(),
     }
 }
 

@@ -63,6 +63,7 @@ pub use entity::aggregate_handler::AggregateHandler;
 pub use entity::context::Context;
 pub use entity::handler::{BatchResult, BatchRun, EntityHandler, MessageOutcome, StoredState};
 pub use entity::handler_error::HandlerError;
+pub use entity::in_transaction::{InTransactionApply, RebuildScope, TransactionalApply};
 pub use entity::kind::{family as entity_family, EntityKind};
 pub use entity::process::{ProcessActions, ProcessManager};
 #[doc(hidden)]
@@ -75,6 +76,9 @@ pub use entity::registry::EntityRegistry;
 pub use entity::services::Services;
 pub use entity::trace::TracePropagator;
 pub use entity::traits::{Aggregate, EventSet, Message, Outgoing, Projection, Reactor};
+pub use entity::transactional_projection::{
+    TransactionalProjection, TransactionalProjectionHandler,
+};
 pub use entity::upcast::{Shape, UpcastError, UpcastStep, Upcasters, FIRST_VERSION};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
@@ -113,7 +117,7 @@ pub use send::inbox::{Inbox, SendReceipt};
 pub use send::options::SendOptions;
 pub use send::outcome::OutcomeWait;
 pub use stage::context::StationContext;
-pub use stage::conveyor::{AfterCommit, Conveyor, Intent, EXPIRED_REASON};
+pub use stage::conveyor::{settle_rows, AfterCommit, Conveyor, Intent, EXPIRED_REASON};
 pub use stage::station::Station;
 pub use storage::{
     CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, KindControlStore, Lease,

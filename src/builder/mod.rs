@@ -16,6 +16,7 @@ use shardbox_core::{
 };
 use shardbox_core::{
     AggregateHandler, EntityHandler, ProcessManagerHandler, ProjectionHandler, ReactorHandler,
+    TransactionalProjectionHandler,
 };
 use shardbox_stations::{CatchUpStation, Cleanup, LiveDelivery, RecentDeliveries};
 use std::sync::Arc;
@@ -229,6 +230,18 @@ impl ShardboxBuilder {
         self
     }
 
+    /// Registers SQL projection `projection`: a read model in the application's own tables,
+    /// written inside the transaction of the stage that delivers its events (see
+    /// [`SqlProjection`](crate::storage::SqlProjection) and docs/read-models.md). Needs the
+    /// SQLite or PostgreSQL backend: `build` refuses it on the in-memory one.
+    pub fn sql_projection<P: shardbox_storage::SqlProjection>(mut self, projection: P) -> Self {
+        self.handlers
+            .push(Arc::new(TransactionalProjectionHandler::new(
+                shardbox_storage::Sql(projection),
+            )));
+        self
+    }
+
     /// Registers a reactor.
     pub fn reactor<R: Reactor>(mut self, reactor: R) -> Self {
         self.handlers.push(Arc::new(ReactorHandler(reactor)));
@@ -278,6 +291,16 @@ impl ShardboxBuilder {
                     now = %record.describe(),
                     "the shard strategy recorded in the database was another one: every node of an application must place targets alike (a target split over two shards can be served by two nodes at once)"
                 );
+            }
+        }
+        if let Some(h) = self.handlers.iter().find(|h| h.in_transaction()) {
+            if !storage.runs_writes_in_transaction() {
+                return Err(ConfigError::Invalid {
+                    field: "sql_projection",
+                    value: h.kind().to_owned(),
+                    reason: "a SQL projection writes inside the stage's transaction, which only the SQLite and PostgreSQL backends run; build on SqliteStorage or PostgresStorage (the in-memory backend has no SQL)",
+                }
+                .into());
             }
         }
         let mut registry = EntityRegistry::new(self.strategy, config.shard_count);

@@ -45,6 +45,7 @@ mod redact;
 mod rows;
 mod schema;
 mod sql;
+pub mod sql_projection;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 // The crate's own unit tests make PostgreSQL test schemas too; see the module doc for why
@@ -58,5 +59,6 @@ pub use migrate::MigrationMode;
 pub use postgres::{PostgresOptions, PostgresStorage, POSTGRES_MIGRATIONS};
 pub use redact::{redact, RedactedError};
 pub use shardbox_core::storage::Inspect;
+pub use sql_projection::{Sql, SqlConnection, SqlProjection, SqlResult};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStorage, SQLITE_MIGRATIONS};

@@ -9,7 +9,8 @@
 //!  aggregate_handler   ┐
 //!  projection_handler  │ the adapters of the typed traits (`traits`), one per kind
 //!  reactor_handler     │
-//!  process_handler     ┘
+//!  process_handler     │
+//!  transactional_projection ┘ (writes left for the commit's transaction)
 //! ```
 //!
 //! The adapters own the per-target rules: messages are handled in the given (`seq`) order; the
@@ -23,9 +24,11 @@
 //! This file is the contract alone: the adapters use it, it uses none of them.
 
 use crate::entity::handler_error::HandlerError;
+use crate::entity::in_transaction::{InTransactionApply, RebuildScope};
 use crate::entity::services::Services;
 use crate::entity::upcast::{Upcasters, FIRST_VERSION};
 use crate::model::event::NewEvent;
+use crate::model::kind_role::KindRole;
 use crate::model::message::{InboxMessage, NewMessage};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -56,6 +59,10 @@ pub struct BatchResult {
     /// The entity finished (a process manager's flow ended): its stored state is removed and
     /// `state` is `None`.
     pub finished: bool,
+    /// Writes of the handled messages left for the commit's transaction (a
+    /// [`TransactionalProjection`](crate::entity::transactional_projection::TransactionalProjection)'s):
+    /// the messages count as handled only if they succeed there.
+    pub in_transaction: Option<InTransactionApply>,
 }
 
 /// How one batch is run: the stage's time, the application's services and the time one
@@ -128,6 +135,31 @@ pub trait EntityHandler: Send + Sync + 'static {
     /// a stored state of an older version is upcast to it before it is decoded.
     fn state_version(&self) -> u32 {
         FIRST_VERSION
+    }
+
+    /// Its role, as the membership records it and the operators' tools show it: by default
+    /// the one its shape says (see [`KindRole::of`]).
+    fn role(&self) -> KindRole {
+        KindRole::of(
+            self.command_type().is_some(),
+            !self.event_types().is_empty(),
+            self.is_stateful(),
+        )
+    }
+
+    /// Whether its batches leave writes for the commit's transaction
+    /// ([`BatchResult::in_transaction`]): such a kind needs a backend that runs them (SQL),
+    /// and a catch-up replays it through the Inbox rather than straight into states.
+    fn in_transaction(&self) -> bool {
+        false
+    }
+
+    /// For a kind that writes inside the commit's transaction: what a catch-up of `scope`
+    /// runs there before its first replayed page (it empties what the replay writes again).
+    /// `None` (the default): nothing, the framework's states are reset by the catch-up.
+    fn rebuild_reset(&self, scope: RebuildScope) -> Option<InTransactionApply> {
+        let _ = scope;
+        None
     }
 
     /// The command type it accepts, if it accepts commands.

@@ -12,6 +12,9 @@
 //!  target_batch the per-target rules every adapter shares     ◄── the adapters
 //!  aggregate_handler, projection_handler, reactor_handler,
 //!  process_handler  the adapter of each kind, on those rules   ◄── the application's builder
+//!  in_transaction writes a handling leaves for the commit's transaction ◄── handler, stations
+//!  transactional_projection a projection writing the application's tables inside the
+//!           stage's transaction (SQL projections build on it)  ◄── the SQL backends
 //!  registry EntityRegistry: kinds, subscriptions, routing     ◄── send path and stations
 //!  addressing Addressing: strategy + shard count, readdressing ◄── the registry, operator actions
 //!  services Services: the application's own objects, by type  ◄── handlers, via Context
@@ -30,6 +33,7 @@ pub mod event_set;
 pub mod guard;
 pub mod handler;
 pub mod handler_error;
+pub mod in_transaction;
 pub mod kind;
 pub mod kind_gate;
 pub mod payload;
@@ -42,4 +46,5 @@ pub mod services;
 pub mod target_batch;
 pub mod trace;
 pub mod traits;
+pub mod transactional_projection;
 pub mod upcast;

@@ -12,7 +12,7 @@ use crate::entity::upcast::Upcasters;
 use crate::model::error::{ConfigError, StorageError};
 use crate::model::event::NewEvent;
 use crate::model::ids::{validate, IdField, ShardIndex};
-use crate::model::kind_role::{KindRole, RegisteredKind};
+use crate::model::kind_role::RegisteredKind;
 use crate::model::message::{InboxWrite, MessageKind, NewMessage};
 use crate::model::strategy::ShardStrategy;
 use chrono::{DateTime, Utc};
@@ -149,7 +149,7 @@ impl EntityRegistry {
         kinds
     }
 
-    /// Every registered kind with its role (see [`KindRole::of`]), sorted: what this node
+    /// Every registered kind with its role (see [`EntityHandler::role`]), sorted: what this node
     /// records in the membership.
     pub fn registered_kinds(&self) -> Vec<RegisteredKind> {
         let mut kinds: Vec<RegisteredKind> = self
@@ -157,11 +157,7 @@ impl EntityRegistry {
             .values()
             .map(|h| RegisteredKind {
                 kind: h.kind().to_owned(),
-                role: KindRole::of(
-                    h.command_type().is_some(),
-                    !h.event_types().is_empty(),
-                    h.is_stateful(),
-                ),
+                role: h.role(),
             })
             .collect();
         kinds.sort();

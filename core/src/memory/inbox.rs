@@ -78,6 +78,17 @@ impl InboxStore for MemoryStorage {
     }
 
     async fn commit_stage(&self, commit: StageCommit) -> Result<CommitReport, StorageError> {
+        if let Some(work) = commit.in_transaction.first() {
+            // No SQL to run it on; the builder refuses such a kind first.
+            return Err(StorageError::Query {
+                database: "memory".into(),
+                reason: format!(
+                    "kind `{}` writes inside the stage's transaction (a SQL projection), which the in-memory backend cannot run; use SQLite or PostgreSQL",
+                    work.target.kind
+                ),
+                source: None,
+            });
+        }
         let mut state = self.lock();
         if !state.holds(&commit.lease) {
             return Err(state.lease_lost(&commit.lease));

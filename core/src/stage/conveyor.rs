@@ -17,7 +17,8 @@ use crate::stage::context::StationContext;
 pub use crate::stage::intent::{Intent, EXPIRED_REASON};
 use crate::stage::row_changes::RowChanges;
 use crate::storage::{
-    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, Lease, Page, StageCommit, WriteBatch,
+    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, FailedBatch, InTransaction, Lease, Page,
+    StageCommit, WriteBatch,
 };
 use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
@@ -43,6 +44,7 @@ pub struct Conveyor {
     extra_dead_letters: Vec<DeadLetter>,
     catch_ups: Vec<CatchUpJob>,
     purge_catch_ups_before: Option<DateTime<Utc>>,
+    in_transaction: Vec<InTransaction>,
     after_commit: Vec<AfterCommit>,
 }
 
@@ -73,8 +75,16 @@ impl Conveyor {
             extra_dead_letters: Vec::new(),
             catch_ups: Vec::new(),
             purge_catch_ups_before: None,
+            in_transaction: Vec::new(),
             after_commit: Vec::new(),
         }
+    }
+
+    /// Adds a target's application writes to run inside the commit's transaction (a SQL
+    /// projection's batch): the intents recorded for its rows are those of a success, and
+    /// the work says what they become if its writes fail (see [`InTransaction`]).
+    pub fn in_transaction(&mut self, work: InTransaction) {
+        self.in_transaction.push(work);
     }
 
     /// Runs `f` once this stage's commit succeeded, and never if the stage failed, its lease
@@ -227,8 +237,31 @@ impl Conveyor {
             release_holds: rows.release_holds,
             outcomes: rows.outcomes,
             outcomes_decided: rows.outcomes_decided,
+            in_transaction: self.in_transaction,
         };
         (commit, rows.report)
+    }
+}
+
+/// What `rows` (one target's, in `seq` order) become under `intents` (one each) in a commit at
+/// `now`: the changes, dead letters and outcomes [`Conveyor::into_commit`] would make of them.
+/// For a target whose writes inside the transaction failed (see
+/// [`TransactionalWork::settle_failure`](crate::storage::TransactionalWork::settle_failure)),
+/// decided when the commit runs.
+pub fn settle_rows(
+    context: &StationContext,
+    now: DateTime<Utc>,
+    rows: Vec<InboxMessage>,
+    intents: Vec<Intent>,
+) -> FailedBatch {
+    let mut changes = RowChanges::new(context.config(), now, rows.len(), 0, Vec::new());
+    for (message, intent) in rows.into_iter().zip(intents) {
+        changes.settle(message, Some(intent));
+    }
+    FailedBatch {
+        updates: changes.updates,
+        dead_letters: changes.dead_letters,
+        outcomes: changes.outcomes,
     }
 }
 

@@ -1,101 +1,13 @@
 //! What one stage writes: the [`StageCommit`], applied in one fenced transaction.
 
 use super::catch_up::CatchUpJob;
-use super::entities::{EntityKey, EntityStateWrite};
+use super::entities::EntityStateWrite;
+use super::in_transaction::InTransaction;
 use super::registry::Lease;
+use super::row_change::{DeadLetter, HoldRelease, RowChange, RowUpdate};
 use super::write::{WriteBatch, WriteReport};
-use crate::model::message::InboxMessage;
 use crate::model::outcome::OutcomeRecord;
 use chrono::{DateTime, Utc};
-
-/// A change to one Inbox row.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RowChange {
-    /// Delivered: status `delivered`, kept until `keep_until` for deduplication.
-    Delivered {
-        /// End of the deduplication window.
-        keep_until: DateTime<Utc>,
-    },
-    /// Delete the row (delivered with no window, dropped, expired, dead-lettered).
-    Remove,
-    /// A failed attempt: try again at `at`. The first failure's time is kept on the row
-    /// (`first_failed_at`, set to the commit's time if unset).
-    RetryAt {
-        /// Next attempt.
-        at: DateTime<Utc>,
-        /// Failed attempts so far, this one included.
-        attempts: u32,
-        /// Why it failed.
-        error: String,
-    },
-    /// Failed for the last time under a `block` policy: status `blocked` (never read by
-    /// pages, its target's later messages wait), attempts and error recorded, `deliver_after`
-    /// set to the commit's time (when it was blocked). Only an operator moves it again.
-    Block {
-        /// Failed attempts so far, this one included.
-        attempts: u32,
-        /// Why it failed.
-        error: String,
-    },
-    /// Not handled this stage (waits behind an earlier message of its target, or held by a
-    /// catch-up): due again at `until`, attempts unchanged.
-    Hold {
-        /// When it is due again.
-        until: DateTime<Utc>,
-    },
-    /// Waits behind a blocked message of its target: parked (`deliver_after` set to
-    /// [`crate::catch_up::parked_until`], attempts unchanged) until an operator unblocks the
-    /// target, which makes every parked row of the target due at once in the same
-    /// transaction (see `DeadLetterStore::unblock_target`). Written once: no page reads a
-    /// parked row, so it is not rewritten while the block lasts. Applied after the commit's
-    /// other changes and only if the target still has a blocked row then (this commit's own
-    /// [`RowChange::Block`] included); otherwise (an unblock committed after the page was
-    /// read) the row is left unchanged, still due.
-    BehindBlock,
-    /// Its kind is paused: parked (`deliver_after` set to
-    /// [`crate::catch_up::parked_until`], nothing else changed) until the kind is resumed,
-    /// which makes the kind's parked rows due at once (see `KindControlStore::resume_kind`).
-    /// Applied after the commit's other changes and only if the kind is still paused then;
-    /// otherwise (a resume committed after the page was read) the row is left unchanged,
-    /// still due.
-    Paused,
-}
-
-/// A change to the row with `seq`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RowUpdate {
-    /// The row.
-    pub seq: i64,
-    /// The change.
-    pub change: RowChange,
-}
-
-/// A message that exhausted its attempts (or expired, or could not be routed), with its
-/// origin.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeadLetter {
-    /// The Inbox row as it was (target, signal, shard, payload, metadata, attempts).
-    pub original: InboxMessage,
-    /// Why it is dead (the last error, `expired`, …).
-    pub reason: String,
-    /// Failed attempts, the last one included (0 for a message that was never attempted).
-    pub attempts: u32,
-    /// When the first attempt failed (`None` if none did).
-    pub first_attempt_at: Option<DateTime<Utc>>,
-    /// When the last attempt failed (or the message was dead-lettered without an attempt).
-    pub last_attempt_at: DateTime<Utc>,
-}
-
-/// Rows of `target` in the committing shard held until exactly `until` — behind a retry due
-/// then, whose row left before it (its TTL ran out) — become due at once, so they keep their
-/// `seq` order with rows that arrived after the hold (see `StageCommit::release_holds`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HoldRelease {
-    /// Whose held rows.
-    pub target: EntityKey,
-    /// The hold's exact time: the retry time of the row that left.
-    pub until: DateTime<Utc>,
-}
 
 /// Everything a stage writes, applied atomically and only under the stage's lease.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +54,10 @@ pub struct StageCommit {
     /// The stage decided the outcome of at least one command (handled ones included, which
     /// have no record): its storage tells waiting senders once it committed.
     pub outcomes_decided: bool,
+    /// The application's writes to run inside the commit's transaction, after the fence and
+    /// before the row changes, each target's in a savepoint of its own (SQL projections; see
+    /// [`InTransaction`]). A backend without SQL refuses a commit with any.
+    pub in_transaction: Vec<InTransaction>,
 }
 
 impl StageCommit {
@@ -253,6 +169,7 @@ mod tests {
             release_holds: Vec::new(),
             outcomes: Vec::new(),
             outcomes_decided: false,
+            in_transaction: Vec::new(),
         }
     }
 

@@ -19,8 +19,8 @@
 //! lock the shard's session row first, as a commit does). Neither removes a row a worker
 //! could be delivering.
 
-use super::commit::DeadLetter;
 use super::entities::EntityKey;
+use super::row_change::DeadLetter;
 use crate::model::error::StorageError;
 use crate::model::ids::{ShardIndex, SignalId};
 use crate::model::message::{InboxMessage, MessageKind};

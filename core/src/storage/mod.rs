@@ -1,7 +1,8 @@
 //! The storage traits: small, separate capabilities that every backend implements.
 //!
 //! ```text
-//!  InboxStore    write rows (dedup), read a due page, commit a stage (fenced)
+//!  InboxStore    write rows (dedup), read a due page, commit a stage (fenced), with the
+//!                application's writes inside its transaction (`in_transaction`)
 //!  WorkRegistry  the lock table: pick up, renew, release shard leases
 //!  EventStore    read the event store in seq pages
 //!  EntityStore   load framework-kept entity states
@@ -21,6 +22,7 @@ mod commit;
 mod dead_letters;
 mod entities;
 mod events;
+mod in_transaction;
 mod inbox;
 mod inspect;
 mod kind_controls;
@@ -28,6 +30,7 @@ pub mod listener;
 pub mod observer;
 mod reads;
 mod registry;
+mod row_change;
 mod schema;
 mod write;
 
@@ -35,13 +38,16 @@ pub use listener::{ListenerHandle, ListenerStats, WriteListener};
 pub use observer::ShardObserver;
 
 pub use catch_up::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
-pub use commit::{CommitReport, DeadLetter, HoldRelease, RowChange, RowUpdate, StageCommit};
+pub use commit::{CommitReport, StageCommit};
 pub use dead_letters::{
     unblocked_outcome, unblocked_reason, BlockedTarget, DeadLetterFilter, DeadLetterId,
     DeadLetterStore, Requeue, RequeueReport, StoredDeadLetter, Unblock, UnblockReport,
 };
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
+pub use in_transaction::{
+    apply_failed_batch, FailedBatch, InTransaction, TransactionError, TransactionalWork,
+};
 pub use inbox::{InboxCounts, InboxStore, KindDepth, Page, ShardDepth};
 pub use inspect::Inspect;
 pub use kind_controls::{KindControlStore, ResumeReport};
@@ -50,6 +56,7 @@ pub use registry::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
     ShardSession, WorkRegistry,
 };
+pub use row_change::{DeadLetter, HoldRelease, RowChange, RowUpdate};
 pub use schema::SchemaCheck;
 pub use write::{WriteBatch, WriteReport};
 
@@ -80,6 +87,13 @@ pub trait Storage:
     /// default does nothing. An error is logged by the node, not returned.
     async fn node_stopped(&self) -> Result<(), crate::model::error::StorageError> {
         Ok(())
+    }
+
+    /// Whether its stage commit runs the application's writes inside its transaction
+    /// ([`StageCommit::in_transaction`]: SQL projections). The default does not, and the
+    /// builder refuses such a projection on it.
+    fn runs_writes_in_transaction(&self) -> bool {
+        false
     }
 
     /// The backend's check that the database's schema is still the one this binary expects,

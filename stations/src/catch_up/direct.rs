@@ -75,7 +75,10 @@ pub(super) async fn apply_directly(
             .outcomes
             .iter()
             .all(|o| matches!(o, MessageOutcome::Handled));
-        if !handled || !result.events.is_empty() || !result.commands.is_empty() {
+        // Writes inside the transaction may fail at commit, where only live delivery can
+        // settle them by the failure policy: such a page goes through the Inbox too.
+        let settled_now = result.in_transaction.is_none();
+        if !handled || !settled_now || !result.events.is_empty() || !result.commands.is_empty() {
             tracing::warn!(kind = %key.kind, target = %key.id, "a replayed event was not handled (or emitted messages) in direct replay; this page goes through the Inbox, where the failure policy applies");
             let mut back: Vec<InboxMessage> =
                 groups.iter().flat_map(|g| g.iter().cloned()).collect();

@@ -20,11 +20,14 @@ use chrono::{DateTime, Utc};
 use shardbox_core::catch_up::{
     apply_step, covers, decide_step, needs_estimate, replay_signal, replays, tick, StepDecision,
 };
-use shardbox_core::storage::CatchUpJob;
+use shardbox_core::storage::{
+    CatchUpJob, CatchUpStatus, CatchUpTargets, EntityKey, FailedBatch, InTransaction,
+    TransactionError, TransactionalWork,
+};
 use shardbox_core::sync::lock;
 use shardbox_core::{
-    Conveyor, DeliveryError, EntityHandler, EntityRegistry, InboxWrite, Intent, MessageKind,
-    MessageStatus, NewMessage, SignalId, StationContext, StoredEvent,
+    Conveyor, DeliveryError, EntityHandler, EntityRegistry, InTransactionApply, InboxWrite, Intent,
+    MessageKind, MessageStatus, NewMessage, RebuildScope, SignalId, StationContext, StoredEvent,
 };
 use std::sync::Arc;
 use tracing::Instrument;
@@ -131,6 +134,21 @@ impl CatchUpStation {
             conveyor.record(index, Intent::Hold { until: now + poll });
             return Ok(());
         };
+        if job.status == CatchUpStatus::Started {
+            // A projection in the application's tables empties what the replay writes again,
+            // in this first step's transaction.
+            if let Some(reset) = handler.rebuild_reset(rebuild_scope(&job)) {
+                conveyor.in_transaction(InTransaction {
+                    target: EntityKey {
+                        kind: kind.clone(),
+                        tenant: job.spec.tenant.clone(),
+                        id: String::new(),
+                    },
+                    seqs: Vec::new(),
+                    work: Arc::new(ResetWork(reset)),
+                });
+            }
+        }
         let page = self
             .replay_page(conveyor, &env, &job, &handler, page_size, now)
             .await?;
@@ -186,7 +204,10 @@ impl CatchUpStation {
         }
         .instrument(span)
         .await;
-        let rows = if !rows.is_empty() && self.may_apply_directly(conveyor, env, job).await? {
+        // A projection writing inside the commit's transaction is replayed through the Inbox:
+        // its writes are settled by live delivery, under the failure policy.
+        let direct = !rows.is_empty() && !handler.in_transaction();
+        let rows = if direct && self.may_apply_directly(conveyor, env, job).await? {
             apply_directly(conveyor, env, &self.in_flight, handler, rows, now)
                 .await?
                 .unwrap_or_default()
@@ -271,5 +292,36 @@ impl CatchUpStation {
         // Removed (not kept) so that the next tick, which may carry the same signal, can be
         // written in the same commit.
         conveyor.record(index, Intent::Delivered { keep_until: None });
+    }
+}
+
+/// What job `job` rebuilds, as a projection's reset sees it.
+fn rebuild_scope(job: &CatchUpJob) -> RebuildScope {
+    RebuildScope {
+        kind: job.spec.projection_kind.clone(),
+        tenant: job.spec.tenant.clone(),
+        ids: match &job.spec.targets {
+            CatchUpTargets::All => None,
+            CatchUpTargets::Ids(ids) => Some(ids.clone()),
+        },
+        since: job.spec.since,
+    }
+}
+
+/// A rebuild's reset inside the step's transaction: it stands for no row, so its failure
+/// fails the commit (the backend's rule for work with no rows).
+struct ResetWork(InTransactionApply);
+
+impl TransactionalWork for ResetWork {
+    fn len(&self) -> usize {
+        self.0 .0.len()
+    }
+
+    fn apply(&self, conn: &mut dyn std::any::Any, index: usize) -> Result<(), TransactionError> {
+        self.0 .0.apply(conn, index).map_err(Into::into)
+    }
+
+    fn settle_failure(&self, _failed: usize, _error: TransactionError) -> FailedBatch {
+        FailedBatch::default()
     }
 }

@@ -24,8 +24,11 @@
 //! ```text
 //!  mod     LiveDelivery: the page sorted, the targets' batches run (this file)
 //!  settle  what a target's result becomes on the Conveyor: state, emitted messages, intents
+//!  in_transaction  a target's writes for the commit's transaction (SQL projections), with
+//!          what its rows become if they fail
 //! ```
 
+mod in_transaction;
 mod settle;
 
 use crate::batches::{run_batches, Batch, InFlight};
@@ -214,11 +217,20 @@ impl Station for LiveDelivery {
         // `Conveyor::after_commit`).
         let mut delivered = Vec::new();
         for ((target, rows), result) in targets {
+            let writes = result.as_ref().and_then(|r| r.in_transaction.clone());
             let outcomes = match result {
                 Some(result) => apply_result(conveyor, &env, &target, result, now),
                 None => unhandled_outcomes(&env, &target, rows.len()),
             };
-            record_outcomes(conveyor, &target, &rows, outcomes, now, &mut delivered);
+            match writes {
+                Some(writes) => {
+                    // Delivered only if its writes commit: not remembered as a recent
+                    // delivery (a failed write leaves the row due again, same seq).
+                    record_outcomes(conveyor, &target, &rows, outcomes, now, &mut Vec::new());
+                    in_transaction::put(conveyor, &target, &rows, writes);
+                }
+                None => record_outcomes(conveyor, &target, &rows, outcomes, now, &mut delivered),
+            }
         }
         if !delivered.is_empty() {
             let recent = self.recent.clone();

@@ -118,12 +118,12 @@ pub(super) fn record_outcomes(
             // Replayed rows carry job-unique signals: nothing to deduplicate later.
             MessageOutcome::Handled if replayed => Intent::Delivered { keep_until: None },
             MessageOutcome::Handled => Intent::Delivered {
-                keep_until: keep_until(conveyor),
+                keep_until: keep_until(conveyor.context(), now),
             },
             MessageOutcome::Failed(error) => {
                 let m = &conveyor.page()[i];
                 tracing::warn!(seq = m.seq, kind = %target.kind, target = %target.id, attempts = m.attempts + 1, %error, "handler failed");
-                let intent = decide(conveyor, m, &error);
+                let intent = decide(conveyor.context(), now, m, &error);
                 waits = Some(behind(&intent, now));
                 intent
             }
@@ -141,10 +141,13 @@ pub(super) fn record_outcomes(
     }
 }
 
-/// Decides a failed message's fate: the monitor first, then the kind's policy.
-fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent {
-    let env = conveyor.context();
-    let now = conveyor.now();
+/// Decides a failed message's fate at `now`: the monitor first, then the kind's policy.
+pub(super) fn decide(
+    env: &StationContext,
+    now: DateTime<Utc>,
+    m: &InboxMessage,
+    error: &HandlerError,
+) -> Intent {
     let attempts = m.attempts.saturating_add(1);
     let action = env.monitor().on_handler_failure(&FailureInfo {
         message: m,
@@ -164,7 +167,7 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
         FailureAction::Block => FailureDecision::Block,
         FailureAction::MarkDelivered => {
             return Intent::Delivered {
-                keep_until: keep_until(conveyor),
+                keep_until: keep_until(env, now),
             }
         }
     };
@@ -178,13 +181,14 @@ fn decide(conveyor: &Conveyor, m: &InboxMessage, error: &HandlerError) -> Intent
     }
 }
 
-fn keep_until(conveyor: &Conveyor) -> Option<DateTime<Utc>> {
-    let config = conveyor.context().config();
-    (!config.dedup_window.is_zero()).then(|| conveyor.now() + config.dedup_span())
+/// The end of the deduplication window of a row delivered at `now` (`None`: no window).
+fn keep_until(env: &StationContext, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let config = env.config();
+    (!config.dedup_window.is_zero()).then(|| now + config.dedup_span())
 }
 
 /// What becomes of the rows behind a failed row of the same target.
-fn behind(intent: &Intent, now: DateTime<Utc>) -> Intent {
+pub(super) fn behind(intent: &Intent, now: DateTime<Utc>) -> Intent {
     match intent {
         Intent::RetryAt { at, .. } => Intent::Hold { until: *at },
         Intent::Hold { until } => Intent::Hold { until: *until },

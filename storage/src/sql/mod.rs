@@ -25,6 +25,7 @@ pub(crate) mod commit;
 pub(crate) mod dead_letters;
 pub(crate) mod entities;
 pub(crate) mod events;
+pub(crate) mod in_transaction;
 pub(crate) mod inbox;
 pub(crate) mod kind_controls;
 pub(crate) mod outcomes;

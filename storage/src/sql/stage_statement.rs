@@ -75,6 +75,7 @@ pub(crate) fn one_statement_shape(commit: &StageCommit) -> Option<DeliveredRows>
         && commit.writes.messages.is_empty()
         && commit.purge_delivered == 0
         && commit.outcomes.is_empty()
+        && commit.in_transaction.is_empty()
         && commit.states.iter().all(|w| w.state.is_some());
     if !nothing_else {
         return None;

@@ -45,6 +45,13 @@ pub enum ConfigError {
         /// The kinds that are registered, sorted.
         registered: Vec<String>,
     },
+    /// A kind action (pause, resume, run-time settings) names one of Shardbox's own kinds
+    /// (see [`crate::INTERNAL_KIND_PREFIX`]).
+    #[error("`{kind}` is one of Shardbox's own kinds (names starting `shardbox.`; it carries the catch-ups' steps): it cannot be paused, resumed or given settings. Steer a catch-up with `shardbox catch-up cancel` (or `Shardbox::cancel_catch_up`), or pause the projection it rebuilds")]
+    InternalKind {
+        /// The kind.
+        kind: String,
+    },
     /// The same entity kind was registered twice.
     #[error("entity kind `{kind}` is registered twice; give each entity type its own KIND")]
     DuplicateKind {

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //!  1 fence      UPDATE shard_sessions SET lease_until WHERE shard, epoch, node   0 rows → LeaseLost
+//!  1b app       the application's writes (SQL projections), a savepoint per target; a
+//!               target whose writes failed gets its rows' failure changes (`sql::in_transaction`)
 //!  2 rows       delivered / held / retried / blocked / removed, each touching exactly one
 //!               row of the shard                                                  else → Corrupt;
 //!               then parked behind a block, if the target is still blocked

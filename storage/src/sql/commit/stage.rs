@@ -30,8 +30,9 @@ macro_rules! commit_stage_units {
                 release_holds,
                 outcomes,
                 outcomes_decided: _,
+                in_transaction,
             } = commit;
-            let outcomes: Vec<_> = outcomes
+            let mut outcomes: Vec<_> = outcomes
                 .into_iter()
                 .map($crate::sql::outcomes::OutcomeRow::new)
                 .collect();
@@ -69,6 +70,17 @@ macro_rules! commit_stage_units {
                     <Conn as Dialect>::lock_sessions_in_order(conn, &locked)?;
                 }
                 fence(conn, &lease, lease_until)?;
+                let (mut updates, mut dead_letters) = (updates, dead_letters);
+                if !in_transaction.is_empty() {
+                    // The application's writes, after the fence (see `sql::in_transaction`).
+                    $crate::sql::in_transaction::run(
+                        conn,
+                        &in_transaction,
+                        &mut updates,
+                        &mut dead_letters,
+                        &mut outcomes,
+                    )?;
+                }
                 update_rows(conn, lease.shard, updates, now)?;
                 for release in &release_holds {
                     release_hold(conn, lease.shard, release)?;

@@ -20,6 +20,10 @@ macro_rules! storage_and_inspect_impl {
                 self.node_stopped_backend().await
             }
 
+            fn runs_writes_in_transaction(&self) -> bool {
+                true
+            }
+
             fn schema_check(&self) -> Option<&dyn shardbox_core::storage::SchemaCheck> {
                 Some(self)
             }
