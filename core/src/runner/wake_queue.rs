@@ -124,11 +124,20 @@ impl WakeQueue {
     }
 
     /// Whether a queued turn on `shard` is stale: the assignment now prefers another member
-    /// for it, and the last poll round did not find it idle. Such an entry was queued under
-    /// an earlier assignment (a write heard, a probe, a wake-up while its turn ran); served,
-    /// it would pick the shard up again after its last holder had released it to the new
-    /// owner, and hand it over once more a stage later.
+    /// for it, the last poll round did not find it idle, and this node has no lease of it to
+    /// settle. Such an entry was queued under an earlier assignment (a write heard, a probe,
+    /// a wake-up while its turn ran); served, it would pick the shard up again after its last
+    /// holder had released it to the new owner, and hand it over once more a stage later. A
+    /// turn that comes to settle a lease of this node — kept for the linger, or kept for a
+    /// retried release after a failed one (see `unreleased`) — is served: dropped, it left
+    /// that lease held until it ran out (simulation seed 152 of the first version).
     fn is_stale_turn(&self, shard: ShardIndex) -> bool {
+        let kept = lock(&self.parked)
+            .get(shard.0 as usize)
+            .is_some_and(Option::is_some);
+        if kept || self.env.unreleased.holds(shard) {
+            return false;
+        }
         let owners = lock(&self.owners);
         owners.is_others(shard, &self.env.config.node_id)
             && !lock(&self.helping)
@@ -424,5 +433,43 @@ pub(super) mod tests {
             "queued: moved to the front as an orphan"
         );
         assert_eq!(queue.next().await, theirs);
+        assert!(queue.wakeups.start(theirs));
+        queue.finish(theirs, TurnEnd::HandedOver);
+    }
+
+    /// A turn on another member's shard that comes to settle a lease of this node is served:
+    /// the retry of a failed release wakes the shard so that its turn releases the lease kept
+    /// for it (see `unreleased`); dropped as stale, it left the lease held until it ran out
+    /// (simulation seed 152 against the first version of the change above).
+    #[tokio::test]
+    async fn a_turn_that_settles_a_lease_of_this_node_is_served() {
+        let (env, queue, _stop) = queue_of_me();
+        let joined = Arc::new(assign(SHARDS, &[node("me"), node("other")]));
+        let theirs = shard_of(&joined, "other");
+        queue.set_owners(joined, &[]);
+        let now = env.clock.now();
+        let worker = crate::model::ids::WorkerId(0);
+        let lease = env
+            .storage
+            .pick_up(theirs, &node("me"), worker, now, env.lease_until(now))
+            .await
+            .expect("the memory backend answers")
+            .expect("a free shard");
+        env.unreleased.keep(lease.clone());
+        queue.wake(theirs);
+        let served = tokio::time::timeout(std::time::Duration::from_secs(1), queue.next());
+        assert_eq!(
+            served.await.ok(),
+            Some(theirs),
+            "kept for a retried release"
+        );
+        assert!(queue.wakeups.start(theirs));
+        queue.finish(theirs, TurnEnd::Done);
+        assert!(env.unreleased.take(theirs).is_some());
+
+        queue.park(lease);
+        queue.wake(theirs);
+        let served = tokio::time::timeout(std::time::Duration::from_secs(1), queue.next());
+        assert_eq!(served.await.ok(), Some(theirs), "kept for the linger");
     }
 }
