@@ -49,7 +49,11 @@ fn seeds(default: u64) -> Vec<u64> {
     }
     match std::env::var("SHARDBOX_SIM_SEEDS") {
         Ok(spec) => seed_range(&spec)
-            .unwrap_or_else(|| panic!("SHARDBOX_SIM_SEEDS is a count (5000) or a range (5000..10000), not {spec:?}"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "SHARDBOX_SIM_SEEDS is a count (5000) or a range (5000..10000), not {spec:?}"
+                )
+            })
             .collect(),
         Err(_) => (0..default).collect(),
     }
