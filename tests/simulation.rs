@@ -15,7 +15,9 @@
 //!                                                             PostgreSQL with SHARDBOX_PG_URL)
 //!  SHARDBOX_SIM_TRACE=1 SHARDBOX_SIM_SEED=<n> …               also print its pick-ups and commits
 //!  SHARDBOX_SIM_SEED=<n> cargo test --test simulation         replay one seed
-//!  SHARDBOX_SIM_SEEDS=5000 cargo test --test simulation       run thousands
+//!  SHARDBOX_SIM_SEEDS=5000 cargo test --test simulation       run thousands (seeds 0..5000)
+//!  SHARDBOX_SIM_SEEDS=5000..10000 cargo test --test simulation  run a range of seeds (split a
+//!                                                             long run over processes)
 //! ```
 //!
 //! On the memory backend a seed replays exactly the same schedule (checked by
@@ -46,9 +48,38 @@ fn seeds(default: u64) -> Vec<u64> {
         return vec![seed.trim().parse().expect("SHARDBOX_SIM_SEED is a number")];
     }
     match std::env::var("SHARDBOX_SIM_SEEDS") {
-        Ok(n) => (0..n.trim().parse().expect("SHARDBOX_SIM_SEEDS is a number")).collect(),
+        Ok(spec) => seed_range(&spec)
+            .unwrap_or_else(|| {
+                panic!(
+                    "SHARDBOX_SIM_SEEDS is a count (5000) or a range (5000..10000), not {spec:?}"
+                )
+            })
+            .collect(),
         Err(_) => (0..default).collect(),
     }
+}
+
+/// `n` is the seeds `0..n`; `a..b` the seeds from `a` up to, not including, `b` (so a long run
+/// splits into processes: `0..5000` and `5000..10000`).
+fn seed_range(spec: &str) -> Option<std::ops::Range<u64>> {
+    let spec = spec.trim();
+    match spec.split_once("..") {
+        Some((start, end)) => {
+            let (start, end) = (start.trim().parse().ok()?, end.trim().parse().ok()?);
+            (start <= end).then_some(start..end)
+        }
+        None => Some(0..spec.parse().ok()?),
+    }
+}
+
+#[test]
+fn seed_counts_and_ranges_parse() {
+    assert_eq!(seed_range("3"), Some(0..3));
+    assert_eq!(seed_range(" 5000..10000 "), Some(5000..10000));
+    assert_eq!(seed_range("7..7"), Some(7..7));
+    assert_eq!(seed_range("9..2"), None);
+    assert_eq!(seed_range("..4"), None);
+    assert_eq!(seed_range("many"), None);
 }
 
 fn run_seeds(backend: Backend, default: u64) {
@@ -73,7 +104,7 @@ fn run_seeds(backend: Backend, default: u64) {
         if i > 0 && i % every == 0 {
             // Long runs report as they go (a run cut short still says how far it got).
             eprintln!(
-                "{backend:?}: {i} seeds in {:.1} s, {} failed",
+                "{backend:?}: {i} seeds done (next {seed}) in {:.1} s, {} failed",
                 started.elapsed().as_secs_f64(),
                 failures.len()
             );

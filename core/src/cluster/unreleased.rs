@@ -48,6 +48,11 @@ impl UnreleasedLeases {
     pub(crate) fn take(&self, shard: ShardIndex) -> Option<Lease> {
         lock(&self.leases).remove(&shard)
     }
+
+    /// Whether a lease of `shard` waits for its release (its next turn settles it).
+    pub(crate) fn holds(&self, shard: ShardIndex) -> bool {
+        lock(&self.leases).contains_key(&shard)
+    }
 }
 
 /// The lease of a stage in progress, kept for a release if the stage never returns: its task

@@ -62,9 +62,11 @@ pub(super) async fn serve(
     let keep_on =
         || !queue.is_others(shard) && !should_yield(started.elapsed(), queue.waiting(), turn);
     let held = queue.unpark(shard, None);
-    let linger = !linger_for.is_zero() && !queue.is_others(shard);
+    // Asked again when the shard is drained: one the assignment gave to another member
+    // meanwhile is released then, not kept while its new owner waits.
+    let linger = || !linger_for.is_zero() && !queue.is_others(shard);
     let served = CatchUnwind(Box::pin(
-        delivery.serve_turn(shard, worker, &keep_on, held, linger),
+        delivery.serve_turn(shard, worker, &keep_on, held, &linger),
     ))
     .await;
     let served = match served {
@@ -197,9 +199,12 @@ fn spawn_release(
                 break;
             }
             // Queued for a turn (or being started): that turn takes the lease, unless the
-            // lease nears its end first.
+            // lease nears its end first, or the shard is now another member's: its new owner
+            // waits for the lease, and the queued turn will not serve it (see
+            // `WakeQueue::next`). Left to that turn, the lease was kept up to half a lease
+            // duration past the change (issue 37: a joining node waited for it).
             let half = delivery.env().config.lease_span() / 2;
-            if until - delivery.env().clock.now() < half {
+            if queue.is_others(shard) || until - delivery.env().clock.now() < half {
                 if let Some(lease) = queue.unpark(shard, Some(generation)) {
                     if let Err(e) = delivery.release(&lease).await {
                         tracing::warn!(%shard, error = %e, "could not release a kept lease; it expires, or the next turn releases it");
@@ -242,6 +247,49 @@ fn spawn_release(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::assign::assign;
+    use crate::runner::wake_queue::tests::{node, queue_of_me, shard_of, SHARDS};
+
+    /// Issue 37 (`cluster_balance`): a lease kept for the linger whose shard was queued for a
+    /// turn was left to that turn — up to half a lease duration when the workers were busy —
+    /// even once the assignment gave the shard to a member that had just joined, which
+    /// waited for it. It is released at the end of the linger; the queued turn is dropped.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_lease_of_a_shard_now_another_members_is_released_after_the_linger() {
+        let (env, queue, _stop) = queue_of_me();
+        let delivery = Arc::new(Delivery::new(env.clone(), Vec::new()));
+        let joined = Arc::new(assign(SHARDS, &[node("me"), node("other")]));
+        let theirs = shard_of(&joined, "other");
+        queue.set_owners(Arc::new(assign(SHARDS, &[node("me")])), &[]);
+        let now = env.clock.now();
+        let lease = env
+            .storage
+            .pick_up(theirs, &node("me"), WorkerId(0), now, env.lease_until(now))
+            .await
+            .expect("the memory backend answers")
+            .expect("a free shard");
+        let linger = Duration::from_millis(150);
+        let generation = queue.park(lease);
+        // Written to again while it was this node's: queued behind busy workers.
+        queue.wake(theirs);
+        spawn_release(&delivery, &queue, theirs, generation, linger);
+        // The other member joins; its first poll round finds the shard leased here.
+        queue.set_owners(joined, &[]);
+        tokio::time::sleep(linger * 2).await;
+        let session = env
+            .storage
+            .sessions()
+            .await
+            .expect("sessions")
+            .into_iter()
+            .find(|s| s.shard == theirs)
+            .expect("a session of the shard");
+        assert_eq!(
+            session.lease_until, None,
+            "released one linger after the change, not half a lease (the clock stood still)"
+        );
+        assert_eq!(queue.unpark(theirs, None), None, "no longer kept");
+    }
 
     #[test]
     fn retries_back_off_from_25_ms_to_the_poll_interval() {

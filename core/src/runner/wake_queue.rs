@@ -33,6 +33,9 @@ pub(super) struct WakeQueue {
     pub(super) held: Mutex<HeldElsewhere>,
     /// The preferred owner of every shard, as the lease watch last read the members.
     pub(super) owners: Mutex<Arc<ShardOwners>>,
+    /// Other members' shards this node may serve for now, by shard: those the last poll
+    /// round found idle (free for a poll interval, see `plan_round`).
+    pub(super) helping: Mutex<Vec<bool>>,
     /// Shards, and whether they are orphaned (moved to the front by a take-over that found
     /// them queued).
     pub(super) queue: Mutex<VecDeque<(ShardIndex, bool)>>,
@@ -65,6 +68,7 @@ impl WakeQueue {
             wakeups: ShardWakeState::new(shards),
             held: Mutex::new(HeldElsewhere::new(shards)),
             owners: Mutex::new(Arc::new(ShardOwners::default())),
+            helping: Mutex::new(Vec::new()),
             queue: Mutex::new(VecDeque::new()),
             ready: Notify::new(),
             poll_now: Notify::new(),
@@ -104,9 +108,42 @@ impl WakeQueue {
         }
     }
 
-    /// Replaces the shard assignment (each poll round).
-    pub(super) fn set_owners(&self, owners: Arc<ShardOwners>) {
-        *lock(&self.owners) = owners;
+    /// Replaces the shard assignment and the other members' shards this node may help with
+    /// (each poll round).
+    pub(super) fn set_owners(&self, owners: Arc<ShardOwners>, helping: &[ShardIndex]) {
+        let mut help = vec![false; self.env.registry.shard_count() as usize];
+        for s in helping {
+            if let Some(slot) = help.get_mut(s.0 as usize) {
+                *slot = true;
+            }
+        }
+        // Both under the owners' lock, so that `next` never sees new owners with old help.
+        let mut slot = lock(&self.owners);
+        *lock(&self.helping) = help;
+        *slot = owners;
+    }
+
+    /// Whether a queued turn on `shard` is stale: the assignment now prefers another member
+    /// for it, the last poll round did not find it idle, and this node has no lease of it to
+    /// settle. Such an entry was queued under an earlier assignment (a write heard, a probe,
+    /// a wake-up while its turn ran); served, it would pick the shard up again after its last
+    /// holder had released it to the new owner, and hand it over once more a stage later. A
+    /// turn that comes to settle a lease of this node — kept for the linger, or kept for a
+    /// retried release after a failed one (see `unreleased`) — is served: dropped, it left
+    /// that lease held until it ran out (simulation seed 152 of the first version).
+    fn is_stale_turn(&self, shard: ShardIndex) -> bool {
+        let kept = lock(&self.parked)
+            .get(shard.0 as usize)
+            .is_some_and(Option::is_some);
+        if kept || self.env.unreleased.holds(shard) {
+            return false;
+        }
+        let owners = lock(&self.owners);
+        owners.is_others(shard, &self.env.config.node_id)
+            && !lock(&self.helping)
+                .get(shard.0 as usize)
+                .copied()
+                .unwrap_or(false)
     }
 
     /// Whether `shard` is not this node's to serve now: another live member prefers it, a
@@ -217,13 +254,28 @@ impl WakeQueue {
         }
     }
 
-    /// The next shard to serve; waits while there is none.
+    /// The next shard to serve; waits while there is none. A turn queued under an earlier
+    /// assignment on a shard now preferred by another member is dropped (see
+    /// [`WakeQueue::is_stale_turn`]; a kept lease of it is released by its timer); an
+    /// orphaned shard is served whoever prefers it.
     pub(super) async fn next(&self) -> ShardIndex {
         loop {
             // Created before the check, so that a wake between the check and the wait leaves
             // a permit behind instead of being missed.
             let notified = self.ready.notified();
-            if let Some((shard, _)) = lock(&self.queue).pop_front() {
+            loop {
+                let mut queue = lock(&self.queue);
+                let Some((shard, orphaned)) = queue.pop_front() else {
+                    break;
+                };
+                if !orphaned && !self.is_paused() && self.is_stale_turn(shard) {
+                    if self.wakeups.start(shard) {
+                        self.wakeups.finish_held_elsewhere(shard);
+                    }
+                    tracing::trace!(%shard, "a turn queued under an earlier assignment dropped: the shard is another member's");
+                    continue;
+                }
+                drop(queue);
                 tracing::trace!(target: "shardbox::latency", point = "turn", node = %self.env.config.node_id, shard = shard.0, key = 0);
                 return shard;
             }
@@ -284,5 +336,140 @@ impl ShardObserver for WakeQueue {
 
     fn on_missed_writes(&self) {
         self.poll_now.notify_one();
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::cluster::assign::assign;
+    use crate::entity::registry::EntityRegistry;
+    use crate::memory::MemoryStorage;
+    use crate::model::clock::ManualClock;
+    use crate::model::config::DeliveryConfig;
+    use crate::model::ids::NodeId;
+    use crate::model::strategy::StableHashStrategy;
+    use crate::telemetry::monitor::NoopMonitor;
+
+    pub(in crate::runner) const SHARDS: u32 = 8;
+
+    pub(in crate::runner) fn node(n: &str) -> NodeId {
+        NodeId(n.into())
+    }
+
+    /// The environment of node "me" over [`SHARDS`] shards on the memory backend, under a
+    /// manual clock, its wake queue, and the sender of the queue's stop signal (its tasks
+    /// stop when it is dropped).
+    pub(in crate::runner) fn queue_of_me() -> (Arc<DeliveryEnv>, Arc<WakeQueue>, watch::Sender<bool>)
+    {
+        let clock = ManualClock::new(
+            chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a valid time"),
+        );
+        let env = Arc::new(DeliveryEnv::new(
+            Arc::new(EntityRegistry::new(
+                Arc::new(StableHashStrategy::new()),
+                SHARDS,
+            )),
+            Arc::new(MemoryStorage::new()),
+            DeliveryConfig::builder()
+                .shard_count(SHARDS)
+                .node_id(node("me"))
+                .build()
+                .expect("a valid config"),
+            Arc::new(NoopMonitor),
+            Arc::new(clock),
+        ));
+        let (stop, rx) = watch::channel(false);
+        let queue = Arc::new(WakeQueue::new(env.clone(), rx));
+        (env, queue, stop)
+    }
+
+    /// A shard the assignment over "me" and "other" gives to `whom`.
+    pub(in crate::runner) fn shard_of(owners: &ShardOwners, whom: &str) -> ShardIndex {
+        owners.shards_of(&node(whom))[0]
+    }
+
+    /// Issue 37 (`cluster_balance`): a turn queued while this node was the shard's preferred
+    /// owner — a write heard, a probe, a wake-up during its turn — was served after a member
+    /// joined and was given the shard: it picked the shard up again once its last holder had
+    /// released it to the joiner, and handed it over a stage later: one more hand-over round
+    /// for the joiner. Such a turn is dropped; one on a shard the last poll round found
+    /// idle, or on an orphaned shard, is served.
+    #[tokio::test]
+    async fn a_turn_queued_before_its_shard_went_to_another_member_is_dropped() {
+        let (_env, queue, _stop) = queue_of_me();
+        let alone = Arc::new(assign(SHARDS, &[node("me")]));
+        let joined = Arc::new(assign(SHARDS, &[node("me"), node("other")]));
+        let (theirs, mine) = (shard_of(&joined, "other"), shard_of(&joined, "me"));
+        queue.set_owners(alone, &[]);
+        queue.wake(theirs);
+        queue.wake(mine);
+        queue.set_owners(joined.clone(), &[]);
+        assert_eq!(
+            queue.next().await,
+            mine,
+            "the stale turn on {theirs} is dropped"
+        );
+        assert!(queue.wakeups.start(mine));
+        queue.finish(mine, TurnEnd::Done);
+        assert_eq!(queue.waiting().shards, 0, "nothing else queued");
+
+        // Idle, the joiner's shard is this node's to help with (the poll round said so).
+        queue.set_owners(joined.clone(), &[theirs]);
+        queue.wake(theirs);
+        assert_eq!(
+            queue.next().await,
+            theirs,
+            "dropped as stale, it was left idle"
+        );
+        assert!(queue.wakeups.start(theirs));
+        queue.finish(theirs, TurnEnd::HandedOver);
+
+        // An orphaned shard is anyone's.
+        queue.set_owners(joined, &[]);
+        queue.wake(theirs);
+        assert!(
+            !queue.claim(theirs),
+            "queued: moved to the front as an orphan"
+        );
+        assert_eq!(queue.next().await, theirs);
+        assert!(queue.wakeups.start(theirs));
+        queue.finish(theirs, TurnEnd::HandedOver);
+    }
+
+    /// A turn on another member's shard that comes to settle a lease of this node is served:
+    /// the retry of a failed release wakes the shard so that its turn releases the lease kept
+    /// for it (see `unreleased`); dropped as stale, it left the lease held until it ran out
+    /// (simulation seed 152 against the first version of the change above).
+    #[tokio::test]
+    async fn a_turn_that_settles_a_lease_of_this_node_is_served() {
+        let (env, queue, _stop) = queue_of_me();
+        let joined = Arc::new(assign(SHARDS, &[node("me"), node("other")]));
+        let theirs = shard_of(&joined, "other");
+        queue.set_owners(joined, &[]);
+        let now = env.clock.now();
+        let worker = crate::model::ids::WorkerId(0);
+        let lease = env
+            .storage
+            .pick_up(theirs, &node("me"), worker, now, env.lease_until(now))
+            .await
+            .expect("the memory backend answers")
+            .expect("a free shard");
+        env.unreleased.keep(lease.clone());
+        queue.wake(theirs);
+        let served = tokio::time::timeout(std::time::Duration::from_secs(1), queue.next());
+        assert_eq!(
+            served.await.ok(),
+            Some(theirs),
+            "kept for a retried release"
+        );
+        assert!(queue.wakeups.start(theirs));
+        queue.finish(theirs, TurnEnd::Done);
+        assert!(env.unreleased.take(theirs).is_some());
+
+        queue.park(lease);
+        queue.wake(theirs);
+        let served = tokio::time::timeout(std::time::Duration::from_secs(1), queue.next());
+        assert_eq!(served.await.ok(), Some(theirs), "kept for the linger");
     }
 }

@@ -133,7 +133,9 @@ impl Delivery {
         worker: WorkerId,
         keep_on: &(dyn Fn() -> bool + Sync),
     ) -> Result<DeliveryReport, DeliveryError> {
-        let (report, kept) = self.serve_turn(shard, worker, keep_on, None, false).await?;
+        let (report, kept) = self
+            .serve_turn(shard, worker, keep_on, None, &|| false)
+            .await?;
         debug_assert!(kept.is_none(), "nothing kept without a linger");
         Ok(report)
     }
@@ -145,14 +147,20 @@ impl Delivery {
     /// per message). Only a lease picked up less than a poll interval ago is kept, so that
     /// under steady traffic a shard is still released once a poll interval. A held lease with
     /// less than half a lease duration left is released and the shard picked up anew.
+    ///
+    /// `linger` is asked twice: when the turn starts (a short page then ends the drain) and
+    /// when the shard is drained (whether its lease is kept). The second answer is the one
+    /// of that moment: a shard the assignment gave to another member during the stage is
+    /// released, not kept for the linger while its new owner waits for it.
     pub(crate) async fn serve_turn(
         &self,
         shard: ShardIndex,
         worker: WorkerId,
         keep_on: &(dyn Fn() -> bool + Sync),
         mut held: Option<Lease>,
-        linger: bool,
+        linger: &(dyn Fn() -> bool + Sync),
     ) -> Result<(DeliveryReport, Option<Lease>), DeliveryError> {
+        let short_ends = linger();
         let env = &self.env;
         let mut report = DeliveryReport {
             shard: Some(shard),
@@ -180,7 +188,7 @@ impl Delivery {
             let mut next_due = None;
             let lost = env.unreleased.keep_if_lost(&lease);
             let drained = self
-                .drain(&mut lease, &mut report, keep_on, linger, &mut next_due)
+                .drain(&mut lease, &mut report, keep_on, short_ends, &mut next_due)
                 .await;
             lost.disarm();
             let end = match drained {
@@ -214,7 +222,7 @@ impl Delivery {
             // comes to be preferred for it (its turns then end after a stage, unkept), not by
             // a release every poll interval — which had cost a pick-up and a release per
             // shard and poll interval under steady traffic.
-            if linger && matches!(end, DrainEnd::Drained) && !env.is_stopping() {
+            if matches!(end, DrainEnd::Drained) && !env.is_stopping() && linger() {
                 // Kept: writes to the shard wake this node, which serves them under this
                 // lease; the runner releases it when the linger ends.
                 self.wake_at(shard, next_due);

@@ -80,10 +80,17 @@ pub(super) async fn watch_leases(
             continue;
         }
         let owners = view.read(&env.seat, env.registry.shard_count(), now).await;
-        queue.set_owners(owners.clone());
         match env.storage.sessions().await {
             Ok(sessions) => {
                 let plan = plan_round(&cycle, &sessions, &owners, &free_before, me, now);
+                // Other members' shards in the plan: found idle, this node may help.
+                let helping: Vec<ShardIndex> = plan
+                    .probe
+                    .iter()
+                    .map(|&(shard, _)| shard)
+                    .filter(|&shard| owners.is_others(shard, me))
+                    .collect();
+                queue.set_owners(owners.clone(), &helping);
                 free_before = plan.free;
                 lock(&queue.held).refresh(&plan.held_elsewhere);
                 // A lease of another node that ends before the next look or two is looked at
@@ -104,6 +111,10 @@ pub(super) async fn watch_leases(
             }
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the lock table; probing every shard");
+                // Every shard may be served meanwhile: without the lock table no shard can
+                // be told idle.
+                let every: Vec<ShardIndex> = cycle.iter().collect();
+                queue.set_owners(owners.clone(), &every);
                 free.send_replace(cycle.iter().collect());
             }
         }
