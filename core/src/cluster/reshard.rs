@@ -5,7 +5,7 @@
 //! ```text
 //!  1 announce   `resharding` = (by, to, until) ─► every node's lease watch, at its next
 //!               round: releases kept leases, hands each shard back after its stage, picks
-//!               none up (`local::follow_layout`); writes go on
+//!               none up (`local::lease_watch::follow_layout`); writes go on
 //!  2 gather     the operator picks up the lease of every shard 0..from as nodes let them go
 //!               (renewing the leases and the announcement while it waits; a dead node's lease
 //!               is taken when it runs out) ─► no stage can commit anywhere

@@ -1,11 +1,11 @@
 //! The runner: the node-side machinery that serves shards.
 //!
 //! ```text
-//!  local     LocalRunner / RunnerHandle: workers, poller, lease watch, listener; every task
+//!  local/    LocalRunner / RunnerHandle: workers, poller, lease watch, listener; every task
 //!            it spawns is owned by the handle and awaited at shutdown
 //!  liveness  whether those tasks still run (readiness probes)
 //!  turn      one worker's turn on a shard: keeps, parks and releases its lease
-//!  delivery  Delivery: stages over a held lease (read page, stations, fenced commit)
+//!  delivery/ Delivery: stages over a held lease (read page, stations, fenced commit)
 //!  wake_queue the shards waiting for a worker, in order (the node's queue of work)
 //!  wake_state the per-shard wake state: woken, held elsewhere, idle (pure)
 //!  cycle      who serves which shard next (pure decisions)

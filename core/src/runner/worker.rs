@@ -8,7 +8,7 @@
 //!
 //! Handler panics never get here (the stations catch them as failed attempts); a panic in a
 //! stage outside the handlers does. (A take-over's turn runs on a task of its own, not a
-//! worker's: its panic is caught, counted and logged alike by `local::take_over`.) The turn that panicked has already put its shard back
+//! worker's: its panic is caught, counted and logged alike by `local::lease_watch::take_over`.) The turn that panicked has already put its shard back
 //! (see `turn`) and kept its lease for a release (see `unreleased`), so the restarted worker,
 //! or another, serves the shard again soon. Shutdown awaits each supervisor, which awaits its
 //! worker.

@@ -15,6 +15,10 @@
 //! differ through [`Dialect`]: SQLite writes in `BEGIN IMMEDIATE` transactions and needs no
 //! extra locks (writers are serialised by the database); PostgreSQL takes transaction-level
 //! advisory locks where a check-then-insert must be atomic or where commit order matters.
+//!
+//! How to read the macro bodies (where each unit lives, how to find one an editor cannot
+//! jump to) and why they stay macros: `docs/architecture.md`, "The SQL layer of
+//! `shardbox-storage`".
 
 pub(crate) mod catch_up;
 pub(crate) mod commit;

@@ -18,8 +18,8 @@ pub(crate) use diesel::prelude::*;
 pub(crate) use diesel::sql_types::{BigInt, Bool};
 pub(crate) use shardbox_core::storage::{
     CatchUpJob, CatchUpStatus, CommitReport, DeadLetter, EntityKey, EntityState, EntityStateWrite,
-    InboxCounts, Lease, NewCatchUp, Page, RowChange, RowUpdate, ShardSession, StageCommit,
-    WriteBatch, WriteReport,
+    InboxCounts, Lease, NewCatchUp, Page, RowUpdate, ShardSession, StageCommit, WriteBatch,
+    WriteReport,
 };
 pub(crate) use shardbox_core::{
     InboxMessage, LeaseEpoch, MessageStatus, NodeId, ShardIndex, StorageError, StoredEvent,
