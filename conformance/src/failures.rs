@@ -17,6 +17,7 @@ fn retry(seq: i64, at: DateTime<Utc>, attempts: u32, error: &str) -> RowUpdate {
             at,
             attempts,
             error: error.into(),
+            errors: Default::default(),
         },
     }
 }
@@ -27,6 +28,7 @@ fn block(seq: i64, attempts: u32, error: &str) -> RowUpdate {
         change: RowChange::Block {
             attempts,
             error: error.into(),
+            errors: Default::default(),
         },
     }
 }

@@ -328,6 +328,7 @@ pub async fn depths_by_wait<S: Storage + Inspect>(store: S) {
                         at: secs(10),
                         attempts: 1,
                         error: "boom".into(),
+                        errors: Default::default(),
                     },
                 ),
                 change(
@@ -335,6 +336,7 @@ pub async fn depths_by_wait<S: Storage + Inspect>(store: S) {
                     RowChange::Block {
                         attempts: 3,
                         error: "stuck".into(),
+                        errors: Default::default(),
                     },
                 ),
                 change("behind-block", RowChange::BehindBlock),
@@ -422,6 +424,7 @@ pub async fn depths_by_kind<S: Storage + Inspect>(store: S) {
                     change: RowChange::Block {
                         attempts: 3,
                         error: "stuck".into(),
+                        errors: Default::default(),
                     },
                 },
                 RowUpdate {

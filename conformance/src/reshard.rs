@@ -93,6 +93,7 @@ pub async fn a_reshard_switch_moves_every_row_to_its_targets_shard<S: Storage + 
                     at: secs(30),
                     attempts: 1,
                     error: "e1".into(),
+                    errors: Default::default(),
                 },
             },
         ],

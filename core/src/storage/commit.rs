@@ -4,6 +4,7 @@ use super::catch_up::CatchUpJob;
 use super::entities::{EntityKey, EntityStateWrite};
 use super::registry::Lease;
 use super::write::{WriteBatch, WriteReport};
+use crate::model::attempt_errors::ErrorHistory;
 use crate::model::message::InboxMessage;
 use crate::model::outcome::OutcomeRecord;
 use chrono::{DateTime, Utc};
@@ -27,6 +28,8 @@ pub enum RowChange {
         attempts: u32,
         /// Why it failed.
         error: String,
+        /// The row's error history, this attempt included (replaces the stored one).
+        errors: ErrorHistory,
     },
     /// Failed for the last time under a `block` policy: status `blocked` (never read by
     /// pages, its target's later messages wait), attempts and error recorded, `deliver_after`
@@ -36,6 +39,8 @@ pub enum RowChange {
         attempts: u32,
         /// Why it failed.
         error: String,
+        /// The row's error history, this attempt included (replaces the stored one).
+        errors: ErrorHistory,
     },
     /// Not handled this stage (waits behind an earlier message of its target, or held by a
     /// catch-up): due again at `until`, attempts unchanged.
@@ -71,7 +76,7 @@ pub struct RowUpdate {
 }
 
 /// A message that exhausted its attempts (or expired, or could not be routed), with its
-/// origin.
+/// origin. Its original row's `errors` end with the attempt that killed it, if one did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadLetter {
     /// The Inbox row as it was (target, signal, shard, payload, metadata, attempts).
@@ -267,6 +272,7 @@ mod tests {
             at: at(9),
             attempts: 1,
             error: "e".into(),
+            errors: ErrorHistory::default(),
         };
         let hold = RowChange::Hold { until: at(7) };
         assert_eq!(
