@@ -28,7 +28,7 @@ pub struct AttemptError {
 /// The last [`ErrorHistory::KEPT`] failed attempts of a message, oldest first.
 ///
 /// ```
-/// use shardbox_core::model::attempt_errors::ErrorHistory;
+/// use shardbox_core::ErrorHistory;
 /// let now = chrono::Utc::now();
 /// let history = (1..=12).fold(ErrorHistory::default(), |h, n| h.with(now, n, "boom"));
 /// let attempts: Vec<u32> = history.entries().iter().map(|e| e.attempt).collect();
