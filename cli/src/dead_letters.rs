@@ -197,6 +197,17 @@ async fn show<S: DeadLetterStore + ?Sized>(
     outln!("  dead since   {}", l.last_attempt_at.to_rfc3339())?;
     outln!("  received at  {}", d.received_at.to_rfc3339())?;
     outln!("  reason       {}", l.reason)?;
+    if d.errors.is_empty() {
+        outln!("  errors       none kept")?;
+    }
+    for e in &d.errors {
+        outln!(
+            "  error        attempt {} at {}: {}",
+            e.attempt,
+            e.at.to_rfc3339(),
+            one_line(&e.error, 200)
+        )?;
+    }
     outln!("  payload type {}", d.payload_type)?;
     outln!("  payload      {}", d.payload)?;
     for (k, v) in &d.metadata {

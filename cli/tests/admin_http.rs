@@ -204,6 +204,13 @@ async fn read_only(sb: &Shardbox, addr: &str) {
     let shown = get(addr, &format!("/api/dead-letters/{id}")).await.json();
     assert_eq!(shown["payload"], "\"Flaky\"");
     assert_eq!(shown["dead_letter"]["id"], id);
+    // Its error history: its one attempt, which killed it.
+    let errors = shown["errors"].as_array().expect("an error history");
+    assert_eq!(errors.len(), 1, "{shown}");
+    assert_eq!(
+        (&errors[0]["attempt"], &errors[0]["error"]),
+        (&json!(1), &json!("ledger closed"))
+    );
     refused(
         &get(addr, "/api/dead-letters/999999").await,
         404,

@@ -227,6 +227,19 @@ async fn operate(sb: &Shardbox, storage: &dyn Storage, db: &str, schema: Option<
     assert_eq!(old["matching"], 0);
     let shown = json(db, schema, &["dead-letters", "show", &id]);
     assert_eq!(shown["payload"], "\"Poison\"");
+    // Its error history, kept by the stage that killed it: its one attempt.
+    let errors = shown["errors"].as_array().expect("an error history");
+    assert_eq!(errors.len(), 1, "{shown}");
+    assert_eq!(errors[0]["attempt"], 1);
+    assert_eq!(errors[0]["error"], "poison pill");
+    assert!(errors[0]["at"].as_str().is_some_and(|t| t.contains('T')));
+    let text = stdout(&run(db, schema, &["dead-letters", "show", &id]));
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("error ")).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(
+        lines[0].contains("attempt 1 at ") && lines[0].ends_with(": poison pill"),
+        "{text}"
+    );
     assert_eq!(
         code(&run(db, schema, &["dead-letters", "show", "999999"])),
         1

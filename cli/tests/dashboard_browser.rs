@@ -203,6 +203,13 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
         let errors = browser.text_of("#dead-letter-errors");
         assert!(errors.contains("attempt 1 failed"), "{errors}");
         assert!(errors.contains("ledger closed"), "{errors}");
+        // The stored history lists each kept attempt: here its one, which killed it.
+        let attempts = browser.find_all("#dead-letter-errors li[data-attempt]");
+        assert_eq!(attempts.len(), 1, "{errors}");
+        assert_eq!(
+            browser.attribute(&attempts[0], "data-attempt").as_deref(),
+            Some("1")
+        );
         assert_eq!(strings(browser.script(RAW_TIMES)), Vec::<String>::new());
         let close = browser.find("#dead-letter-close", Duration::from_secs(1));
         browser.click(&close);

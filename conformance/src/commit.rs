@@ -32,6 +32,7 @@ pub async fn retry_reports_waiting_target<S: Storage + Inspect>(store: S) {
                 at: secs(30),
                 attempts: 1,
                 error: "boom".into(),
+                errors: Default::default(),
             },
         },
         RowUpdate {

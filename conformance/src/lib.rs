@@ -21,7 +21,7 @@
 //! delays, deduplication, retries, purge, counts, tenants), the stage commit (fencing,
 //! atomicity), the lock table, the event store, entity states, the store's clock, catch-up
 //! jobs, failures (first-failure times, blocked targets, the operators' dead-letter and
-//! unblock API, TTL expiry reads, lease takeovers), command outcomes, re-sharding, and
+//! unblock API, TTL expiry reads, lease takeovers), error histories, command outcomes, re-sharding, and
 //! concurrent writers, pick-ups, catch-up starts and requeues.
 //!
 //! ## Running the suite against your own store
@@ -93,6 +93,7 @@ mod catch_up;
 mod catch_up_cancel;
 mod commit;
 mod dedup;
+mod error_history;
 mod events;
 mod failures;
 mod inbox;
@@ -115,6 +116,10 @@ pub use commit::{
 pub use dedup::{
     duplicate_of_delivered_row_is_ignored_until_purged, duplicate_write_is_ignored_and_counted,
     tenant_isolation,
+};
+pub use error_history::{
+    a_blocked_rows_history_is_kept_by_its_dead_letter_and_cleared_by_a_requeue,
+    the_last_ten_failed_attempts_are_kept_and_dead_lettered,
 };
 pub use events::{
     entity_state_versions_and_delete, event_store_pages_by_seq_with_filters,
@@ -204,6 +209,8 @@ macro_rules! conformance_suite {
             first_failure_time_is_kept_across_retries,
             blocked_row_stops_only_its_target,
             unblock_by_requeue_drop_or_dead_letter,
+            the_last_ten_failed_attempts_are_kept_and_dead_lettered,
+            a_blocked_rows_history_is_kept_by_its_dead_letter_and_cleared_by_a_requeue,
             rows_behind_a_block_are_parked_until_the_unblock,
             a_paused_kinds_rows_are_parked_until_the_resume,
             a_resume_racing_parks_leaves_no_row_parked,

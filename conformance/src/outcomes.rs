@@ -249,6 +249,7 @@ pub async fn unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock
         change: RowChange::Block {
             attempts: 1,
             error: error.into(),
+            errors: Default::default(),
         },
     };
     let dead = CommandOutcome::DeadLettered {

@@ -80,6 +80,7 @@ pub use entity::transactional_projection::{
     TransactionalProjection, TransactionalProjectionHandler,
 };
 pub use entity::upcast::{Shape, UpcastError, UpcastStep, Upcasters, FIRST_VERSION};
+pub use model::attempt_errors::{AttemptError, ErrorHistory};
 pub use model::backoff::ExponentialBackoff;
 pub use model::clock::{Clock, ManualClock, SystemClock};
 pub use model::config::{DeliveryConfig, DeliveryConfigBuilder, DEFAULT_LEASE_LINGER, MAX_SHARDS};

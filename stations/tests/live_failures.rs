@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use shardbox_core::storage::{DeadLetter, Page, RowChange, RowUpdate};
 use shardbox_core::{
-    BatchResult, BatchRun, EntityHandler, ExhaustedOutcome, HandlerError, InboxMessage, Intent,
-    MessageOutcome, NewEvent, NoopMonitor, Station,
+    BatchResult, BatchRun, EntityHandler, ErrorHistory, ExhaustedOutcome, HandlerError,
+    InboxMessage, Intent, MessageOutcome, NewEvent, NoopMonitor, Station,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +65,9 @@ async fn live_retries_a_failure_at_the_backoff_and_holds_only_its_target_behind_
             change: RowChange::RetryAt {
                 at: retry_at,
                 attempts: 2,
-                error: "counter a refuses Fail".into()
+                error: "counter a refuses Fail".into(),
+                // The row's history (none yet) with this attempt, at the stage's time.
+                errors: ErrorHistory::default().with(t0(), 2, "counter a refuses Fail"),
             }
         }
     );
@@ -203,7 +205,11 @@ async fn live_dead_letters_an_exhausted_message_and_releases_its_target() {
     assert_eq!(
         commit.dead_letters,
         vec![DeadLetter {
-            original: failing,
+            // The row as read, its history ending with the attempt that killed it.
+            original: InboxMessage {
+                errors: ErrorHistory::default().with(t0(), 3, "counter a refuses Fail"),
+                ..failing
+            },
             reason: "counter a refuses Fail".into(),
             attempts: 3,
             first_attempt_at: Some(t0()),
@@ -353,7 +359,8 @@ async fn live_blocks_an_exhausted_message_under_a_block_policy_and_holds_only_it
             seq: 1,
             change: RowChange::Block {
                 attempts: 3,
-                error: "counter a refuses Fail".into()
+                error: "counter a refuses Fail".into(),
+                errors: ErrorHistory::default().with(t0(), 3, "counter a refuses Fail"),
             }
         }
     );

@@ -35,6 +35,8 @@ diesel::table! {
         delivered_at -> Nullable<BigInt>,
         /// The version of the payload type's shape it was written in (1 before versions).
         payload_version -> Integer,
+        /// JSON list of its last failed attempts (`ErrorHistory`); NULL if none failed.
+        error_history -> Nullable<Text>,
     }
 }
 
@@ -142,6 +144,8 @@ diesel::table! {
         row_first_failed_at -> Nullable<BigInt>,
         /// The original message's `payload_version`.
         payload_version -> Integer,
+        /// The inbox row's error history, the attempt that killed it included.
+        row_error_history -> Nullable<Text>,
     }
 }
 

@@ -61,6 +61,7 @@ impl TransactionalWork for Notes {
                         at: t0() + chrono::Duration::seconds(60),
                         attempts: m.attempts + 1,
                         error: error.to_string(),
+                        errors: m.errors_after_failure(t0(), &error.to_string()),
                     },
                 })
                 .collect(),

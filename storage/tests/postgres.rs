@@ -415,6 +415,7 @@ async fn an_unblock_waits_for_a_commit_in_flight_and_releases_what_it_parked() {
         change: RowChange::Block {
             attempts: 1,
             error: "bad".into(),
+            errors: Default::default(),
         },
     };
     storage

@@ -25,7 +25,7 @@ use shardbox_core::operator::{self, Placement};
 use shardbox_core::storage::{
     DeadLetterFilter, DeadLetterId, DeadLetterStore, RequeueReport, StoredDeadLetter,
 };
-use shardbox_core::{Addressing, Metadata, WorkRegistry};
+use shardbox_core::{Addressing, AttemptError, Metadata, WorkRegistry};
 
 /// Which dead letters: the library's filter, as an operator gives it.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -185,6 +185,10 @@ pub struct DeadLetterDetail {
     pub expires_at: Option<DateTime<Utc>>,
     /// The last error recorded on the row.
     pub last_error: Option<String>,
+    /// The errors of its last failed attempts, oldest first, ending with the one that killed
+    /// it (at most `ErrorHistory::KEPT`; empty for a message never attempted, or dead before
+    /// histories were kept).
+    pub errors: Vec<AttemptError>,
 }
 
 /// What a requeue did.
@@ -269,6 +273,7 @@ pub async fn show<S: DeadLetterStore + ?Sized>(
         received_at: m.received_at,
         expires_at: m.expires_at,
         last_error: o.last_error.clone(),
+        errors: o.errors.entries().to_vec(),
     })
 }
 

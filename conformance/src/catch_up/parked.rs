@@ -162,6 +162,7 @@ pub async fn a_parked_retrying_row_does_not_make_its_target_wait<S: Storage + In
             at: secs(5),
             attempts: 1,
             error: "boom".into(),
+            errors: Default::default(),
         },
     };
     store

@@ -43,6 +43,7 @@ fn retry(seq: i64, at: DateTime<Utc>, attempts: u32, error: &str) -> RowUpdate {
             at,
             attempts,
             error: error.into(),
+            errors: Default::default(),
         },
     }
 }
@@ -53,6 +54,7 @@ fn block(seq: i64, attempts: u32, error: &str) -> RowUpdate {
         change: RowChange::Block {
             attempts,
             error: error.into(),
+            errors: Default::default(),
         },
     }
 }

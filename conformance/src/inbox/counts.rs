@@ -97,6 +97,7 @@ pub async fn depths_by_wait<S: Storage + Inspect>(store: S) {
                         at: secs(10),
                         attempts: 1,
                         error: "boom".into(),
+                        errors: Default::default(),
                     },
                 ),
                 change(
@@ -104,6 +105,7 @@ pub async fn depths_by_wait<S: Storage + Inspect>(store: S) {
                     RowChange::Block {
                         attempts: 3,
                         error: "stuck".into(),
+                        errors: Default::default(),
                     },
                 ),
                 change("behind-block", RowChange::BehindBlock),
@@ -191,6 +193,7 @@ pub async fn depths_by_kind<S: Storage + Inspect>(store: S) {
                     change: RowChange::Block {
                         attempts: 3,
                         error: "stuck".into(),
+                        errors: Default::default(),
                     },
                 },
                 RowUpdate {

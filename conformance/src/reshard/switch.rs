@@ -87,6 +87,7 @@ async fn seed_rows_of_every_status<S: Storage + Inspect>(
                     at: secs(30),
                     attempts: 1,
                     error: "e1".into(),
+                    errors: Default::default(),
                 },
             },
         ],

@@ -136,6 +136,7 @@ impl DeadLetterStore for MemoryStorage {
                         r.attempts = 0;
                         r.last_error = None;
                         r.first_failed_at = None;
+                        r.errors = Default::default();
                         r.message.deliver_after = None;
                         r.message.expires_at = None;
                     }

@@ -16,6 +16,7 @@
 //! as a rolled-back transaction does on the durable backends.
 
 use super::State;
+use crate::model::attempt_errors::ErrorHistory;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
 use crate::model::message::{MessageKind, MessageStatus};
@@ -67,6 +68,7 @@ impl State {
                     at,
                     attempts,
                     error,
+                    errors,
                 } => {
                     let Some(row) = self.rows.get_mut(&u.seq) else {
                         continue;
@@ -74,11 +76,16 @@ impl State {
                     row.message.deliver_after = Some(at);
                     row.attempts = attempts;
                     row.last_error = Some(error);
+                    row.errors = errors;
                     row.first_failed_at.get_or_insert(now);
                     self.retrying.entry(shard).or_default().insert(u.seq);
                 }
-                RowChange::Block { attempts, error } => {
-                    self.mark_blocked(shard, now, u.seq, attempts, error);
+                RowChange::Block {
+                    attempts,
+                    error,
+                    errors,
+                } => {
+                    self.mark_blocked(shard, now, u.seq, attempts, error, errors);
                 }
                 RowChange::Hold { until } => {
                     if let Some(row) = self.rows.get_mut(&u.seq) {
@@ -128,6 +135,7 @@ impl State {
         seq: i64,
         attempts: u32,
         error: String,
+        errors: ErrorHistory,
     ) {
         let Some(row) = self.rows.get_mut(&seq) else {
             return;
@@ -136,6 +144,7 @@ impl State {
         row.message.deliver_after = Some(now);
         row.attempts = attempts;
         row.last_error = Some(error);
+        row.errors = errors;
         row.first_failed_at.get_or_insert(now);
         let row = row.clone();
         self.unpend(&row);

@@ -4,6 +4,7 @@
 //! A message is addressed to one target (entity kind + id). The payload is serde JSON bytes,
 //! named by `payload_type`, so that the Inbox never needs the Rust type of what it carries.
 
+use crate::model::attempt_errors::ErrorHistory;
 use crate::model::ids::{Emitter, ShardIndex, SignalId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -216,6 +217,9 @@ pub struct InboxMessage {
     pub last_error: Option<String>,
     /// When the first failed attempt failed (kept across retries, cleared by a requeue).
     pub first_failed_at: Option<DateTime<Utc>>,
+    /// The errors of its last failed attempts, oldest first (cleared by a requeue). A dead
+    /// letter's original row carries the attempt that killed it too.
+    pub errors: ErrorHistory,
     /// For delivered rows: kept until this time for deduplication.
     pub keep_until: Option<DateTime<Utc>>,
     /// The message as it was written.
@@ -233,6 +237,7 @@ impl InboxMessage {
             attempts: 0,
             last_error: None,
             first_failed_at: None,
+            errors: ErrorHistory::default(),
             keep_until: None,
             message,
         }
@@ -241,6 +246,12 @@ impl InboxMessage {
     /// The key under which duplicates of this message are recognised.
     pub fn dedup_key(&self) -> DedupKey {
         self.message.dedup_key()
+    }
+
+    /// Its error history once its next attempt (`attempts + 1`) failed at `at` with `error`:
+    /// what a retry, a block or a dead letter of this row records.
+    pub fn errors_after_failure(&self, at: DateTime<Utc>, error: &str) -> ErrorHistory {
+        self.errors.with(at, self.attempts.saturating_add(1), error)
     }
 
     /// Whether the message is due at `now` (its delay or back-off has passed).

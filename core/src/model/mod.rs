@@ -9,11 +9,13 @@
 //!  kind_controls (a kind's pause, run-time settings and limits) ──► config, failure
 //!  clock                strategy (shard_of: kind + id ──► ShardIndex)
 //!  upcast_error (versions of stored shapes, why one could not be upcast) ◄── error, message
+//!  attempt_errors (a message's last failed attempts) ◄── message
 //! ```
 //!
 //! Nothing here does I/O, holds a runtime service or knows about storage, stages or the
 //! runner: every other folder of the crate may depend on `model`, and `model` on none of them.
 
+pub mod attempt_errors;
 pub mod backoff;
 pub mod clock;
 pub mod config;

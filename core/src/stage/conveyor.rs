@@ -270,6 +270,7 @@ mod tests {
     use super::*;
     use crate::entity::registry::EntityRegistry;
     use crate::memory::MemoryStorage;
+    use crate::model::attempt_errors::ErrorHistory;
     use crate::model::clock::ManualClock;
     use crate::model::config::DeliveryConfig;
     use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
@@ -324,6 +325,7 @@ mod tests {
             attempts,
             last_error: None,
             first_failed_at: None,
+            errors: ErrorHistory::default(),
             keep_until: None,
             message: crate::model::message::test_command(
                 &format!("sig-{seq}"),
@@ -371,9 +373,11 @@ mod tests {
             .collect();
         let mut retried = rows[3].clone();
         retried.attempts = 2;
+        retried.errors = ErrorHistory::default().with(t0() - secs(2), 2, "first boom");
         let mut dead = rows[4].clone();
         dead.attempts = 4;
         dead.last_error = Some("earlier failure".into());
+        dead.errors = ErrorHistory::default().with(t0() - secs(1), 4, "earlier failure");
         let mut rows = rows;
         rows[3] = retried;
         rows[4] = dead.clone();
@@ -433,6 +437,10 @@ mod tests {
                         at: t0() + secs(4),
                         attempts: 3,
                         error: "boom".into(),
+                        // The history read with the page, this attempt appended.
+                        errors: ErrorHistory::default()
+                            .with(t0() - secs(2), 2, "first boom")
+                            .with(t0(), 3, "boom"),
                     }
                 ),
                 change(5, RowChange::Remove),
@@ -455,7 +463,11 @@ mod tests {
         assert_eq!(
             commit.dead_letters,
             vec![DeadLetter {
-                original: dead,
+                // The original row as read, its history ending with the dead letter's reason.
+                original: InboxMessage {
+                    errors: dead.errors.with(t0(), 5, "gave up"),
+                    ..dead.clone()
+                },
                 reason: "gave up".into(),
                 attempts: 5,
                 first_attempt_at: Some(t0()),
@@ -622,6 +634,31 @@ mod tests {
     }
 
     #[test]
+    fn a_block_records_its_attempt_in_the_history_read_with_the_page() {
+        let mut blocked = row(1, MessageStatus::ToDeliver, 1);
+        blocked.errors = ErrorHistory::default().with(t0() - secs(3), 1, "first");
+        let mut c = conveyor(vec![blocked]);
+        c.record(
+            0,
+            Intent::Block {
+                reason: "second".into(),
+            },
+        );
+        let (commit, _) = c.into_commit(t0() + secs(30));
+        let errors = match &commit.updates[0].change {
+            RowChange::Block { errors, .. } => errors.clone(),
+            other => panic!("expected a block, got {other:?}"),
+        };
+        let kept: Vec<(u32, &str)> = errors
+            .entries()
+            .iter()
+            .map(|e| (e.attempt, e.error.as_str()))
+            .collect();
+        assert_eq!(kept, vec![(1, "first"), (2, "second")]);
+        assert_eq!(errors.entries()[1].at, t0());
+    }
+
+    #[test]
     fn attempts_do_not_overflow() {
         let mut c = conveyor(vec![
             row(1, MessageStatus::ToDeliver, u32::MAX),
@@ -641,7 +678,8 @@ mod tests {
             RowChange::RetryAt {
                 at: t0(),
                 attempts: u32::MAX,
-                error: "e".into()
+                error: "e".into(),
+                errors: ErrorHistory::default().with(t0(), u32::MAX, "e"),
             }
         );
         assert_eq!(commit.dead_letters[0].attempts, u32::MAX);

@@ -7,8 +7,10 @@
 //!                ─► Delivered / Duplicate ─► delivered (kept for its window) or removed
 //!                   Hold / BehindBlock    ─► held, or parked behind the block
 //!                   Paused                ─► parked until its kind is resumed
-//!                   RetryAt / Block       ─► attempts + 1, the error kept
-//!                   DeadLetter / Drop     ─► removed (the dead letter kept)
+//!                   RetryAt / Block       ─► attempts + 1, the error kept, appended to the
+//!                                            row's error history (read with the page)
+//!                   DeadLetter / Drop     ─► removed (the dead letter kept, its original's
+//!                                            history ending with its reason)
 //!                   Expired               ─► removed (dead-lettered if configured); rows held
 //!                                            behind its retry released
 //!                   none                  ─► held one poll interval, reported
@@ -147,6 +149,7 @@ impl RowChanges {
                 RowChange::RetryAt {
                     at,
                     attempts: message.attempts.saturating_add(1),
+                    errors: message.errors_after_failure(self.now, &error),
                     error,
                 }
             }
@@ -161,6 +164,7 @@ impl RowChanges {
                 ));
                 RowChange::Block {
                     attempts: message.attempts.saturating_add(1),
+                    errors: message.errors_after_failure(self.now, &reason),
                     error: reason,
                 }
             }
@@ -199,12 +203,16 @@ impl RowChanges {
             Fate::DeadLettered,
             &reason,
         ));
+        // The original row as it was, but for its history: that ends with this attempt, so
+        // the dead letter shows every kept failure, its reason included.
+        let mut original = message.clone();
+        original.errors = message.errors_after_failure(self.now, &reason);
         self.dead_letters.push(DeadLetter {
             attempts: message.attempts.saturating_add(1),
             reason,
             first_attempt_at: Some(message.first_failed_at.unwrap_or(self.now)),
             last_attempt_at: self.now,
-            original: message.clone(),
+            original,
         });
         RowChange::Remove
     }

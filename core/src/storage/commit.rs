@@ -184,6 +184,7 @@ mod tests {
             at: at(9),
             attempts: 1,
             error: "e".into(),
+            errors: crate::model::attempt_errors::ErrorHistory::default(),
         };
         let hold = RowChange::Hold { until: at(7) };
         assert_eq!(

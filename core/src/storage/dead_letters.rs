@@ -327,6 +327,7 @@ mod tests {
                 attempts: 0,
                 last_error: None,
                 first_failed_at: None,
+                errors: Default::default(),
                 keep_until: None,
                 message: test_command("s", kind, id, t),
             },

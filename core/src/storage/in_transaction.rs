@@ -130,6 +130,7 @@ mod tests {
             at,
             attempts: 1,
             error: "constraint".into(),
+            errors: Default::default(),
         };
         let failed = FailedBatch {
             updates: vec![RowUpdate {

@@ -5,6 +5,7 @@
 
 use super::entities::EntityKey;
 use crate::model::message::InboxMessage;
+use crate::model::attempt_errors::ErrorHistory;
 use chrono::{DateTime, Utc};
 
 /// A change to one Inbox row.
@@ -26,6 +27,8 @@ pub enum RowChange {
         attempts: u32,
         /// Why it failed.
         error: String,
+        /// The row's error history, this attempt included (replaces the stored one).
+        errors: ErrorHistory,
     },
     /// Failed for the last time under a `block` policy: status `blocked` (never read by
     /// pages, its target's later messages wait), attempts and error recorded, `deliver_after`
@@ -35,6 +38,8 @@ pub enum RowChange {
         attempts: u32,
         /// Why it failed.
         error: String,
+        /// The row's error history, this attempt included (replaces the stored one).
+        errors: ErrorHistory,
     },
     /// Not handled this stage (waits behind an earlier message of its target, or held by a
     /// catch-up): due again at `until`, attempts unchanged.
@@ -70,7 +75,7 @@ pub struct RowUpdate {
 }
 
 /// A message that exhausted its attempts (or expired, or could not be routed), with its
-/// origin.
+/// origin. Its original row's `errors` end with the attempt that killed it, if one did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadLetter {
     /// The Inbox row as it was (target, signal, shard, payload, metadata, attempts).

@@ -298,6 +298,7 @@ pub fn command(seq: i64, target: &str, command: &CounterCommand) -> InboxMessage
         attempts: 0,
         last_error: None,
         first_failed_at: None,
+        errors: Default::default(),
         keep_until: None,
         message: NewMessage {
             signal_id: SignalId(format!("sig-{seq}")),

@@ -1,8 +1,8 @@
 //! Inbox rows and dead letters: the two tables that hold a whole message.
 
 use super::{
-    attempts, attempts_column, metadata, metadata_json, micros, opt_micros, opt_time, parsed,
-    shard, time, version, version_column,
+    attempts, attempts_column, error_history, metadata, metadata_json, micros, opt_micros,
+    opt_time, parsed, shard, time, version, version_column,
 };
 use crate::error::Failure;
 use crate::schema::{dead_letters, inbox_messages};
@@ -46,6 +46,7 @@ pub(crate) struct InboxRow {
     )]
     pub delivered_at: Option<i64>,
     pub payload_version: i32,
+    pub error_history: Option<String>,
 }
 
 impl InboxRow {
@@ -58,6 +59,7 @@ impl InboxRow {
             attempts: attempts(self.attempts)?,
             last_error: self.last_error,
             first_failed_at: opt_time(self.first_failed_at)?,
+            errors: error_history(self.error_history.as_deref())?,
             keep_until: opt_time(self.keep_until)?,
             message: NewMessage {
                 signal_id: SignalId(self.signal_id),
@@ -179,6 +181,7 @@ pub(crate) struct DeadLetterRow {
     pub metadata: String,
     pub row_first_failed_at: Option<i64>,
     pub payload_version: i32,
+    pub row_error_history: Option<String>,
 }
 
 impl DeadLetterRow {
@@ -207,6 +210,7 @@ impl DeadLetterRow {
             first_failed_at: r.row_first_failed_at,
             delivered_at: None,
             payload_version: r.payload_version,
+            error_history: r.row_error_history,
         }
         .into_message()?;
         Ok(DeadLetter {
@@ -239,6 +243,7 @@ impl DeadLetterRow {
             row_attempts: attempts_column(o.attempts),
             row_first_failed_at: opt_micros(o.first_failed_at),
             row_last_error: o.last_error,
+            row_error_history: o.errors.to_stored(),
             attempts: attempts_column(d.attempts),
             reason: d.reason,
             first_attempt_at: opt_micros(d.first_attempt_at),

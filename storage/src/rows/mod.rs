@@ -54,6 +54,11 @@ pub(crate) fn time(us: i64) -> Result<DateTime<Utc>, Failure> {
         .ok_or_else(|| Failure::corrupt(format!("time {us} µs since the epoch is out of range")))
 }
 
+/// A stored error history (NULL: none).
+pub(crate) fn error_history(stored: Option<&str>) -> Result<shardbox_core::ErrorHistory, Failure> {
+    shardbox_core::ErrorHistory::from_stored(stored).map_err(Failure::corrupt)
+}
+
 /// A stored optional time.
 pub(crate) fn opt_time(us: Option<i64>) -> Result<Option<DateTime<Utc>>, Failure> {
     us.map(time).transpose()

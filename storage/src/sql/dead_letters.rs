@@ -238,6 +238,7 @@ macro_rules! dead_letter_units {
                             im::status.eq(MessageStatus::ToDeliver.as_str()),
                             im::attempts.eq(0),
                             im::last_error.eq(None::<String>),
+                            im::error_history.eq(None::<String>),
                             im::first_failed_at.eq(None::<i64>),
                             im::deliver_after.eq(None::<i64>),
                             im::expires_at.eq(None::<i64>),

@@ -58,13 +58,14 @@ impl PagePart {
 /// The columns of an inbox row, in the order of the table (and of `InboxRow`).
 const COLUMNS: &str = "seq, shard, signal_id, target_kind, target_id, tenant, kind, status, \
      received_at, deliver_after, expires_at, keep_until, attempts, last_error, payload, \
-     payload_type, metadata, first_failed_at, delivered_at, payload_version";
+     payload_type, metadata, first_failed_at, delivered_at, payload_version, error_history";
 
-/// The same columns with an empty payload, for the parts that only need a row's target.
+/// The same columns with an empty payload and no error history, for the parts that only need
+/// a row's target (a blocked row's history can be 20 KiB, read at every page otherwise).
 const COLUMNS_NO_PAYLOAD: &str = "seq, shard, signal_id, target_kind, target_id, tenant, kind, \
      status, received_at, deliver_after, expires_at, keep_until, attempts, last_error, \
      substr(payload, 1, 0), payload_type, metadata, first_failed_at, delivered_at, \
-     payload_version";
+     payload_version, CAST(NULL AS TEXT)";
 
 /// One shard's page read: the first `limit` due rows of `shard` at `now` by seq (at most
 /// `limit` from each index, merged by the caller), the rows whose retry is still ahead, the

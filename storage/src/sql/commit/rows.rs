@@ -83,6 +83,7 @@ macro_rules! commit_row_units {
                     im::deliver_after.eq(Some(retry.at)),
                     im::attempts.eq(retry.attempts),
                     im::last_error.eq(Some(retry.error)),
+                    im::error_history.eq(retry.errors),
                     im::first_failed_at.eq(first_failed_at(failed_at)),
                 ))
                 .execute(conn)?;
@@ -114,6 +115,7 @@ macro_rules! commit_row_units {
                     im::deliver_after.eq(Some(failed_at)),
                     im::attempts.eq(block.attempts),
                     im::last_error.eq(Some(block.error)),
+                    im::error_history.eq(block.errors),
                     im::first_failed_at.eq(first_failed_at(failed_at)),
                 ))
                 .execute(conn)?;
@@ -283,6 +285,8 @@ pub(crate) struct Retry {
     pub(crate) at: i64,
     pub(crate) attempts: i32,
     pub(crate) error: String,
+    /// Its error history, stored form (see `ErrorHistory::to_stored`).
+    pub(crate) errors: Option<String>,
 }
 
 /// A row blocked after a failure.
@@ -290,6 +294,8 @@ pub(crate) struct Block {
     pub(crate) seq: i64,
     pub(crate) attempts: i32,
     pub(crate) error: String,
+    /// Its error history, stored form.
+    pub(crate) errors: Option<String>,
 }
 
 impl RowChanges {
@@ -318,16 +324,23 @@ impl RowChanges {
                     at,
                     attempts,
                     error,
+                    errors,
                 } => changes.retried.push(Retry {
                     seq: u.seq,
                     at: micros(at),
                     attempts: attempts_column(attempts),
                     error,
+                    errors: errors.to_stored(),
                 }),
-                RowChange::Block { attempts, error } => changes.blocked.push(Block {
+                RowChange::Block {
+                    attempts,
+                    error,
+                    errors,
+                } => changes.blocked.push(Block {
                     seq: u.seq,
                     attempts: attempts_column(attempts),
                     error,
+                    errors: errors.to_stored(),
                 }),
                 RowChange::Remove => changes.removed.push(u.seq),
                 RowChange::BehindBlock => changes.behind_block.push(u.seq),
