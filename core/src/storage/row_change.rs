@@ -4,8 +4,8 @@
 //! ([`FailedBatch`](super::in_transaction::FailedBatch)).
 
 use super::entities::EntityKey;
-use crate::model::message::InboxMessage;
 use crate::model::attempt_errors::ErrorHistory;
+use crate::model::message::InboxMessage;
 use chrono::{DateTime, Utc};
 
 /// A change to one Inbox row.

@@ -40,16 +40,14 @@ impl From<diesel::result::Error> for Stop {
 }
 
 /// Runs every target's writes of `work` on `conn` (inside the commit's transaction) and
-/// settles the targets whose writes failed: their rows' changes in `updates` replaced, their
-/// dead letters and outcomes added. Returns how many targets failed.
+/// settles the targets whose writes failed: returns the commit's row changes and dead letters
+/// with theirs replaced and added (and their outcomes added to `outcomes`).
 pub(crate) fn run<C: Connection + 'static>(
     conn: &mut C,
     work: &[InTransaction],
-    updates: &mut Vec<RowUpdate>,
-    dead_letters: &mut Vec<DeadLetter>,
+    (mut updates, mut dead_letters): (Vec<RowUpdate>, Vec<DeadLetter>),
     outcomes: &mut Vec<OutcomeRow>,
-) -> Result<usize, Failure> {
-    let mut failed_targets = 0;
+) -> Result<(Vec<RowUpdate>, Vec<DeadLetter>), Failure> {
     for target in work {
         let Some((failed, error)) = write_longest_prefix(conn, &*target.work)? else {
             continue;
@@ -65,13 +63,12 @@ pub(crate) fn run<C: Connection + 'static>(
                 source: None,
             }));
         }
-        failed_targets += 1;
         let settled = target.work.settle_failure(failed, error);
         let mut records = Vec::new();
-        apply_failed_batch(settled, updates, dead_letters, &mut records);
+        apply_failed_batch(settled, &mut updates, &mut dead_letters, &mut records);
         outcomes.extend(records.into_iter().map(OutcomeRow::new));
     }
-    Ok(failed_targets)
+    Ok((updates, dead_letters))
 }
 
 /// Writes as many of `work`'s messages as succeed in order, in one savepoint: all of them, or

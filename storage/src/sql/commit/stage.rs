@@ -39,19 +39,7 @@ macro_rules! commit_stage_units {
             // The fan-out's rows are made before the transaction and dropped after it.
             let messages = $crate::rows::inbox_rows(writes.messages)?;
             let events = $crate::rows::event_rows(writes.events)?;
-            // A completion (or cancellation) re-fences its job's other shards: take every session row it will
-            // touch, its own included, in ascending order before the fence (see
-            // `Dialect::lock_sessions_in_order`).
-            let mut locked: Vec<i32> = catch_ups
-                .iter()
-                .filter(|job| job.status.is_finished())
-                .flat_map(|job| job.spec.affected_shards.iter().map(|s| s.as_i32()))
-                .collect();
-            if !locked.is_empty() {
-                locked.push(lease.shard.as_i32());
-                locked.sort_unstable();
-                locked.dedup();
-            }
+            let locked = $crate::sql::commit::stage::sessions_to_lock(&catch_ups, lease.shard);
             if let Some(delivered) = one_statement {
                 if let Some(report) = commit_in_one_statement(
                     conn,
@@ -70,17 +58,13 @@ macro_rules! commit_stage_units {
                     <Conn as Dialect>::lock_sessions_in_order(conn, &locked)?;
                 }
                 fence(conn, &lease, lease_until)?;
-                let (mut updates, mut dead_letters) = (updates, dead_letters);
-                if !in_transaction.is_empty() {
-                    // The application's writes, after the fence (see `sql::in_transaction`).
-                    $crate::sql::in_transaction::run(
-                        conn,
-                        &in_transaction,
-                        &mut updates,
-                        &mut dead_letters,
-                        &mut outcomes,
-                    )?;
-                }
+                // The application's writes, after the fence (see `sql::in_transaction`).
+                let (updates, dead_letters) = $crate::sql::in_transaction::run(
+                    conn,
+                    &in_transaction,
+                    (updates, dead_letters),
+                    &mut outcomes,
+                )?;
                 update_rows(conn, lease.shard, updates, now)?;
                 for release in &release_holds {
                     release_hold(conn, lease.shard, release)?;
@@ -222,3 +206,24 @@ macro_rules! commit_stage_units {
     };
 }
 pub(crate) use commit_stage_units;
+
+/// The session rows a commit storing `catch_ups` in `shard` locks before its fence: a
+/// completion (or cancellation) re-fences its job's other shards, so every session row it will
+/// touch, its own included, is taken in ascending order first (see
+/// `Dialect::lock_sessions_in_order`); none if no job finishes.
+pub(crate) fn sessions_to_lock(
+    catch_ups: &[shardbox_core::storage::CatchUpJob],
+    shard: shardbox_core::ShardIndex,
+) -> Vec<i32> {
+    let mut locked: Vec<i32> = catch_ups
+        .iter()
+        .filter(|job| job.status.is_finished())
+        .flat_map(|job| job.spec.affected_shards.iter().map(|s| s.as_i32()))
+        .collect();
+    if !locked.is_empty() {
+        locked.push(shard.as_i32());
+        locked.sort_unstable();
+        locked.dedup();
+    }
+    locked
+}
