@@ -224,7 +224,6 @@ mod tests {
     use crate::model::ids::ShardIndex;
     use crate::model::message::{test_command, MessageKind};
     use serde::{Deserialize, Serialize};
-    use std::sync::Mutex;
     use std::time::Duration;
 
     #[derive(Serialize, Deserialize)]
@@ -233,7 +232,7 @@ mod tests {
         const TYPE: &'static str = "added";
     }
 
-    /// Writes into a `Vec<i64>` standing for a connection.
+    /// Writes into a `Vec<(String, i64)>` standing for a connection.
     struct Sums;
     impl TransactionalProjection for Sums {
         const KIND: &'static str = "sums";
@@ -245,19 +244,17 @@ mod tests {
             cx: &Context<'_>,
         ) -> Result<(), HandlerError> {
             let rows = conn
-                .downcast_mut::<Mutex<Vec<(String, i64)>>>()
+                .downcast_mut::<Vec<(String, i64)>>()
                 .ok_or_else(|| HandlerError::new("not my connection"))?;
-            rows.lock()
-                .unwrap()
-                .push((cx.target_id.to_owned(), event.0));
+            rows.push((cx.target_id.to_owned(), event.0));
             Ok(())
         }
 
         fn reset_in(&self, conn: &mut dyn Any, _: &RebuildScope) -> Result<(), HandlerError> {
             let rows = conn
-                .downcast_mut::<Mutex<Vec<(String, i64)>>>()
+                .downcast_mut::<Vec<(String, i64)>>()
                 .ok_or_else(|| HandlerError::new("not my connection"))?;
-            rows.lock().unwrap().clear();
+            rows.clear();
             Ok(())
         }
     }
@@ -304,14 +301,11 @@ mod tests {
         assert_eq!(result.state, None);
         let work = result.in_transaction.expect("writes left for the commit").0;
         assert_eq!(work.len(), 2);
-        let mut conn = Mutex::new(Vec::<(String, i64)>::new());
+        let mut conn = Vec::<(String, i64)>::new();
         for i in 0..work.len() {
             work.apply(&mut conn, i).unwrap();
         }
-        assert_eq!(
-            conn.into_inner().unwrap(),
-            vec![("t-1".to_owned(), 5), ("t-1".to_owned(), 7)]
-        );
+        assert_eq!(conn, vec![("t-1".to_owned(), 5), ("t-1".to_owned(), 7)]);
         assert!(
             work.apply(&mut 0_u8, 0).is_err(),
             "another connection type is refused"
