@@ -21,7 +21,7 @@ use crate::entity::handler::{BatchResult, BatchRun, EntityHandler, StoredState};
 use crate::entity::handler_error::HandlerError;
 use crate::entity::in_transaction::{InTransactionApply, RebuildScope, TransactionalApply};
 use crate::entity::services::Services;
-use crate::entity::target_batch::{decode_all, routed, settle};
+use crate::entity::target_batch::{decode_all, routed, settle, subscriber_face};
 use crate::entity::traits::EventSet;
 use crate::entity::upcast::Upcasters;
 use crate::model::event::{EventSource, NewEvent};
@@ -146,28 +146,10 @@ impl<P: TransactionalProjection> TransactionalApply for Pending<P> {
 
 #[async_trait]
 impl<P: TransactionalProjection> EntityHandler for TransactionalProjectionHandler<P> {
-    fn kind(&self) -> &'static str {
-        P::KIND
-    }
-
-    fn is_stateful(&self) -> bool {
-        false
-    }
+    subscriber_face!(P, false);
 
     fn role(&self) -> KindRole {
         KindRole::Projection
-    }
-
-    fn command_type(&self) -> Option<&'static str> {
-        None
-    }
-
-    fn event_types(&self) -> &'static [&'static str] {
-        <P::Event as EventSet>::TYPES
-    }
-
-    fn route(&self, event: &NewEvent, upcasters: &Upcasters) -> Result<Vec<String>, HandlerError> {
-        routed::<P::Event>(event, upcasters, P::route)
     }
 
     fn in_transaction(&self) -> bool {
