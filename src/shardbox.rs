@@ -105,6 +105,31 @@ impl Shardbox {
         self.inbox.outcome(receipt, wait).await
     }
 
+    /// Read-your-writes: awaits, at most `timeout`, until the projection of kind `kind` (a
+    /// JSON-state or SQL projection registered on this node) has applied what the send
+    /// `receipt` was given for produced — the events its command emitted, or the posted
+    /// event — so that a read of the projection shows it. Applied on another node sharing the
+    /// PostgreSQL database, it is heard by notification. Returns how many of the projection's
+    /// rows applied them (0 if it does not follow those events); see
+    /// [`Inbox::projected`](shardbox_core::Inbox::projected) for the errors. `wait` is a
+    /// timeout, or an [`OutcomeWait`] that also sets the fallback poll.
+    ///
+    /// ```no_run
+    /// # async fn f(sb: shardbox::Shardbox, receipt: shardbox::SendReceipt) -> Result<(), shardbox::DeliveryError> {
+    /// use std::time::Duration;
+    /// sb.projected(&receipt, "order_list", Duration::from_secs(2)).await?;
+    /// // A query of the order list now shows the order.
+    /// # Ok(()) }
+    /// ```
+    pub async fn projected(
+        &self,
+        receipt: &SendReceipt,
+        kind: &str,
+        wait: impl Into<OutcomeWait>,
+    ) -> Result<usize, DeliveryError> {
+        self.inbox.projected(receipt, kind, wait.into()).await
+    }
+
     /// Sends many commands to instances of `A` in one write (bulk loads); see
     /// [`Inbox::send_many`](shardbox_core::Inbox::send_many).
     pub async fn send_many<A: Aggregate>(

@@ -216,6 +216,13 @@ async fn the_table_is_the_in_order_fold(storage: Arc<dyn shardbox::core::Storage
     // Nothing else waits.
     let counts = sb.storage().counts(None).await.expect("counts");
     assert_eq!((counts.to_deliver, counts.blocked), (0, 0), "{counts:?}");
+    // The stages' reports say what the table holds: 75 commands and 74 of their events
+    // delivered; `bad`'s refused write retried, then dead-lettered — never counted as
+    // delivered, though the stage had counted it so before its commit refused it.
+    let m = sb.metrics();
+    assert_eq!(m.delivered, 75 + 74, "{m:?}");
+    assert_eq!(m.dead_lettered, 1, "{m:?}");
+    assert!(m.retries >= 1 && m.held >= 1, "{m:?}");
 }
 
 async fn a_rebuild_writes_the_table_again(storage: Arc<dyn shardbox::core::Storage>, mut db: Db) {

@@ -125,6 +125,7 @@ impl InboxStore for MemoryStorage {
             written,
             purged,
             catch_ups_purged,
+            failed_writes: Default::default(),
         })
     }
 

@@ -1,10 +1,12 @@
 //! The in-memory command outcomes: one record per command key, indexed per shard by when it
 //! is forgotten, so that a purge costs O(purged). A handled command's record names no events:
-//! they are read back from the event store when asked (as the SQL storages do).
+//! they are read back from the event store when asked (as the SQL storages do). A delivered
+//! event copy is remembered the same way, apart (read-your-writes reads it, as the SQL
+//! storages read its delivered row), and is no outcome record.
 
 use crate::model::ids::ShardIndex;
 use crate::model::ids::SignalId;
-use crate::model::message::{DedupKey, MessageStatus};
+use crate::model::message::{DedupKey, MessageKind, MessageStatus};
 use crate::model::outcome::{CommandOutcome, OutcomeLookup, OutcomeRecord};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeSet, HashMap};
@@ -13,7 +15,9 @@ use std::collections::{BTreeSet, HashMap};
 #[derive(Default)]
 pub(super) struct Outcomes {
     records: HashMap<DedupKey, OutcomeRecord>,
-    /// Per shard, by (keep_until, key).
+    /// Delivered event copies, kept as long as their rows.
+    copies: HashMap<DedupKey, OutcomeRecord>,
+    /// Per shard, by (keep_until, key), of both.
     expiry: HashMap<ShardIndex, BTreeSet<(DateTime<Utc>, DedupKey)>>,
 }
 
@@ -34,22 +38,38 @@ impl Outcomes {
         }
     }
 
-    /// Records that the command `key` was handled at `at` (its row marked delivered, kept until
-    /// `keep_until`).
+    /// Records that the command or event copy `key` was handled at `at` (its row marked
+    /// delivered, kept until `keep_until`).
     pub(super) fn handled(
         &mut self,
         key: DedupKey,
+        kind: MessageKind,
         shard: ShardIndex,
         at: DateTime<Utc>,
         keep_until: DateTime<Utc>,
     ) {
-        self.record(vec![OutcomeRecord {
+        let record = OutcomeRecord {
             key,
             shard,
             outcome: CommandOutcome::Handled { events: Vec::new() },
             decided_at: at,
             keep_until,
-        }]);
+        };
+        match kind {
+            MessageKind::Command => self.record(vec![record]),
+            _ => {
+                if let Some(old) = self.copies.remove(&record.key) {
+                    if let Some(index) = self.expiry.get_mut(&old.shard) {
+                        index.remove(&(old.keep_until, old.key));
+                    }
+                }
+                self.expiry
+                    .entry(record.shard)
+                    .or_default()
+                    .insert((record.keep_until, record.key.clone()));
+                self.copies.insert(record.key.clone(), record);
+            }
+        }
     }
 
     /// Decides `key` anew as `outcome` at `at`, if its record is still kept (its window
@@ -95,7 +115,7 @@ impl Outcomes {
     pub(super) fn reshard(&mut self, route: impl Fn(&str, &str) -> ShardIndex) -> u64 {
         let mut moved = 0;
         self.expiry.clear();
-        for record in self.records.values_mut() {
+        for record in self.records.values_mut().chain(self.copies.values_mut()) {
             let to = route(&record.key.target_kind, &record.key.target_id);
             if record.shard != to {
                 record.shard = to;
@@ -121,6 +141,7 @@ impl Outcomes {
             }
             if let Some((_, key)) = index.pop_first() {
                 self.records.remove(&key);
+                self.copies.remove(&key);
             }
         }
     }
@@ -140,7 +161,7 @@ impl Outcomes {
         ) {
             return OutcomeLookup::Pending;
         }
-        match self.records.get(key) {
+        match self.records.get(key).or_else(|| self.copies.get(key)) {
             Some(r) if r.keep_until > now => OutcomeLookup::Decided {
                 outcome: match &r.outcome {
                     CommandOutcome::Handled { .. } => CommandOutcome::Handled {

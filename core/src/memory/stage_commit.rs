@@ -19,7 +19,7 @@ use super::State;
 use crate::model::attempt_errors::ErrorHistory;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
-use crate::model::message::{MessageKind, MessageStatus};
+use crate::model::message::MessageStatus;
 use crate::storage::{CatchUpJob, EntityState, EntityStateWrite, RowChange, RowUpdate};
 use chrono::{DateTime, Utc};
 
@@ -102,7 +102,8 @@ impl State {
         }
     }
 
-    /// Row `seq` delivered, kept until `keep_until` (a command's outcome with it).
+    /// Row `seq` delivered, kept until `keep_until` (a command's outcome, or an event copy's
+    /// record for read-your-writes, with it).
     fn mark_delivered(
         &mut self,
         shard: ShardIndex,
@@ -117,10 +118,13 @@ impl State {
         row.keep_until = Some(keep_until);
         let row = row.clone();
         self.unpend(&row);
-        if row.message.kind == MessageKind::Command {
-            self.outcomes
-                .handled(row.message.dedup_key(), shard, now, keep_until);
-        }
+        self.outcomes.handled(
+            row.message.dedup_key(),
+            row.message.kind,
+            shard,
+            now,
+            keep_until,
+        );
         self.delivered
             .entry(shard)
             .or_default()

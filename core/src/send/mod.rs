@@ -14,4 +14,5 @@
 pub mod inbox;
 pub mod options;
 pub mod outcome;
+pub mod projected;
 pub(crate) mod write_queue;

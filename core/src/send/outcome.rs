@@ -13,7 +13,7 @@
 //! across processes (SQLite shared by two processes), not the way outcomes arrive.
 
 use crate::model::error::DeliveryError;
-use crate::model::ids::NodeId;
+use crate::model::ids::{NodeId, ShardIndex};
 use crate::model::message::DedupKey;
 use crate::model::outcome::{CommandOutcome, OutcomeLookup};
 use crate::runner::env::DeliveryEnv;
@@ -46,6 +46,13 @@ impl OutcomeWait {
     pub fn fallback_poll(mut self, every: Duration) -> Self {
         self.fallback_poll = every.max(Duration::from_millis(1));
         self
+    }
+}
+
+/// A bare timeout is a wait with the default fallback poll.
+impl From<Duration> for OutcomeWait {
+    fn from(timeout: Duration) -> Self {
+        OutcomeWait::timeout(timeout)
     }
 }
 
@@ -125,27 +132,42 @@ async fn await_outcome(
         target_id: target.id.clone(),
         signal_id: receipt.signal_id.clone(),
     };
-    let deadline = Instant::now() + wait.timeout;
+    match await_row(env, &key, *shard, wait, Instant::now() + wait.timeout).await? {
+        Some(outcome) => Ok(outcome),
+        None => Err(DeliveryError::OutcomeTimeout {
+            signal_id: key.signal_id.0,
+            waited: wait.timeout,
+        }),
+    }
+}
+
+/// Awaits what became of the inbox row `key` (in `shard`) until `deadline`: its outcome, or
+/// `None` if it still waits for delivery then. The row of a command or of an event's copy
+/// alike (read-your-writes waits for the latter, see `send/projected.rs`).
+pub(crate) async fn await_row(
+    env: &DeliveryEnv,
+    key: &DedupKey,
+    shard: ShardIndex,
+    wait: OutcomeWait,
+    deadline: Instant,
+) -> Result<Option<CommandOutcome>, DeliveryError> {
     // Subscribed before the first read: a commit after it wakes the wait below.
-    let mut signal = env.outcomes.subscribe(*shard);
+    let mut signal = env.outcomes.subscribe(shard);
     let mut listening = false;
     loop {
-        match env.storage.outcome(&key, env.clock.now()).await? {
-            OutcomeLookup::Decided { outcome, .. } => return Ok(outcome),
-            OutcomeLookup::Unknown => return Ok(CommandOutcome::Unknown),
+        match env.storage.outcome(key, env.clock.now()).await? {
+            OutcomeLookup::Decided { outcome, .. } => return Ok(Some(outcome)),
+            OutcomeLookup::Unknown => return Ok(Some(CommandOutcome::Unknown)),
             OutcomeLookup::Pending => {}
         }
         if !listening {
-            // Only once the command is known to wait: answered commands cost no listener.
+            // Only once the row is known to wait: answered rows cost no listener.
             listen_for_outcomes(env);
             listening = true;
         }
         let now = Instant::now();
         if now >= deadline {
-            return Err(DeliveryError::OutcomeTimeout {
-                signal_id: key.signal_id.0,
-                waited: wait.timeout,
-            });
+            return Ok(None);
         }
         let nap = (deadline - now).min(wait.fallback_poll);
         match signal.as_mut() {

@@ -17,8 +17,8 @@ use crate::stage::context::StationContext;
 pub use crate::stage::intent::{Intent, EXPIRED_REASON};
 use crate::stage::row_changes::RowChanges;
 use crate::storage::{
-    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, FailedBatch, InTransaction, Lease, Page,
-    StageCommit, WriteBatch,
+    CatchUpJob, DeadLetter, EntityKey, EntityStateWrite, FailedBatch, FailedWrites, InTransaction,
+    Lease, Page, StageCommit, WriteBatch,
 };
 use crate::telemetry::monitor::StageReport;
 use chrono::{DateTime, Utc};
@@ -258,10 +258,21 @@ pub fn settle_rows(
     for (message, intent) in rows.into_iter().zip(intents) {
         changes.settle(message, Some(intent));
     }
+    let r = &changes.report;
+    let counts = FailedWrites {
+        rows: r.retried + r.dead_lettered + r.dropped + r.blocked + r.held + r.expired,
+        retried: r.retried,
+        dead_lettered: r.dead_lettered,
+        dropped: r.dropped,
+        expired: r.expired,
+        blocked: r.blocked,
+        held: r.held,
+    };
     FailedBatch {
         updates: changes.updates,
         dead_letters: changes.dead_letters,
         outcomes: changes.outcomes,
+        counts,
     }
 }
 

@@ -94,9 +94,14 @@ impl RowChanges {
         });
     }
 
-    /// Records the outcome a command's intent decides, if outcomes are kept.
+    /// Records the outcome a command's intent decides, if outcomes are kept. An event's copy
+    /// that is settled records nothing (its delivered row is what a read-your-writes wait
+    /// reads, see `send/projected.rs`) but wakes the waiters of its shard all the same.
     fn record_outcome(&mut self, message: &InboxMessage, intent: Option<&Intent>) {
         if let (Some(keep_until), Some(intent)) = (self.outcomes_until, intent) {
+            if message.message.kind == MessageKind::Event && intent.decides_outcome() {
+                self.outcomes_decided = true;
+            }
             if message.message.kind == MessageKind::Command
                 && message.status != MessageStatus::ToCatchUp
                 && intent.decides_outcome()

@@ -52,7 +52,8 @@ pub struct StageCommit {
     /// `keep_until` has passed.
     pub outcomes: Vec<OutcomeRecord>,
     /// The stage decided the outcome of at least one command (handled ones included, which
-    /// have no record): its storage tells waiting senders once it committed.
+    /// have no record), or settled at least one event's copy (which read-your-writes waits
+    /// read): its storage tells waiting senders once it committed.
     pub outcomes_decided: bool,
     /// The application's writes to run inside the commit's transaction, after the fence and
     /// before the row changes, each target's in a savepoint of its own (SQL projections; see
@@ -103,6 +104,9 @@ pub struct CommitReport {
     pub purged: usize,
     /// Completed catch-up jobs purged after their retention.
     pub catch_ups_purged: usize,
+    /// The rows of targets whose writes failed inside the transaction (SQL projections):
+    /// what they became instead of delivered, which the stage's report counted them as.
+    pub failed_writes: super::FailedWrites,
 }
 
 #[cfg(test)]

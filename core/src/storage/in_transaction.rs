@@ -56,6 +56,42 @@ pub struct FailedBatch {
     pub dead_letters: Vec<DeadLetter>,
     /// Command outcomes the failure decided.
     pub outcomes: Vec<OutcomeRecord>,
+    /// The rows' new fates, counted.
+    pub counts: FailedWrites,
+}
+
+/// How the rows of targets whose writes failed inside the transaction were settled instead:
+/// the stage counted them as delivered before its commit, and corrects its report with these
+/// once the commit returns them ([`CommitReport::failed_writes`](super::CommitReport)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailedWrites {
+    /// Rows counted as delivered that were not (the sum of the fates below).
+    pub rows: usize,
+    /// Scheduled for another attempt.
+    pub retried: usize,
+    /// Moved to the dead letters.
+    pub dead_lettered: usize,
+    /// Dropped by policy.
+    pub dropped: usize,
+    /// Blocked their target.
+    pub blocked: usize,
+    /// Expired by their TTL.
+    pub expired: usize,
+    /// Held behind the failure.
+    pub held: usize,
+}
+
+impl FailedWrites {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &FailedWrites) {
+        self.rows += other.rows;
+        self.retried += other.retried;
+        self.dead_lettered += other.dead_lettered;
+        self.dropped += other.dropped;
+        self.blocked += other.blocked;
+        self.expired += other.expired;
+        self.held += other.held;
+    }
 }
 
 /// A target's writes inside the stage's transaction, with the rows they stand for.
@@ -89,13 +125,14 @@ impl PartialEq for InTransaction {
 }
 
 /// Replaces, in `updates`, the changes of the rows `failed` names, and adds its dead letters
-/// and outcomes: what a backend does with a target whose writes failed.
+/// and outcomes: what a backend does with a target whose writes failed. Returns the rows'
+/// new fates, for the commit's report.
 pub fn apply_failed_batch(
     failed: FailedBatch,
     updates: &mut Vec<RowUpdate>,
     dead_letters: &mut Vec<DeadLetter>,
     outcomes: &mut Vec<OutcomeRecord>,
-) {
+) -> FailedWrites {
     for replacement in failed.updates {
         match updates.iter_mut().find(|u| u.seq == replacement.seq) {
             Some(u) => *u = replacement,
@@ -104,6 +141,7 @@ pub fn apply_failed_batch(
     }
     dead_letters.extend(failed.dead_letters);
     outcomes.extend(failed.outcomes);
+    failed.counts
 }
 
 #[cfg(test)]
@@ -137,10 +175,16 @@ mod tests {
                 seq: 2,
                 change: retry.clone(),
             }],
+            counts: FailedWrites {
+                rows: 1,
+                retried: 1,
+                ..FailedWrites::default()
+            },
             ..FailedBatch::default()
         };
         let (mut dead, mut outcomes) = (Vec::new(), Vec::new());
-        apply_failed_batch(failed, &mut updates, &mut dead, &mut outcomes);
+        let counts = apply_failed_batch(failed, &mut updates, &mut dead, &mut outcomes);
+        assert_eq!((counts.rows, counts.retried), (1, 1), "{counts:?}");
         assert_eq!(updates[0].change, delivered);
         assert_eq!(updates[1].change, retry);
         assert_eq!(updates.len(), 2);

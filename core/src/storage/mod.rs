@@ -46,7 +46,8 @@ pub use dead_letters::{
 pub use entities::{EntityKey, EntityState, EntityStateWrite, EntityStore};
 pub use events::EventStore;
 pub use in_transaction::{
-    apply_failed_batch, FailedBatch, InTransaction, TransactionError, TransactionalWork,
+    apply_failed_batch, FailedBatch, FailedWrites, InTransaction, TransactionError,
+    TransactionalWork,
 };
 pub use inbox::{InboxCounts, InboxStore, KindDepth, Page, ShardDepth};
 pub use inspect::Inspect;

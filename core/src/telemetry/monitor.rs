@@ -6,7 +6,7 @@
 use crate::entity::handler_error::HandlerError;
 use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex};
 use crate::model::message::InboxMessage;
-use crate::storage::Lease;
+use crate::storage::{FailedWrites, Lease};
 use crate::telemetry::fates::Settled;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -58,6 +58,19 @@ pub struct StageReport {
 }
 
 impl StageReport {
+    /// Moves the rows whose writes failed inside the commit's transaction (SQL projections)
+    /// from `delivered`, which the stage counted them as before its commit, to what they
+    /// became instead.
+    pub fn correct(&mut self, failed: &FailedWrites) {
+        self.delivered = self.delivered.saturating_sub(failed.rows);
+        self.retried += failed.retried;
+        self.dead_lettered += failed.dead_lettered;
+        self.dropped += failed.dropped;
+        self.blocked += failed.blocked;
+        self.expired += failed.expired;
+        self.held += failed.held;
+    }
+
     /// Adds `other` into `self`.
     pub fn add(&mut self, other: &StageReport) {
         self.page_len += other.page_len;

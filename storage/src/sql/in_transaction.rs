@@ -21,7 +21,8 @@ use crate::error::Failure;
 use crate::sql::outcomes::OutcomeRow;
 use diesel::Connection;
 use shardbox_core::storage::{
-    apply_failed_batch, DeadLetter, InTransaction, RowUpdate, TransactionError, TransactionalWork,
+    apply_failed_batch, DeadLetter, FailedWrites, InTransaction, RowUpdate, TransactionError,
+    TransactionalWork,
 };
 use std::any::Any;
 
@@ -41,13 +42,15 @@ impl From<diesel::result::Error> for Stop {
 
 /// Runs every target's writes of `work` on `conn` (inside the commit's transaction) and
 /// settles the targets whose writes failed: returns the commit's row changes and dead letters
-/// with theirs replaced and added (and their outcomes added to `outcomes`).
+/// with theirs replaced and added (and their outcomes added to `outcomes`), and the failed
+/// rows' fates counted.
 pub(crate) fn run<C: Connection + 'static>(
     conn: &mut C,
     work: &[InTransaction],
     (mut updates, mut dead_letters): (Vec<RowUpdate>, Vec<DeadLetter>),
     outcomes: &mut Vec<OutcomeRow>,
-) -> Result<(Vec<RowUpdate>, Vec<DeadLetter>), Failure> {
+) -> Result<(Vec<RowUpdate>, Vec<DeadLetter>, FailedWrites), Failure> {
+    let mut failed_writes = FailedWrites::default();
     for target in work {
         let Some((failed, error)) = write_longest_prefix(conn, &*target.work)? else {
             continue;
@@ -65,10 +68,11 @@ pub(crate) fn run<C: Connection + 'static>(
         }
         let settled = target.work.settle_failure(failed, error);
         let mut records = Vec::new();
-        apply_failed_batch(settled, &mut updates, &mut dead_letters, &mut records);
+        let counts = apply_failed_batch(settled, &mut updates, &mut dead_letters, &mut records);
+        failed_writes.add(&counts);
         outcomes.extend(records.into_iter().map(OutcomeRow::new));
     }
-    Ok((updates, dead_letters))
+    Ok((updates, dead_letters, failed_writes))
 }
 
 /// Writes as many of `work`'s messages as succeed in order, in one savepoint: all of them, or

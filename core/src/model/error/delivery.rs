@@ -117,6 +117,30 @@ pub enum DeliveryError {
         /// The receipt's signal id.
         signal_id: String,
     },
+    /// A read-your-writes wait ([`Inbox::projected`](crate::Inbox::projected)) ended without
+    /// the projection having applied what the send produced: the command was not handled, or
+    /// a copy of its events was not applied (dead-lettered, dropped, expired, or applied
+    /// longer ago than the deduplication window).
+    #[error("`{kind}` did not apply what `{signal_id}` produced: {reason}")]
+    NotProjected {
+        /// The projection's kind.
+        kind: String,
+        /// The receipt's signal id.
+        signal_id: String,
+        /// What happened instead.
+        reason: String,
+    },
+    /// A read-your-writes wait ended before the projection applied what the send produced:
+    /// the command, or the projection's copies of its events, still wait for delivery.
+    #[error("`{kind}` has not applied what `{signal_id}` produced within {waited:?}: it still waits for delivery (is a node serving its shards? is it retrying, paused or catching up?); ask again later")]
+    ProjectionTimeout {
+        /// The projection's kind.
+        kind: String,
+        /// The receipt's signal id.
+        signal_id: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
     /// An on-demand `deliver` (or `deliver_all`) committed
     /// [`MAX_DELIVER_STAGES`](crate::MAX_DELIVER_STAGES) stages on one shard and messages
     /// were still due: its handlers keep writing to it. Everything so far is committed.

@@ -153,6 +153,7 @@ impl Delivery {
             env.outcomes_decided(shard);
         }
         log_settled(&report.settled);
+        report.correct(&committed.failed_writes);
         report.purged = committed.purged;
         if committed.catch_ups_purged > 0 {
             tracing::info!(

@@ -59,7 +59,7 @@ macro_rules! commit_stage_units {
                 }
                 fence(conn, &lease, lease_until)?;
                 // The application's writes, after the fence (see `sql::in_transaction`).
-                let (updates, dead_letters) = $crate::sql::in_transaction::run(
+                let (updates, dead_letters, failed_writes) = $crate::sql::in_transaction::run(
                     conn,
                     &in_transaction,
                     (updates, dead_letters),
@@ -92,6 +92,7 @@ macro_rules! commit_stage_units {
                     written,
                     purged,
                     catch_ups_purged,
+                    failed_writes,
                 })
             })
         }
@@ -136,6 +137,7 @@ macro_rules! commit_stage_units {
                         },
                         purged: 0,
                         catch_ups_purged: 0,
+                        failed_writes: Default::default(),
                     }))
                 }
                 // Not fenced, so nothing written: the transaction reports the lost lease.
