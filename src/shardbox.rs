@@ -109,8 +109,9 @@ impl Shardbox {
     /// JSON-state or SQL projection registered on this node) has applied what the send
     /// `receipt` was given for produced — the events its command emitted, or the posted
     /// event — so that a read of the projection shows it. Applied on another node sharing the
-    /// PostgreSQL database, it is heard by notification. Returns how many of the projection's
-    /// rows applied them (0 if it does not follow those events); see
+    /// PostgreSQL database, it is heard by notification. Returns how many copies (an event
+    /// to one instance of the projection) were applied (0 if it does not follow those
+    /// events); see
     /// [`Inbox::projected`](shardbox_core::Inbox::projected) for the errors. `wait` is a
     /// timeout, or an [`OutcomeWait`] that also sets the fallback poll.
     ///

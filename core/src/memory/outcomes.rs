@@ -25,16 +25,7 @@ impl Outcomes {
     /// Stores `records`, each replacing an earlier one of its key.
     pub(super) fn record(&mut self, records: Vec<OutcomeRecord>) {
         for record in records {
-            if let Some(old) = self.records.remove(&record.key) {
-                if let Some(index) = self.expiry.get_mut(&old.shard) {
-                    index.remove(&(old.keep_until, old.key));
-                }
-            }
-            self.expiry
-                .entry(record.shard)
-                .or_default()
-                .insert((record.keep_until, record.key.clone()));
-            self.records.insert(record.key.clone(), record);
+            file(&mut self.records, &mut self.expiry, record);
         }
     }
 
@@ -55,21 +46,11 @@ impl Outcomes {
             decided_at: at,
             keep_until,
         };
-        match kind {
-            MessageKind::Command => self.record(vec![record]),
-            _ => {
-                if let Some(old) = self.copies.remove(&record.key) {
-                    if let Some(index) = self.expiry.get_mut(&old.shard) {
-                        index.remove(&(old.keep_until, old.key));
-                    }
-                }
-                self.expiry
-                    .entry(record.shard)
-                    .or_default()
-                    .insert((record.keep_until, record.key.clone()));
-                self.copies.insert(record.key.clone(), record);
-            }
-        }
+        let map = match kind {
+            MessageKind::Command => &mut self.records,
+            MessageKind::Event | MessageKind::CatchUp => &mut self.copies,
+        };
+        file(map, &mut self.expiry, record);
     }
 
     /// Decides `key` anew as `outcome` at `at`, if its record is still kept (its window
@@ -179,4 +160,23 @@ impl Outcomes {
             _ => OutcomeLookup::Unknown,
         }
     }
+}
+
+/// Stores `record` in `map`, replacing an earlier one of its key, and indexes it by when it is
+/// forgotten.
+fn file(
+    map: &mut HashMap<DedupKey, OutcomeRecord>,
+    expiry: &mut HashMap<ShardIndex, BTreeSet<(DateTime<Utc>, DedupKey)>>,
+    record: OutcomeRecord,
+) {
+    if let Some(old) = map.remove(&record.key) {
+        if let Some(index) = expiry.get_mut(&old.shard) {
+            index.remove(&(old.keep_until, old.key));
+        }
+    }
+    expiry
+        .entry(record.shard)
+        .or_default()
+        .insert((record.keep_until, record.key.clone()));
+    map.insert(record.key.clone(), record);
 }

@@ -29,9 +29,9 @@ use tokio::time::Instant;
 impl Inbox {
     /// Awaits, at most `wait.timeout`, until the projection of kind `kind` has applied what
     /// the send `receipt` was given for produced: for a command, the events its handler
-    /// emitted (after awaiting its outcome); for a post, its event. Returns how many of the
-    /// projection's rows (routed ids) applied them: 0 when the projection does not follow
-    /// those events. Events emitted further down (by the projection's own reactions, or by
+    /// emitted (after awaiting its outcome); for a post, its event. Returns how many copies
+    /// (an event to one instance of the projection) were applied: 0 when the projection does
+    /// not follow those events. Events emitted further down (by the projection's own reactions, or by
     /// other kinds reacting to the events) are not awaited.
     ///
     /// Fails with [`DeliveryError::UnknownKind`] if `kind` is not registered on this node (its
