@@ -19,41 +19,17 @@ use std::time::Duration;
 /// The message is written 600 ms after the failed release, so that a poll round that still
 /// listed the shard as free (planned before the lease was kept) cannot serve it by chance.
 pub(super) async fn failed_release_of_a_kept_lease(inner: Arc<dyn Storage>) {
-    let notifications_dropped = FaultRates {
-        drop_notification: 1_000,
-        ..FaultRates::default()
-    };
-    let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
-    faults.enable(true);
-    let clock = Arc::new(ManualClock::new(t0()));
-    let build = |name: &str| {
-        Shardbox::builder()
-            .shared_storage(Arc::new(faults.clone()))
-            .clock(clock.clone())
-            .node_id(shardbox::NodeId(format!("node-{name}")))
-            .shards(1)
-            .lease_duration(Duration::from_secs(4))
-            .poll_interval(Duration::from_millis(250))
-            .lease_linger(Duration::from_millis(150))
-            .aggregate::<Ledger>()
-            .projection::<Audit>()
-            .build()
-    };
-    let sb = build("a").await.expect("build the node");
-    // Another process that writes but serves nothing: the node does not hear its writes.
-    let writer = build("writer").await.expect("build the writer");
+    let deaf = Deaf::new(
+        inner,
+        Duration::from_secs(4),
+        Duration::from_millis(250),
+        Some(Duration::from_millis(150)),
+    )
+    .await;
+    let (faults, sb, writer) = (&deaf.faults, &deaf.sb, &deaf.writer);
     let node = sb.start();
-    let elapse = |ms: u64| {
-        clock.advance(chrono::Duration::milliseconds(ms as i64));
-        tokio::time::sleep(Duration::from_millis(ms))
-    };
-    let applied = || async {
-        sb.aggregate_state::<Ledger>("l")
-            .await
-            .expect("state")
-            .map(|l| l.applied)
-            .unwrap_or_default()
-    };
+    let elapse = |ms| deaf.elapse(ms);
+    let applied = || deaf.applied();
     // The first message is served and the drained shard's lease kept for the linger, whose
     // release then fails.
     faults.fail_next("release", Scripted::Before);
@@ -97,40 +73,17 @@ pub(super) async fn failed_release_of_a_kept_lease(inner: Arc<dyn Storage>) {
 /// retries it as after a failed turn while the release fails.
 pub(super) async fn release_retried_across_a_reshard_pause(inner: Arc<dyn Storage>) {
     use shardbox::core::storage::{ReshardAnnouncement, WorkRegistry};
-    let notifications_dropped = FaultRates {
-        drop_notification: 1_000,
-        ..FaultRates::default()
-    };
-    let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
-    faults.enable(true);
-    let clock = Arc::new(ManualClock::new(t0()));
-    let build = |name: &str| {
-        Shardbox::builder()
-            .shared_storage(Arc::new(faults.clone()))
-            .clock(clock.clone())
-            .node_id(shardbox::NodeId(format!("node-{name}")))
-            .shards(1)
-            .lease_duration(Duration::from_secs(4))
-            .poll_interval(Duration::from_millis(250))
-            .aggregate::<Ledger>()
-            .projection::<Audit>()
-            .build()
-    };
-    let sb = build("a").await.expect("build the node");
-    // Another process that writes but serves nothing: the node does not hear its writes.
-    let writer = build("writer").await.expect("build the writer");
+    let deaf = Deaf::new(
+        inner,
+        Duration::from_secs(4),
+        Duration::from_millis(250),
+        None,
+    )
+    .await;
+    let (faults, clock, sb, writer) = (&deaf.faults, &deaf.clock, &deaf.sb, &deaf.writer);
     let node = sb.start();
-    let elapse = |ms: u64| {
-        clock.advance(chrono::Duration::milliseconds(ms as i64));
-        tokio::time::sleep(Duration::from_millis(ms))
-    };
-    let applied = || async {
-        sb.aggregate_state::<Ledger>("l")
-            .await
-            .expect("state")
-            .map(|l| l.applied)
-            .unwrap_or_default()
-    };
+    let elapse = |ms| deaf.elapse(ms);
+    let applied = || deaf.applied();
     // The first turn's stage fails, and so does every release until the pause is over: the
     // lease is kept for a retried release.
     faults.fail_next("read_page", Scripted::Before);
@@ -139,7 +92,7 @@ pub(super) async fn release_retried_across_a_reshard_pause(inner: Arc<dyn Storag
     }
     sb.send::<Ledger>("l", &apply(1, "a")).await.expect("send");
     let operator = shardbox::NodeId("operator".into());
-    let now = shardbox::Clock::now(&*clock);
+    let now = shardbox::Clock::now(&**clock);
     let announcement = ReshardAnnouncement {
         by: operator.clone(),
         to: 2,
@@ -191,42 +144,18 @@ pub(super) async fn failed_release_of_a_kept_lease_at_a_reshard_announcement(
     inner: Arc<dyn Storage>,
 ) {
     use shardbox::core::storage::{ReshardAnnouncement, WorkRegistry};
-    let notifications_dropped = FaultRates {
-        drop_notification: 1_000,
-        ..FaultRates::default()
-    };
-    let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
-    faults.enable(true);
-    let clock = Arc::new(ManualClock::new(t0()));
-    let build = |name: &str| {
-        Shardbox::builder()
-            .shared_storage(Arc::new(faults.clone()))
-            .clock(clock.clone())
-            .node_id(shardbox::NodeId(format!("node-{name}")))
-            .shards(1)
-            .lease_duration(Duration::from_secs(4))
-            .poll_interval(Duration::from_millis(250))
-            // Longer than a lease-watch round: the announcement finds the lease kept.
-            .lease_linger(Duration::from_secs(1))
-            .aggregate::<Ledger>()
-            .projection::<Audit>()
-            .build()
-    };
-    let sb = build("a").await.expect("build the node");
-    // Another process that writes but serves nothing: the node does not hear its writes.
-    let writer = build("writer").await.expect("build the writer");
+    let deaf = Deaf::new(
+        inner,
+        Duration::from_secs(4),
+        Duration::from_millis(250),
+        // Longer than a lease-watch round: the announcement finds the lease kept.
+        Some(Duration::from_secs(1)),
+    )
+    .await;
+    let (faults, clock, sb, writer) = (&deaf.faults, &deaf.clock, &deaf.sb, &deaf.writer);
     let node = sb.start();
-    let elapse = |ms: u64| {
-        clock.advance(chrono::Duration::milliseconds(ms as i64));
-        tokio::time::sleep(Duration::from_millis(ms))
-    };
-    let applied = || async {
-        sb.aggregate_state::<Ledger>("l")
-            .await
-            .expect("state")
-            .map(|l| l.applied)
-            .unwrap_or_default()
-    };
+    let elapse = |ms| deaf.elapse(ms);
+    let applied = || deaf.applied();
     // The first message is served and the drained shard's lease kept for the linger.
     sb.send::<Ledger>("l", &apply(1, "a")).await.expect("send");
     let mut waited = 0;
@@ -238,7 +167,7 @@ pub(super) async fn failed_release_of_a_kept_lease_at_a_reshard_announcement(
     // An operator announces a re-sharding; the node's release of the kept lease fails.
     faults.fail_next("release", Scripted::Before);
     let operator = shardbox::NodeId("operator".into());
-    let now = shardbox::Clock::now(&*clock);
+    let now = shardbox::Clock::now(&**clock);
     let announcement = ReshardAnnouncement {
         by: operator.clone(),
         to: 2,
@@ -288,36 +217,15 @@ pub(super) async fn failed_release_of_a_kept_lease_at_a_reshard_announcement(
 /// released or served the shard: a message nobody heard waited for the lease to run out. A
 /// kept lease is now released whatever its recorded time says.
 pub(super) async fn a_kept_lease_renewed_past_its_recorded_time(inner: Arc<dyn Storage>) {
-    let notifications_dropped = FaultRates {
-        drop_notification: 1_000,
-        ..FaultRates::default()
-    };
-    let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
-    faults.enable(true);
-    let clock = Arc::new(ManualClock::new(t0()));
-    let build = |name: &str| {
-        Shardbox::builder()
-            .shared_storage(Arc::new(faults.clone()))
-            .clock(clock.clone())
-            .node_id(shardbox::NodeId(format!("node-{name}")))
-            .shards(1)
-            .lease_duration(Duration::from_millis(900))
-            .poll_interval(Duration::from_millis(100))
-            .lease_linger(Duration::ZERO)
-            .aggregate::<Ledger>()
-            .projection::<Audit>()
-            .build()
-    };
-    let sb = build("a").await.expect("build the node");
-    // Another process that writes but serves nothing: the node does not hear its writes.
-    let writer = build("writer").await.expect("build the writer");
-    let applied = || async {
-        sb.aggregate_state::<Ledger>("l")
-            .await
-            .expect("state")
-            .map(|l| l.applied)
-            .unwrap_or_default()
-    };
+    let deaf = Deaf::new(
+        inner,
+        Duration::from_millis(900),
+        Duration::from_millis(100),
+        Some(Duration::ZERO),
+    )
+    .await;
+    let (faults, clock, sb, writer) = (&deaf.faults, &deaf.clock, &deaf.sb, &deaf.writer);
+    let applied = || deaf.applied();
     // The stage stops while it loads its target's state; meanwhile the clock passes the
     // lease's recorded time (the renewal, every 300 ms, keeps the lease in the lock table), so
     // that its commit renews the lease to a time later than the one recorded at the pick-up.
@@ -356,4 +264,71 @@ pub(super) async fn a_kept_lease_renewed_past_its_recorded_time(inner: Arc<dyn S
         waited += 10;
     }
     node.shutdown().await.expect("shutdown");
+}
+
+/// One node and a writer it does not hear (another process that writes but serves nothing),
+/// on `inner` with every notification dropped, one shard, under a manual clock: what each
+/// regression of this file starts from.
+struct Deaf {
+    faults: FaultyStorage,
+    clock: Arc<ManualClock>,
+    sb: Shardbox,
+    writer: Shardbox,
+}
+
+impl Deaf {
+    /// The node and the writer, with these lease terms (`linger`: `None` keeps the default).
+    async fn new(
+        inner: Arc<dyn Storage>,
+        lease: Duration,
+        poll: Duration,
+        linger: Option<Duration>,
+    ) -> Self {
+        let notifications_dropped = FaultRates {
+            drop_notification: 1_000,
+            ..FaultRates::default()
+        };
+        let faults = FaultyStorage::new(inner, SimRng::new(0), notifications_dropped);
+        faults.enable(true);
+        let clock = Arc::new(ManualClock::new(t0()));
+        let build = |name: &str| {
+            let builder = Shardbox::builder()
+                .shared_storage(Arc::new(faults.clone()))
+                .clock(clock.clone())
+                .node_id(shardbox::NodeId(format!("node-{name}")))
+                .shards(1)
+                .lease_duration(lease)
+                .poll_interval(poll);
+            let builder = match linger {
+                Some(linger) => builder.lease_linger(linger),
+                None => builder,
+            };
+            builder.aggregate::<Ledger>().projection::<Audit>().build()
+        };
+        let sb = build("a").await.expect("build the node");
+        let writer = build("writer").await.expect("build the writer");
+        Deaf {
+            faults,
+            clock,
+            sb,
+            writer,
+        }
+    }
+
+    /// Moves the clock `ms` on, and lets as much real time pass.
+    async fn elapse(&self, ms: u64) {
+        self.clock
+            .advance(chrono::Duration::milliseconds(ms as i64));
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    /// The numbers the ledger `l` applied, in order.
+    async fn applied(&self) -> Vec<u64> {
+        self.sb
+            .aggregate_state::<Ledger>("l")
+            .await
+            .expect("state")
+            .map(|l| l.applied)
+            .unwrap_or_default()
+    }
 }
