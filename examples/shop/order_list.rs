@@ -170,10 +170,16 @@ pub fn all_orders(conn: &mut AppConnection) -> QueryResult<Vec<OrderRow>> {
         .load(conn)
 }
 
-/// `rows` as a small text table, one line each, indented by `indent`.
+/// How many orders the list holds.
+pub fn count(conn: &mut AppConnection) -> QueryResult<i64> {
+    shop_order_list::table.count().get_result(conn)
+}
+
+/// `rows` as a small text table, a line each (the last without a newline), indented by
+/// `indent`.
 pub fn render(rows: &[OrderRow], indent: &str) -> String {
     let mut out = format!(
-        "{indent}{:<12} {:<8} {:<17} {:>9}  {}\n",
+        "{indent}{:<12} {:<8} {:<17} {:>9}  {}",
         "order", "customer", "placed at (UTC)", "total", "status"
     );
     for r in rows {
@@ -181,7 +187,7 @@ pub fn render(rows: &[OrderRow], indent: &str) -> String {
             .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
             .unwrap_or_else(|| r.placed_at.to_string());
         out += &format!(
-            "{indent}{:<12} {:<8} {:<17} {:>9}  {}\n",
+            "\n{indent}{:<12} {:<8} {:<17} {:>9}  {}",
             r.order_id,
             r.customer,
             placed_at,

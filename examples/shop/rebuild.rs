@@ -13,7 +13,8 @@
 //! switched in one step) is not built in Shardbox yet. Whether the result is right is checked
 //! by main.rs against the ledger.
 
-use crate::order_list::OrderList;
+use crate::db::AppDb;
+use crate::order_list::{self, OrderList};
 use crate::traffic::{LiveTraffic, PlannedOrder};
 use crate::BoxError;
 use shardbox::prelude::*;
@@ -36,8 +37,9 @@ pub struct Rebuilt {
 }
 
 /// Rebuilds the order list from history while a task places orders `o-live-…`; prints its
-/// progress until it completes. The live orders are still being delivered when it returns.
-pub async fn rebuild_under_traffic(shardbox: &Shardbox) -> Result<Rebuilt, BoxError> {
+/// progress, and how many rows a reader sees in the list, until it completes. The live orders
+/// are still being delivered when it returns.
+pub async fn rebuild_under_traffic(shardbox: &Shardbox, app: &AppDb) -> Result<Rebuilt, BoxError> {
     let traffic = LiveTraffic::start(shardbox.clone(), "o-live", LIVE_EVERY);
     // Let the traffic run before and during the rebuild.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -48,7 +50,8 @@ pub async fn rebuild_under_traffic(shardbox: &Shardbox) -> Result<Rebuilt, BoxEr
         .await?;
     let progress = loop {
         let progress = job.progress().await?;
-        println!("  {}", describe(&progress));
+        let rows = app.run(order_list::count).await?;
+        println!("   {}; {rows} rows in the list", describe(&progress));
         if progress.status.is_finished() {
             break progress;
         }
