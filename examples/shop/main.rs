@@ -250,11 +250,11 @@ async fn rebuild(shardbox: &Shardbox, app: &AppDb, ledger: &mut Ledger) -> Resul
 fn check(what: &str, ledger: &Ledger, rows: &[order_list::OrderRow]) -> Result<(), BoxError> {
     let wrong = ledger.differences(rows, 10);
     if !wrong.is_empty() {
-        return Err(format!("{what}: {}", wrong.join("; ")).into());
+        return Err(format!("{}: {}", what.trim(), wrong.join("; ")).into());
     }
     let (found, expected) = (totals_of(rows), ledger.totals());
     if found != expected {
-        return Err(format!("{what}: {found}, expected {expected}").into());
+        return Err(format!("{}: {found}, expected {expected}", what.trim()).into());
     }
     println!("{what}: {found}: ok");
     Ok(())
