@@ -117,9 +117,18 @@ impl SqlProjection for OrderList {
         Ok(())
     }
 
-    // One tenant and whole-history rebuilds here, so `ids` is all the scope that matters.
     fn reset(&self, conn: SqlConnection<'_>, scope: &RebuildScope) -> SqlResult {
         use shop_order_list::dsl as o;
+        // The table has no tenant column, and a row folds events of any age (a payment long
+        // after its order): only a whole-history rebuild of the one tenant can be reset. A
+        // refusal leaves the rows as they are; the operator cancels the job.
+        if scope.since.is_some() || !scope.tenant.is_empty() {
+            let asked = format!("since {:?}, tenant {:?}", scope.since, scope.tenant);
+            return Err(HandlerError::permanent(format!(
+                "the order list is rebuilt from all of history only (asked: {asked})"
+            ))
+            .into());
+        }
         match &scope.ids {
             None => on_connection!(conn, |c| diesel::delete(o::shop_order_list).execute(c))?,
             Some(ids) => on_connection!(conn, |c| diesel::delete(
