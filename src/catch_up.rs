@@ -72,6 +72,17 @@ impl Shardbox {
         kind: &str,
         request: CatchUp,
     ) -> Result<CatchUpHandle, DeliveryError> {
+        self.start_catch_up(kind, request, None).await
+    }
+
+    /// Starts a catch-up of `kind` (see [`Shardbox::catch_up_kind`]); with `version_of`, one
+    /// that builds a new version of that read model (see [`Shardbox::build_version`]).
+    pub(crate) async fn start_catch_up(
+        &self,
+        kind: &str,
+        request: CatchUp,
+        version_of: Option<String>,
+    ) -> Result<CatchUpHandle, DeliveryError> {
         let env = self.env();
         env.registry.check_registered(kind)?;
         let types: Vec<String> = env
@@ -89,6 +100,7 @@ impl Shardbox {
                 targets: request.targets,
                 since: request.since,
                 total_estimate,
+                version_of,
             },
             env.clock.now(),
         )

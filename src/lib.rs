@@ -60,6 +60,7 @@ mod reads;
 mod schema_evolution;
 mod shardbox;
 pub mod testing;
+mod versions;
 
 pub use builder::ShardboxBuilder;
 pub use catch_up::CatchUpHandle;
@@ -68,8 +69,8 @@ pub use shardbox::{Node, Shardbox};
 
 pub use shardbox_core::storage::{
     BlockedTarget, CatchUpStatus, CatchUpTargets, DeadLetterFilter, DeadLetterId, EntityKey,
-    Member, RequeueReport, ReshardMoves, ResumeReport, StorageReads, StoredDeadLetter, Unblock,
-    UnblockReport,
+    Member, ReadModelVersion, RequeueReport, ReshardMoves, ResumeReport, StorageReads,
+    StoredDeadLetter, Unblock, UnblockReport,
 };
 
 /// The storage conformance suite (the `shardbox-conformance` crate), for authors of another

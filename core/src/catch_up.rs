@@ -356,6 +356,7 @@ mod tests {
                 affected_shards: vec![],
                 total_estimate: 100,
                 created_at: t0(),
+                version_of: None,
             },
             status,
             cursor,

@@ -107,6 +107,8 @@ diesel::table! {
         finished_at -> Nullable<BigInt>,
         /// When an operator asked to cancel the job (microseconds), if one did.
         cancel_requested_at -> Nullable<BigInt>,
+        /// The read model whose new version the job builds (NULL: a plain catch-up).
+        version_of -> Nullable<Text>,
     }
 }
 
@@ -166,6 +168,18 @@ diesel::table! {
         /// `KindSettings::to_stored`.
         settings -> Text,
         updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Read models' versions (blue/green rebuilds): the served kind and the one being built.
+    shardbox_read_model_versions (model) {
+        model -> Text,
+        served_kind -> Text,
+        building_kind -> Nullable<Text>,
+        building_job -> Nullable<BigInt>,
+        previous_kind -> Nullable<Text>,
+        switched_at -> Nullable<BigInt>,
     }
 }
 

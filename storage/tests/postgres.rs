@@ -482,6 +482,7 @@ async fn overlapping_catch_up_completions_do_not_deadlock() {
         affected_shards: vec![ShardIndex(1), ShardIndex(2), ShardIndex(3)],
         total_estimate: 0,
         created_at: t0(),
+        version_of: None,
     };
     for round in 0..3 {
         let one = storage

@@ -857,6 +857,22 @@ impl CatchUpStore for FaultyStorage {
     async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError> {
         write!(self, "purge_catch_ups", self.inner.purge_catch_ups(before))
     }
+
+    async fn read_model_versions(&self) -> Result<Vec<shardbox::ReadModelVersion>, StorageError> {
+        read!(
+            self,
+            "read_model_versions",
+            self.inner.read_model_versions()
+        )
+    }
+
+    async fn retire_version(&self, model: &str, kind: &str) -> Result<u64, StorageError> {
+        write!(
+            self,
+            "retire_version",
+            self.inner.retire_version(model, kind)
+        )
+    }
 }
 
 #[async_trait]

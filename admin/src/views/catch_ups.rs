@@ -307,6 +307,7 @@ where
             since: request.since,
             // Counted by the first step, on a node that knows the projection's event types.
             total_estimate: 0,
+            version_of: None,
         },
         now,
     )

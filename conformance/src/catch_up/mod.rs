@@ -34,6 +34,7 @@ pub(super) fn spec(kind: &str, tenant: &str, targets: CatchUpTargets) -> NewCatc
         affected_shards: vec![ShardIndex(1), ShardIndex(3)],
         total_estimate: 42,
         created_at: secs(0),
+        version_of: None,
     }
 }
 

@@ -4,7 +4,9 @@ use super::MemoryStorage;
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, ShardIndex};
 use crate::model::message::MessageStatus;
-use crate::storage::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp};
+use crate::storage::{
+    CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp, ReadModelVersion,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -28,6 +30,20 @@ impl CatchUpStore for MemoryStorage {
                 running_job: running.id,
             });
         }
+        let id = state.jobs.keys().next_back().copied().unwrap_or(0) + 1;
+        // The version build, checked before anything changes.
+        let version = match &job.version_of {
+            Some(model) => {
+                let mut v = state
+                    .versions
+                    .get(model)
+                    .cloned()
+                    .unwrap_or_else(|| ReadModelVersion::first(model));
+                v.start_build(&job.projection_kind, id)?;
+                Some(v)
+            }
+            None => None,
+        };
         // Reset the targets and re-fence the affected shards, as the durable backends do.
         let kind = job.projection_kind.clone();
         let tenant = job.tenant.clone();
@@ -45,7 +61,7 @@ impl CatchUpStore for MemoryStorage {
                 s.lease_until = None;
             }
         }
-        let id = state.jobs.keys().next_back().copied().unwrap_or(0) + 1;
+
         let created = CatchUpJob {
             id,
             updated_at: job.created_at,
@@ -57,6 +73,9 @@ impl CatchUpStore for MemoryStorage {
             cancel_requested_at: None,
         };
         state.jobs.insert(id, created.clone());
+        if let Some(v) = version {
+            state.versions.insert(v.model.clone(), v);
+        }
         Ok(created)
     }
 
@@ -130,7 +149,7 @@ impl CatchUpStore for MemoryStorage {
                     ..job.clone()
                 };
                 if job.status.is_finished() {
-                    state.settle_parked(job, None);
+                    state.finish_job(job, None);
                 }
                 Ok(())
             }
@@ -143,5 +162,42 @@ impl CatchUpStore for MemoryStorage {
 
     async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError> {
         Ok(self.lock().purge_jobs(before))
+    }
+
+    async fn read_model_versions(&self) -> Result<Vec<ReadModelVersion>, StorageError> {
+        Ok(self.lock().versions.values().cloned().collect())
+    }
+
+    async fn retire_version(&self, model: &str, kind: &str) -> Result<u64, StorageError> {
+        let mut state = self.lock();
+        let mut v = state
+            .versions
+            .get(model)
+            .cloned()
+            .unwrap_or_else(|| ReadModelVersion::first(model));
+        v.retire(kind)?;
+        let before = state.states.len();
+        state.states.retain(|k, _| k.kind != kind);
+        let deleted = (before - state.states.len()) as u64;
+        state.versions.insert(model.to_owned(), v);
+        Ok(deleted)
+    }
+}
+
+impl super::State {
+    /// Ends `job` as a durable backend's transaction does: settles its parked rows (see
+    /// `settle_parked`) and, if it builds a read model's version, switches the model to it or
+    /// drops the build.
+    pub(super) fn finish_job(&mut self, job: &CatchUpJob, own: Option<ShardIndex>) {
+        self.settle_parked(job, own);
+        if let Some(version) = job
+            .spec
+            .version_of
+            .as_ref()
+            .and_then(|model| self.versions.get_mut(model))
+        {
+            let at = job.finished_at.unwrap_or(job.updated_at);
+            version.finish_build(job.id, job.status == CatchUpStatus::Completed, at);
+        }
     }
 }

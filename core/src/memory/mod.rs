@@ -56,6 +56,7 @@ struct State {
     states: HashMap<EntityKey, EntityState>,
     sessions: BTreeMap<ShardIndex, ShardSession>,
     jobs: BTreeMap<i64, CatchUpJob>,
+    versions: BTreeMap<String, crate::storage::ReadModelVersion>,
     dead_letters: BTreeMap<DeadLetterId, DeadLetter>,
     next_dead_letter: i64,
     /// The recorded shard count (see `WorkRegistry::claim_shard_count`).

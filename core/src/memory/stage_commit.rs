@@ -183,7 +183,7 @@ impl State {
     pub(super) fn commit_catch_ups(&mut self, shard: ShardIndex, jobs: Vec<CatchUpJob>) {
         for mut job in jobs {
             if job.status.is_finished() {
-                self.settle_parked(&job, Some(shard));
+                self.finish_job(&job, Some(shard));
             }
             // The cancel request is the operator's to write, never a stage's.
             job.cancel_requested_at = self.jobs.get(&job.id).and_then(|j| j.cancel_requested_at);

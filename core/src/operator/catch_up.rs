@@ -38,6 +38,9 @@ pub struct CatchUpStart {
     /// Events to replay, as the caller counted them; 0 when it cannot (a tool does not know
     /// the projection's event types): the job's first step counts them then.
     pub total_estimate: i64,
+    /// The read model whose new version the job builds beside the served one (see
+    /// [`ReadModelVersion`](crate::storage::ReadModelVersion)); `None` for a plain catch-up.
+    pub version_of: Option<String>,
 }
 
 /// A started catch-up.
@@ -140,6 +143,7 @@ where
                     start.total_estimate
                 },
                 created_at: now,
+                version_of: start.version_of.clone(),
             };
             store.start_catch_up(spec, shard_count)
         })

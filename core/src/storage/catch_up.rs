@@ -12,6 +12,7 @@
 //! stop replaying and end the job `Cancelled` through the same settling as a completion. So a
 //! cancel and a completion can never both be applied: whichever step commits first decides.
 
+use super::ReadModelVersion;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
 use async_trait::async_trait;
@@ -108,6 +109,10 @@ pub struct NewCatchUp {
     pub total_estimate: i64,
     /// When it was asked for.
     pub created_at: DateTime<Utc>,
+    /// The read model whose new version this job builds beside the served one (a blue/green
+    /// rebuild, see [`ReadModelVersion`]): its completion switches the model to
+    /// `projection_kind`. `None` for a plain catch-up.
+    pub version_of: Option<String>,
 }
 
 /// A stored catch-up job.
@@ -147,6 +152,10 @@ pub trait CatchUpStore: Send + Sync + 'static {
     /// [`StorageError::ShardCountChanged`], writing nothing, if another one is recorded (the
     /// Inbox was re-sharded; compute them again), checked under the lock a re-sharding's
     /// switch takes (see `InboxStore::write_all_addressed`).
+    ///
+    /// With [`NewCatchUp::version_of`], the same transaction records the build on the read
+    /// model's version record ([`ReadModelVersion::start_build`]; refused with
+    /// [`StorageError::VersionRefused`], writing nothing).
     async fn start_catch_up(
         &self,
         job: NewCatchUp,
@@ -187,8 +196,20 @@ pub trait CatchUpStore: Send + Sync + 'static {
     /// Stores a job's status, cursor and counters (not `cancel_requested_at`). Storing a job as
     /// `Completed` or `Cancelled` (here or in a [`StageCommit`](crate::storage::StageCommit))
     /// also settles its parked rows in the same transaction, as described at
-    /// [`StageCommit::catch_ups`](crate::storage::StageCommit).
+    /// [`StageCommit::catch_ups`](crate::storage::StageCommit), and, for a job that builds a
+    /// read model's version, switches the model to it or drops the build
+    /// ([`ReadModelVersion::finish_build`]).
     async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError>;
+
+    /// Every read model's version record, by model name. A model never built beside has none
+    /// (it is served by the kind of its own name).
+    async fn read_model_versions(&self) -> Result<Vec<ReadModelVersion>, StorageError>;
+
+    /// Retires version `kind` of read model `model`: deletes its states (every tenant) and
+    /// forgets it as the previous version. Refused with [`StorageError::VersionRefused`] for
+    /// the served and the building kind ([`ReadModelVersion::retire`]). Returns how many
+    /// states it deleted. A SQL projection's tables are the application's to drop.
+    async fn retire_version(&self, model: &str, kind: &str) -> Result<u64, StorageError>;
 
     /// Deletes completed and cancelled jobs finished before `before`; returns how many.
     async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError>;

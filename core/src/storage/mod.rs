@@ -6,7 +6,7 @@
 //!  WorkRegistry  the lock table: pick up, renew, release shard leases
 //!  EventStore    read the event store in seq pages
 //!  EntityStore   load framework-kept entity states
-//!  CatchUpStore  catch-up jobs
+//!  CatchUpStore  catch-up jobs, and read models' versions (blue/green rebuilds)
 //!  DeadLetterStore  operators: dead letters (list, count, requeue, purge), blocked targets
 //!  KindControlStore  kinds paused, run-time settings (every node reads them)
 //!  Inspect       tests and operators: every row and dead letter as stored (read-only)
@@ -32,6 +32,7 @@ mod reads;
 mod registry;
 mod row_change;
 mod schema;
+mod versions;
 mod write;
 
 pub use listener::{ListenerHandle, ListenerStats, WriteListener};
@@ -59,6 +60,7 @@ pub use registry::{
 };
 pub use row_change::{DeadLetter, HoldRelease, RowChange, RowUpdate};
 pub use schema::SchemaCheck;
+pub use versions::ReadModelVersion;
 pub use write::{WriteBatch, WriteReport};
 
 /// Every storage capability together: what a delivery needs from a backend.

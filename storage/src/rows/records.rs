@@ -221,6 +221,7 @@ impl CatchUpRow {
                 affected_shards,
                 total_estimate: r.total_estimate,
                 created_at: time(r.created_at)?,
+                version_of: r.version_of,
             },
             status: parsed("catch-up status", &r.status, CatchUpStatus::parse)?,
             cursor: r.cursor_seq,
@@ -253,6 +254,7 @@ pub(crate) struct NewCatchUpRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub finished_at: Option<i64>,
+    pub version_of: Option<String>,
 }
 
 impl NewCatchUpRow {
@@ -281,6 +283,7 @@ impl NewCatchUpRow {
             created_at: micros(spec.created_at),
             updated_at: micros(job.updated_at),
             finished_at: opt_micros(job.finished_at),
+            version_of: spec.version_of.clone(),
         })
     }
 }

@@ -77,6 +77,9 @@ macro_rules! catch_up_units {
                     .values(NewCatchUpRow::from_job(&created)?)
                     .returning(cu::id)
                     .get_result(conn)?;
+                if let Some(model) = &created.spec.version_of {
+                    start_version_build(conn, model, &created.spec.projection_kind, created.id)?;
+                }
                 Ok(created)
             })
         }
@@ -151,6 +154,7 @@ macro_rules! catch_up_units {
             if updated == 1 {
                 if job.status.is_finished() {
                     settle_parked(conn, job, own)?;
+                    finish_version_build(conn, job)?;
                 }
                 Ok(())
             } else {

@@ -37,6 +37,7 @@ pub(crate) mod registry;
 pub(crate) mod reshard;
 pub(crate) mod stage_statement;
 pub(crate) mod traits;
+pub(crate) mod versions;
 
 use crate::error::Failure;
 use crate::rows::{NewEntityStateRow, NewEventRow, NewInboxRow};
@@ -249,6 +250,7 @@ macro_rules! units {
         $crate::sql::dead_letters::dead_letter_units!();
         $crate::sql::outcomes::outcome_units!();
         $crate::sql::kind_controls::kind_control_units!();
+        $crate::sql::versions::version_units!();
     };
 }
 pub(crate) use traits::storage_impls;

@@ -150,6 +150,15 @@ pub enum StorageError {
         /// The running job's id.
         running_job: i64,
     },
+    /// A read model's version could not be built or retired (see
+    /// [`crate::storage::ReadModelVersion`]); nothing was written.
+    #[error("refused for read model `{model}`, nothing was written: {reason}")]
+    VersionRefused {
+        /// The read model.
+        model: String,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A cancel was asked of a catch-up job that is no longer running.
     #[error("catch-up job {job} is already {status}; there is nothing to cancel")]
     CatchUpNotRunning {

@@ -1,5 +1,5 @@
 //! `CatchUpStore` for a diesel backend: starting, reading, updating, cancelling and purging
-//! catch-up jobs.
+//! catch-up jobs; read models' versions.
 //!
 //! Written inside a macro so that it is stamped for each backend (see [`super`]).
 
@@ -76,6 +76,26 @@ macro_rules! catch_up_store_impl {
             ) -> Result<usize, shardbox_core::StorageError> {
                 self.db
                     .run(move |conn| $units::purge_catch_ups(conn, before))
+                    .await
+            }
+
+            async fn read_model_versions(
+                &self,
+            ) -> Result<Vec<shardbox_core::storage::ReadModelVersion>, shardbox_core::StorageError>
+            {
+                self.db
+                    .run(move |conn| $units::read_model_versions(conn))
+                    .await
+            }
+
+            async fn retire_version(
+                &self,
+                model: &str,
+                kind: &str,
+            ) -> Result<u64, shardbox_core::StorageError> {
+                let (model, kind) = (model.to_owned(), kind.to_owned());
+                self.db
+                    .run(move |conn| $units::retire_version(conn, model, kind))
                     .await
             }
         }

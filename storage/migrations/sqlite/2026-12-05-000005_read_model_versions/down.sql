@@ -1,0 +1,2 @@
+ALTER TABLE catch_ups DROP COLUMN version_of;
+DROP TABLE shardbox_read_model_versions;
