@@ -174,7 +174,10 @@ async fn list<S: CatchUpStore + ?Sized>(storage: &S, json: bool) -> Result<(), C
     for p in &list.running {
         t.row(vec![
             p.id.to_string(),
-            p.projection_kind.clone(),
+            match &p.version_of {
+                Some(model) => format!("{} (next version of {model})", p.projection_kind),
+                None => p.projection_kind.clone(),
+            },
             p.status.into(),
             p.replayed.to_string(),
             p.total_estimate.to_string(),

@@ -58,6 +58,11 @@ pub enum Command {
     /// application's nodes (a node that has the projection).
     #[command(subcommand, name = "catch-up")]
     CatchUp(CatchUpCommand),
+    /// Read models' versions (blue/green rebuilds): the projection kind serving each, the one
+    /// being built beside it and its catch-up job (`catch-up progress ID --follow` shows its
+    /// progress), the one served before the last switch.
+    #[command(name = "read-models")]
+    ReadModels,
     /// Changes the Inbox's shard count while the nodes run and traffic flows: the nodes hand
     /// their shards over and pause, every row moves to its target's shard among N in one
     /// transaction (sends wait for it), then the nodes serve the new layout. Start new nodes

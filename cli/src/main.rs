@@ -29,6 +29,7 @@ mod error;
 mod kinds;
 mod migrate;
 mod output;
+mod read_models;
 mod reshard;
 mod serve;
 mod status;
@@ -94,6 +95,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Blocked(command) => blocked::run(&*verified().await?, command, json, now).await,
         Command::Kinds(command) => kinds::run(&*verified().await?, command, json, now).await,
         Command::CatchUp(command) => catch_up::run(&*verified().await?, command, json).await,
+        Command::ReadModels => read_models::run(&*verified().await?, json).await,
         Command::Reshard {
             shards,
             timeout_secs,

@@ -223,6 +223,11 @@ async fn read_only(sb: &Shardbox, addr: &str) {
         get(addr, "/api/catch-ups").await.json(),
         json!({ "running": [] })
     );
+    assert_eq!(
+        get(addr, "/api/read-models").await.json(),
+        json!([]),
+        "no read model was built beside (cli_catch_up.rs shows one that was)"
+    );
     refused(
         &get(addr, "/api/catch-ups/12345").await,
         404,

@@ -33,6 +33,18 @@ impl Projection for Counter {
     }
 }
 
+/// Version 2 of the counters (a read model built beside `counter`).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct CounterV2(u64);
+impl Projection for CounterV2 {
+    const KIND: &'static str = "counter-v2";
+    type Event = Ticked;
+    async fn apply(&mut self, _: &Ticked, _: &Context<'_>) -> Result<(), HandlerError> {
+        self.0 += 1;
+        Ok(())
+    }
+}
+
 const COUNTERS: usize = 5;
 
 fn counter(i: usize) -> String {
@@ -232,4 +244,80 @@ async fn catch_up_start_and_cancel_on_postgres() {
         .await
         .expect("connect");
     start_and_cancel(Arc::new(storage), &url, Some(&schema.name)).await;
+}
+
+/// `read-models`, `catch-up list` and `status` show a blue/green build: the kind being built
+/// beside the served one and its job while it waits for a node, then the switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_models_show_a_version_build_and_its_switch_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("read-models.db");
+    let db = path.to_str().expect("utf-8");
+    let storage = shardbox::SqliteStorage::open(&path).await.expect("open");
+    let sb = Shardbox::builder()
+        .shared_storage(Arc::new(storage))
+        .shards(4)
+        .poll_interval(Duration::from_millis(50))
+        .projection::<Counter>()
+        .projection::<CounterV2>()
+        .build()
+        .await
+        .expect("build");
+    let mut posted = vec![0u64; COUNTERS];
+    post(&sb, 40, &mut posted).await;
+    let none = run(db, None, &["read-models"]);
+    assert_eq!(code(&none), 0, "{}", stderr(&none));
+    assert!(String::from_utf8_lossy(&none.stdout).contains("no read model was built"));
+
+    // No node runs: the build waits, and every view says what is being built.
+    let job = sb
+        .build_version(Counter::KIND, CounterV2::KIND)
+        .await
+        .expect("build a version");
+    let listed = json(db, None, &["read-models"]);
+    assert_eq!(listed[0]["model"], "counter", "{listed}");
+    assert_eq!(listed[0]["served"], "counter");
+    assert_eq!(listed[0]["building"], "counter-v2");
+    assert_eq!(listed[0]["building_job"], job.id());
+    let table = run(db, None, &["read-models"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("counter-v2") && table.contains("being built"),
+        "{table}"
+    );
+    let jobs = json(db, None, &["catch-up", "list"]);
+    assert_eq!(jobs["running"][0]["version_of"], "counter", "{jobs}");
+    let jobs = run(db, None, &["catch-up", "list"]);
+    assert!(
+        String::from_utf8_lossy(&jobs.stdout).contains("counter-v2 (next version of counter)"),
+        "{}",
+        String::from_utf8_lossy(&jobs.stdout)
+    );
+    let status = json(db, None, &["status"]);
+    assert_eq!(
+        status["read_models"][0]["building"], "counter-v2",
+        "{status}"
+    );
+
+    // A node builds it; the completion switched the model.
+    let node = sb.start();
+    let done = json(
+        db,
+        None,
+        &["catch-up", "progress", &job.id().to_string(), "--follow"],
+    );
+    assert_eq!(done["status"], "completed", "{done}");
+    let listed = json(db, None, &["read-models"]);
+    assert_eq!(listed[0]["served"], "counter-v2", "{listed}");
+    assert_eq!(listed[0]["previous"], "counter");
+    assert!(listed[0]["building"].is_null());
+    assert!(listed[0]["switched_at"].is_string());
+    settle(&sb).await;
+    let mut v2 = Vec::new();
+    for i in 0..COUNTERS {
+        let c = sb.projection_state::<CounterV2>(&counter(i)).await.unwrap();
+        v2.push(c.unwrap_or_default().0);
+    }
+    assert_eq!(v2, posted, "the new version folds the whole history");
+    node.shutdown().await.unwrap();
 }

@@ -20,6 +20,7 @@
 //!                                     → the started job (CatchUpView)
 //!  GET  /api/catch-ups/{id}           one job's progress
 //!  POST /api/catch-ups/{id}/cancel    → 202, the job, `cancelling` until its next step
+//!  GET  /api/read-models              read models' versions (served, building, previous)
 //!  GET  /api/kinds, POST /api/kinds/{kind}/{pause,resume,settings}   see [`super::kinds_api`]
 //! ```
 //!
@@ -38,7 +39,7 @@ use crate::http::state::AdminState;
 use crate::views::blocked::UnblockRequest;
 use crate::views::catch_ups::StartRequest;
 use crate::views::dead_letters::{DeadLetterAction, DeadLetterQuery};
-use crate::views::{blocked, catch_ups, dead_letters, status};
+use crate::views::{blocked, catch_ups, dead_letters, status, versions};
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -285,6 +286,11 @@ pub async fn unblock(
 /// `GET /api/catch-ups`.
 pub async fn catch_ups(State(state): State<AdminState>) -> ApiResult {
     ok(catch_ups::running(&*state.storage, Utc::now()).await?)
+}
+
+/// `GET /api/read-models`.
+pub async fn read_models(State(state): State<AdminState>) -> ApiResult {
+    ok(versions::list(&*state.storage).await?)
 }
 
 /// `GET /api/catch-ups/{id}`.

@@ -59,6 +59,7 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/api/catch-ups/{id}", get(api::catch_up))
         .route("/api/catch-ups/{id}/cancel", post(api::cancel_catch_up))
+        .route("/api/read-models", get(api::read_models))
         .route("/api/kinds", get(kinds_api::kinds))
         .route(
             "/api/kinds/{kind}/pause",

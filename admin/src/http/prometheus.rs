@@ -136,6 +136,7 @@ mod tests {
             blocked_targets: 0,
             by_kind: Vec::new(),
             running_catch_ups: Vec::new(),
+            read_models: Vec::new(),
             shard_count: None,
             resharding: None,
             attention: Vec::new(),

@@ -54,6 +54,9 @@ pub struct CatchUpView {
     pub rate: f64,
     /// Seconds left at that rate, if known.
     pub eta_s: Option<f64>,
+    /// The read model whose next version the job builds beside the served one (blue/green;
+    /// its completion switches the model), if it builds one.
+    pub version_of: Option<String>,
 }
 
 impl CatchUpView {
@@ -74,6 +77,7 @@ impl CatchUpView {
             total_estimate: p.total_estimate,
             rate: p.rate,
             eta_s: p.eta.map(|d| d.as_secs_f64()),
+            version_of: job.spec.version_of.clone(),
         }
     }
 

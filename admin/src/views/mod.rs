@@ -9,6 +9,7 @@
 //!  blocked       list, unblock
 //!  catch_ups     running jobs, one job's progress
 //!  kinds         every kind: paused or not, run-time settings; pause, resume, set
+//!  versions      read models' versions: served, being built (blue/green), previous
 //!  since         the time forms operators write (RFC 3339 or an age)
 //! ```
 //!
@@ -26,5 +27,6 @@ pub mod dead_letters;
 pub mod kinds;
 pub mod since;
 pub mod status;
+pub mod versions;
 
 pub use since::Since;

@@ -17,6 +17,7 @@
 use crate::views::attention::{self, Attention};
 use crate::views::by_kind::{self, KindCounts};
 use crate::views::catch_ups::CatchUpView;
+use crate::views::versions::ReadModelView;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use shardbox_core::storage::{DeadLetterFilter, Member, ShardDepth, ShardSession, StorageReads};
@@ -54,6 +55,8 @@ pub struct Status {
     pub by_kind: Vec<KindCounts>,
     /// Catch-up jobs not completed.
     pub running_catch_ups: Vec<CatchUpView>,
+    /// Read models' versions (blue/green rebuilds): served, being built, previous.
+    pub read_models: Vec<ReadModelView>,
     /// The shard count recorded in the database (none before a node first ran).
     pub shard_count: Option<u32>,
     /// A re-sharding in progress: to how many shards, by whom, announced until when.
@@ -189,6 +192,7 @@ async fn read_with(
     let depths = storage.depths(now).await?;
     let dead_letters = storage.count_dead_letters(&DeadLetterFilter::all()).await?;
     let jobs = storage.running_catch_ups().await?;
+    let read_models = storage.read_model_versions().await?;
     let layout = storage.layout().await?;
     let member_kinds: Vec<String> = members
         .iter()
@@ -234,6 +238,7 @@ async fn read_with(
         dead_letters,
         by_kind,
         running_catch_ups: jobs.iter().map(|j| CatchUpView::of(j, now)).collect(),
+        read_models: read_models.iter().map(ReadModelView::of).collect(),
         shard_count: layout.shard_count,
         resharding,
         attention,

@@ -88,6 +88,7 @@ impl Inbox {
                 Some(CommandOutcome::Handled { .. }) => applied += 1,
                 Some(other) => {
                     let reason = match other {
+                        CommandOutcome::Unknown if rebuilding(env, kind).await? => format!("a catch-up of `{kind}` is running: its replay applies the event in place of this copy (a live copy the replay covers is dropped), so the copy cannot say when the view shows it. Wait for the catch-up, or rebuild beside the served version (`build_version`), which leaves the served kind's copies alone"),
                         CommandOutcome::Unknown => "it is blocked, dead-lettered or dropped (see the blocked rows and the dead letters), or was applied longer ago than the deduplication window".to_owned(),
                         other => format!("{other:?}"),
                     };
@@ -142,4 +143,14 @@ async fn copies(
         }
     }
     Ok(copies)
+}
+
+/// Whether a catch-up (a rebuild in place) of `kind` is running.
+async fn rebuilding(env: &DeliveryEnv, kind: &str) -> Result<bool, DeliveryError> {
+    Ok(env
+        .storage
+        .running_catch_ups()
+        .await?
+        .iter()
+        .any(|job| job.spec.projection_kind == kind))
 }

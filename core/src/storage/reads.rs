@@ -182,6 +182,11 @@ impl StorageReads {
         self.storage.running_catch_ups().await
     }
 
+    /// Every read model's version record (`CatchUpStore::read_model_versions`).
+    pub async fn read_model_versions(&self) -> Result<Vec<super::ReadModelVersion>, StorageError> {
+        self.storage.read_model_versions().await
+    }
+
     /// Whether, in `shards`, a replayed row of projection `kind` (tenant `tenant`) is still
     /// undelivered, or a live event row of that kind with an event `seq <= cursor` is pending
     /// (`CatchUpStore::has_pending_replay`).
