@@ -20,7 +20,7 @@
 //! a new backend is done when it passes, not before. The cases cover the Inbox (order, paging,
 //! delays, deduplication, retries, purge, counts, tenants), the stage commit (fencing,
 //! atomicity), the lock table, the event store, entity states, the store's clock, catch-up
-//! jobs, failures (first-failure times, blocked targets, the operators' dead-letter and
+//! jobs and read models' versions, failures (first-failure times, blocked targets, the operators' dead-letter and
 //! unblock API, TTL expiry reads, lease takeovers), error histories, command outcomes, re-sharding, and
 //! concurrent writers, pick-ups, catch-up starts and requeues.
 //!
@@ -101,6 +101,7 @@ mod kind_controls;
 mod outcomes;
 mod registry;
 mod reshard;
+mod versions;
 
 pub use catch_up::{
     a_parked_retrying_row_does_not_make_its_target_wait, catch_up_lifecycle,
@@ -158,6 +159,7 @@ pub use reshard::{
     addressed_writes_of_messages_are_checked_and_counted,
     one_reshard_announcement_is_in_force_at_a_time,
 };
+pub use versions::a_version_build_switches_at_completion_and_is_dropped_by_a_cancel;
 
 /// Stamps one `#[tokio::test]` per conformance case into the calling module.
 ///
@@ -204,6 +206,7 @@ macro_rules! conformance_suite {
             catch_up_progress_commits_with_the_stage,
             parked_rows_settle_when_the_job_completes,
             a_cancelled_catch_up_settles_like_a_completion,
+            a_version_build_switches_at_completion_and_is_dropped_by_a_cancel,
             a_parked_retrying_row_does_not_make_its_target_wait,
             event_seqs_and_counts,
             first_failure_time_is_kept_across_retries,
