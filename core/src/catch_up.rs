@@ -202,7 +202,9 @@ pub fn decide_step(
             let cursor = read.last().copied().unwrap_or(job.cursor).max(job.cursor);
             StepDecision::Replay {
                 cursor,
-                last: read.len() < page_size,
+                // A short page: the store's end; or the end the first step recorded, which
+                // traffic appending events faster than a page a step cannot push away.
+                last: read.len() < page_size || job.until_seq.is_some_and(|end| cursor >= end),
             }
         }
         CatchUpStatus::Finalizing if pending_replay_rows == 0 => StepDecision::Complete,
@@ -360,11 +362,41 @@ mod tests {
             },
             status,
             cursor,
+            until_seq: None,
             replayed: 0,
             updated_at: t0(),
             finished_at: None,
             cancel_requested_at: None,
         }
+    }
+
+    /// Traffic appending a page of events per step never let a replay read a short page, so
+    /// a job never finalized: the end the first step recorded ends it.
+    #[test]
+    fn a_full_page_that_reaches_the_recorded_end_finalizes() {
+        let mut j = job(CatchUpStatus::InProgress, 6);
+        j.until_seq = Some(9);
+        assert_eq!(
+            decide_step(&j, &[7, 8], 2, 0),
+            StepDecision::Replay {
+                cursor: 8,
+                last: false
+            },
+            "short of the end"
+        );
+        assert_eq!(
+            decide_step(&j, &[8, 10], 2, 0),
+            StepDecision::Replay {
+                cursor: 10,
+                last: true
+            },
+            "a full page past the end, more events after it"
+        );
+        let next = apply_step(&j, &decide_step(&j, &[8, 10], 2, 0), 2, t0());
+        assert_eq!(
+            (next.status, next.until_seq),
+            (CatchUpStatus::Finalizing, Some(9))
+        );
     }
 
     #[test]

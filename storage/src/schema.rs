@@ -109,6 +109,8 @@ diesel::table! {
         cancel_requested_at -> Nullable<BigInt>,
         /// The read model whose new version the job builds (NULL: a plain catch-up).
         version_of -> Nullable<Text>,
+        /// The event store's last `seq` when the job's first step ran.
+        until_seq -> Nullable<BigInt>,
     }
 }
 

@@ -68,6 +68,7 @@ impl CatchUpStore for MemoryStorage {
             spec: job,
             status: CatchUpStatus::Started,
             cursor: 0,
+            until_seq: None,
             replayed: 0,
             finished_at: None,
             cancel_requested_at: None,

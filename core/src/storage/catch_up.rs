@@ -126,6 +126,11 @@ pub struct CatchUpJob {
     pub status: CatchUpStatus,
     /// The `seq` of the last event replayed.
     pub cursor: i64,
+    /// The event store's last `seq` when the job's first step ran: the replay ends once its
+    /// cursor reaches it (events appended later reach the projection as live copies, parked
+    /// until the completion), so a replay under steady traffic ends although new events keep
+    /// coming. `None` until the first step.
+    pub until_seq: Option<i64>,
     /// Events replayed so far.
     pub replayed: i64,
     /// When it last changed.

@@ -149,10 +149,16 @@ impl CatchUpStation {
                 });
             }
         }
+        let mut job = job;
+        if job.until_seq.is_none() {
+            // The store's end as the first step sees it: the replay ends there, whatever is
+            // appended meanwhile (its live copies wait, parked, for the completion). Stored
+            // with this step's job row.
+            job.until_seq = Some(env.last_event_seq().await?);
+        }
         let page = self
             .replay_page(conveyor, &env, &job, &handler, page_size, now)
             .await?;
-        let mut job = job;
         if let Some(total) = page.estimate {
             // Stored with this step's job row (the row is stored whole).
             job.spec.total_estimate = total;

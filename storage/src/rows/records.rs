@@ -225,6 +225,7 @@ impl CatchUpRow {
             },
             status: parsed("catch-up status", &r.status, CatchUpStatus::parse)?,
             cursor: r.cursor_seq,
+            until_seq: r.until_seq,
             replayed: r.replayed,
             updated_at: time(r.updated_at)?,
             finished_at: opt_time(r.finished_at)?,
@@ -255,6 +256,7 @@ pub(crate) struct NewCatchUpRow {
     pub updated_at: i64,
     pub finished_at: Option<i64>,
     pub version_of: Option<String>,
+    pub until_seq: Option<i64>,
 }
 
 impl NewCatchUpRow {
@@ -284,6 +286,7 @@ impl NewCatchUpRow {
             updated_at: micros(job.updated_at),
             finished_at: opt_micros(job.finished_at),
             version_of: spec.version_of.clone(),
+            until_seq: job.until_seq,
         })
     }
 }

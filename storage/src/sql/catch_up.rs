@@ -69,6 +69,7 @@ macro_rules! catch_up_units {
                     spec: job,
                     status: CatchUpStatus::Started,
                     cursor: 0,
+                    until_seq: None,
                     replayed: 0,
                     finished_at: None,
                     cancel_requested_at: None,

@@ -12,3 +12,6 @@ CREATE TABLE shardbox_read_model_versions (
 );
 -- The read model a catch-up job builds a new version of (NULL: a plain catch-up).
 ALTER TABLE catch_ups ADD COLUMN version_of TEXT;
+-- The event store's last seq when the job's first step ran: its replay ends there (events
+-- appended later reach the projection as live copies), so it ends under steady traffic.
+ALTER TABLE catch_ups ADD COLUMN until_seq BIGINT;
