@@ -13,8 +13,8 @@
 //! on it inside one `spawn_blocking`, never on a runtime worker. What the tables are and how
 //! they are queried is order_list.rs's; this file only opens and migrates.
 
-use crate::order_list;
 use crate::BoxError;
+use crate::{order_list, order_list_v2};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection, QueryResult, SqliteConnection};
 use shardbox::core::Storage;
@@ -40,6 +40,7 @@ impl AppDb {
         tokio::task::spawn_blocking(move || {
             let mut conn = connect()?;
             conn.batch_execute(order_list::MIGRATION)?;
+            conn.batch_execute(order_list_v2::MIGRATION)?;
             Ok(AppDb(Arc::new(Mutex::new(conn))))
         })
         .await?

@@ -12,10 +12,15 @@
 //! No server is started: `place_order` is what a web framework's route would call. It knows
 //! nothing of how the list is written (order_list.rs) or of the run (main.rs).
 //!
-//! While the order list is being rebuilt, a request waits until the replay has passed its
-//! order's event; and today it may answer 422 although the order is listed: when the replay
-//! applies the event first, the live copy `projected` waits on is dropped as covered by the
-//! replay, and reads as not applied. So the run places no web order during its rebuild.
+//! The handler waits on the kind whose table it then reads: `OrderList`, the version that
+//! serves the list when the run calls it (step 6, before version 2 is built). An application
+//! that builds versions waits on and reads the kind `served_kind` names: a wait on the old
+//! kind says nothing of the new table, which at a switch may lag the old one by the events
+//! in flight. A blue/green build leaves the served kind alone, so a request during it waits
+//! as usual. During a reset-then-replay rebuild of the kind itself (a plain catch-up), a
+//! request waits until the replay has passed its order's event; and today it may answer 422
+//! although the order is listed: when the replay applies the event first, the live copy
+//! `projected` waits on is dropped as covered by the replay, and reads as not applied.
 
 use crate::db::AppDb;
 use crate::domain::{Order, OrderCommand};
