@@ -146,7 +146,9 @@ fn traffic(
             n += 1;
             record(&sb, n, n).await;
             last.store(n, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // No pause: traffic appends events as fast as it can, faster than a step replays
+            // a page (a replay that chased the store's end never finalized under it).
+            tokio::task::yield_now().await;
         }
     })
 }
@@ -185,6 +187,7 @@ async fn a_version_built_under_traffic_is_switched_to_whole(storage: Arc<dyn Sto
     // latest numbers than the old one did (its live events parked during the replay are
     // delivered by the stages after the switch), so the count starts again at the history.
     let mut reads = 0;
+    let building_since = std::time::Instant::now();
     let mut least = vec![HISTORY; TARGETS];
     let mut read_kind = ListV1::KIND.to_owned();
     loop {
@@ -204,9 +207,14 @@ async fn a_version_built_under_traffic_is_switched_to_whole(storage: Arc<dyn Sto
             *least = k;
         }
         reads += 1;
-        if job.progress().await.expect("progress").status.is_finished() {
+        let progress = job.progress().await.expect("progress");
+        if progress.status.is_finished() {
             break;
         }
+        assert!(
+            building_since.elapsed() < Duration::from_secs(60),
+            "the build did not end under traffic: {progress:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let done = job.wait(Duration::from_secs(60)).await.expect("wait");
