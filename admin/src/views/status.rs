@@ -17,7 +17,6 @@
 use crate::views::attention::{self, Attention};
 use crate::views::by_kind::{self, KindCounts};
 use crate::views::catch_ups::CatchUpView;
-use crate::views::versions::ReadModelView;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use shardbox_core::storage::{DeadLetterFilter, Member, ShardDepth, ShardSession, StorageReads};
@@ -56,7 +55,7 @@ pub struct Status {
     /// Catch-up jobs not completed.
     pub running_catch_ups: Vec<CatchUpView>,
     /// Read models' versions (blue/green rebuilds): served, being built, previous.
-    pub read_models: Vec<ReadModelView>,
+    pub read_models: Vec<shardbox_core::storage::ReadModelVersion>,
     /// The shard count recorded in the database (none before a node first ran).
     pub shard_count: Option<u32>,
     /// A re-sharding in progress: to how many shards, by whom, announced until when.
@@ -238,7 +237,7 @@ async fn read_with(
         dead_letters,
         by_kind,
         running_catch_ups: jobs.iter().map(|j| CatchUpView::of(j, now)).collect(),
-        read_models: read_models.iter().map(ReadModelView::of).collect(),
+        read_models,
         shard_count: layout.shard_count,
         resharding,
         attention,

@@ -24,8 +24,9 @@
 use crate::model::error::StorageError;
 use chrono::{DateTime, Utc};
 
-/// What a read model is served by, and what is being built beside it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a read model is served by, and what is being built beside it (serialized as the
+/// operators' views show it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ReadModelVersion {
     /// The read model's name: the kind that served it first.
     pub model: String,
