@@ -173,28 +173,23 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
         );
         assert_eq!(strings(browser.script(RAW_TIMES)), Vec::<String>::new());
         assert_eq!(browser.text_of("#actions-state"), "actions enabled");
-        let node = browser.find(
-            &format!("tr[data-node=\"{}\"]", seed::NODE),
-            Duration::from_secs(1),
-        );
-        assert!(browser.text(&node).starts_with(seed::NODE));
-        assert!(browser.text(&node).contains("not a member"));
-        let blocked = browser.find("tr[data-blocked=\"vault/v-1\"]", Duration::from_secs(1));
-        assert!(browser.text(&blocked).contains("poison pill"));
+        // The tables are redrawn on every refresh: each read finds its element again.
+        let node = browser.text_of(&format!("tr[data-node=\"{}\"]", seed::NODE));
+        assert!(node.starts_with(seed::NODE));
+        assert!(node.contains("not a member"));
+        let blocked = browser.text_of("tr[data-blocked=\"vault/v-1\"]");
+        assert!(blocked.contains("poison pill"));
         let rows = browser.find_all("tr[data-dead-letter]");
         assert_eq!(rows.len(), 1, "one dead letter listed");
         let id = browser
-            .attribute(&rows[0], "data-dead-letter")
+            .attribute_of("tr[data-dead-letter]", "data-dead-letter")
             .expect("its id");
-        assert!(browser.text(&rows[0]).contains("ledger/l-9"));
-        assert!(browser.text(&rows[0]).contains("ledger closed"));
+        let row = browser.text_of(&format!("tr[data-dead-letter=\"{id}\"]"));
+        assert!(row.contains("ledger/l-9"));
+        assert!(row.contains("ledger closed"));
 
         // The dead letter's payload and failures.
-        let show = browser.find(
-            &format!("button[data-show=\"{id}\"]"),
-            Duration::from_secs(1),
-        );
-        browser.click(&show);
+        browser.click_on(&format!("button[data-show=\"{id}\"]"));
         browser.wait_until("the dead letter's dialog", WAIT, |b| {
             b.script("return document.getElementById('dead-letter').open") == true
         });
@@ -214,12 +209,12 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
         let close = browser.find("#dead-letter-close", Duration::from_secs(1));
         browser.click(&close);
 
-        let paused = browser.find("tr[data-kind=\"ledger\"]", Duration::from_secs(1));
+        let paused = "tr[data-kind=\"ledger\"]";
         assert_eq!(
-            browser.attribute(&paused, "data-paused").as_deref(),
+            browser.attribute_of(paused, "data-paused").as_deref(),
             Some("true")
         );
-        assert!(browser.text(&paused).contains("paused for"));
+        assert!(browser.text_of(paused).contains("paused for"));
         // Counts by kind: ledger's due, delayed and dead letter; vault's blocked target and
         // the message parked behind it (a kind the kinds list lacks: no live node registers
         // it, it has no controls).
@@ -236,8 +231,7 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
         assert_eq!(cell("vault", "waiting"), "1");
         assert_eq!(cell("vault", "dead-letters"), "0");
         assert_eq!(cell("vault", "blocked-targets"), "1");
-        let resume = browser.find("button[data-resume=\"ledger\"]", Duration::from_secs(1));
-        browser.click(&resume);
+        browser.click_on("button[data-resume=\"ledger\"]");
         browser.wait_until("the kind shows running", WAIT, |b| {
             !b.find_all("tr[data-kind=\"ledger\"][data-paused=\"false\"]")
                 .is_empty()
@@ -269,18 +263,14 @@ async fn the_dashboard_shows_the_seed_and_requeues_a_dead_letter() {
         for plot in ["depth", "lag", "delivered", "failures"] {
             let ticks = browser.find_all(&format!("#plot-{plot} text.x-tick"));
             assert!(ticks.len() >= 2, "{plot}: time labels on its axis");
-            let label = browser.text(&ticks[0]);
+            let label = browser.text_of(&format!("#plot-{plot} text.x-tick"));
             assert!(
                 label.len() >= 5 && label.as_bytes()[2] == b':',
                 "{plot}: {label:?} is a time"
             );
         }
 
-        let requeue = browser.find(
-            &format!("button[data-requeue=\"{id}\"]"),
-            Duration::from_secs(1),
-        );
-        browser.click(&requeue);
+        browser.click_on(&format!("button[data-requeue=\"{id}\"]"));
         browser.wait_until("the dead letter leaves the list", WAIT, |b| {
             b.find_all(&format!("tr[data-dead-letter=\"{id}\"]"))
                 .is_empty()
@@ -460,8 +450,7 @@ async fn the_dashboard_fits_1280_and_1920_with_an_hour_of_history() {
 
         assert_eq!(browser.resize(1280, 1000), 1280);
         next_refresh(&browser);
-        let show = browser.find("button[data-show]", Duration::from_secs(1));
-        browser.click(&show);
+        browser.click_on("button[data-show]");
         browser.wait_until("the dead letter's dialog", WAIT, |b| {
             b.script("return document.getElementById('dead-letter').open") == true
         });

@@ -105,11 +105,37 @@ impl Browser {
 
     /// A WebDriver command; returns its `value`, panics on a WebDriver error.
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.try_call(method, path, body)
+            .unwrap_or_else(|value| panic!("{method} {path}: {value}"))
+    }
+
+    /// A WebDriver command: its `value`, or the error's `value` (`{error, message, …}`).
+    fn try_call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, Value> {
         let body = body.map(|b| b.to_string());
         let reply = request(&self.addr, method, path, body.as_deref());
         let value = reply.json()["value"].clone();
-        assert_eq!(reply.status, 200, "{method} {path}: {value}");
-        value
+        if reply.status == 200 {
+            Ok(value)
+        } else {
+            Err(value)
+        }
+    }
+
+    /// Runs `act` on the first element matching `css`, finding it again while the page
+    /// re-renders it between the find and the act (the dashboard redraws its tables and
+    /// plots on every refresh: a "stale element reference"); waits up to 10 s.
+    fn on_fresh<T>(&self, css: &str, act: impl Fn(&Element) -> Result<T, Value>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let e = self.find(css, Duration::from_secs(10));
+            match act(&e) {
+                Ok(v) => return v,
+                Err(value) if value["error"] == "stale element reference" => {
+                    assert!(Instant::now() < deadline, "{css} kept going stale: {value}");
+                }
+                Err(value) => panic!("{css}: {value}"),
+            }
+        }
     }
 
     fn session(&self, method: &str, tail: &str, body: Option<Value>) -> Value {
@@ -194,10 +220,33 @@ impl Browser {
             .to_owned()
     }
 
-    /// The text of the element with this id.
+    /// The visible text of the first element matching `css` (found again if the page
+    /// re-rendered it meanwhile).
     pub fn text_of(&self, css: &str) -> String {
-        let e = self.find(css, Duration::from_secs(10));
-        self.text(&e)
+        self.on_fresh(css, |e| {
+            let tail = format!("/session/{}/element/{}/text", self.session, e.0);
+            self.try_call("GET", &tail, None)
+                .map(|v| v.as_str().expect("text").to_owned())
+        })
+    }
+
+    /// An attribute of the first element matching `css` (found again if the page re-rendered
+    /// it meanwhile).
+    pub fn attribute_of(&self, css: &str, name: &str) -> Option<String> {
+        self.on_fresh(css, |e| {
+            let tail = format!("/session/{}/element/{}/attribute/{name}", self.session, e.0);
+            self.try_call("GET", &tail, None)
+                .map(|v| v.as_str().map(str::to_owned))
+        })
+    }
+
+    /// Clicks the first element matching `css` (found again if the page re-rendered it
+    /// meanwhile).
+    pub fn click_on(&self, css: &str) {
+        self.on_fresh(css, |e| {
+            let tail = format!("/session/{}/element/{}/click", self.session, e.0);
+            self.try_call("POST", &tail, Some(json!({}))).map(drop)
+        })
     }
 
     /// An attribute of an element.
