@@ -663,54 +663,38 @@ async fn a_sql_projection_is_refused_on_the_memory_backend() {
     );
 }
 
-mod sqlite {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_table_is_the_in_order_fold() {
-        let (storage, db, _guard) = super::sqlite().await;
-        super::the_table_is_the_in_order_fold(storage, db).await;
-    }
+/// One test per SQL backend for each case `case(storage, db)`: `sqlite::case` on a fresh file,
+/// `postgres::case` in a fresh schema (skipped, loudly, without `SHARDBOX_PG_URL`).
+macro_rules! on_sql_backends {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (storage, db, _guard) = super::sqlite().await;
+                    super::$case(storage, db).await;
+                }
+            )*
+        }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_rebuild_writes_the_table_again() {
-        let (storage, db, _guard) = super::sqlite().await;
-        super::a_rebuild_writes_the_table_again(storage, db).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_version_is_built_beside_the_served_table() {
-        let (storage, db, _guard) = super::sqlite().await;
-        super::a_version_is_built_beside_the_served_table(storage, db).await;
-    }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some((storage, db, _guard)) =
+                        super::postgres(concat!("sql_projections::", stringify!($case))).await
+                    else {
+                        return;
+                    };
+                    super::$case(storage, db).await;
+                }
+            )*
+        }
+    };
 }
 
-mod postgres {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_table_is_the_in_order_fold() {
-        let Some((storage, db, _guard)) =
-            super::postgres("sql_projections::the_table_is_the_in_order_fold").await
-        else {
-            return;
-        };
-        super::the_table_is_the_in_order_fold(storage, db).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_rebuild_writes_the_table_again() {
-        let Some((storage, db, _guard)) =
-            super::postgres("sql_projections::a_rebuild_writes_the_table_again").await
-        else {
-            return;
-        };
-        super::a_rebuild_writes_the_table_again(storage, db).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_version_is_built_beside_the_served_table() {
-        let Some((storage, db, _guard)) =
-            super::postgres("sql_projections::a_version_is_built_beside_the_served_table").await
-        else {
-            return;
-        };
-        super::a_version_is_built_beside_the_served_table(storage, db).await;
-    }
-}
+on_sql_backends!(
+    the_table_is_the_in_order_fold,
+    a_rebuild_writes_the_table_again,
+    a_version_is_built_beside_the_served_table,
+);
