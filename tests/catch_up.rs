@@ -176,6 +176,7 @@ async fn corrupt(sb: &Shardbox, storage: &dyn Storage, ids: &[String]) {
             outcomes: vec![],
             outcomes_decided: false,
             in_transaction: vec![],
+            outbox: vec![],
         };
         commit.states.sort_by(|a, b| a.key.cmp(&b.key));
         storage.commit_stage(commit).await.unwrap();

@@ -187,6 +187,7 @@ pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> Stag
         outcomes: vec![],
         outcomes_decided: false,
         in_transaction: Vec::new(),
+        outbox: Vec::new(),
     }
 }
 

@@ -21,7 +21,8 @@
 //! delays, deduplication, retries, purge, counts, tenants), the stage commit (fencing,
 //! atomicity), the lock table, the event store, entity states, the store's clock, catch-up
 //! jobs and read models' versions, failures (first-failure times, blocked targets, the operators' dead-letter and
-//! unblock API, TTL expiry reads, lease takeovers), error histories, command outcomes, re-sharding, and
+//! unblock API, TTL expiry reads, lease takeovers), error histories, command outcomes, re-sharding,
+//! the outbox and its relay copies, and
 //! concurrent writers, pick-ups, catch-up starts and requeues.
 //!
 //! ## Running the suite against your own store
@@ -98,6 +99,7 @@ mod events;
 mod failures;
 mod inbox;
 mod kind_controls;
+mod outbox;
 mod outcomes;
 mod registry;
 mod reshard;
@@ -141,6 +143,10 @@ pub use inbox::{
 };
 pub use kind_controls::{
     a_paused_kinds_rows_are_parked_until_the_resume, a_resume_racing_parks_leaves_no_row_parked,
+};
+pub use outbox::{
+    a_relay_copy_moves_its_position_once, a_stage_commits_its_outbox_rows_with_it,
+    concurrent_relay_copies_from_one_position_make_one, outbox_ids_follow_commit_order,
 };
 pub use outcomes::{
     command_outcomes_are_kept_for_their_window,
@@ -230,6 +236,10 @@ macro_rules! conformance_suite {
             a_write_addressed_by_another_count_is_refused_whole,
             addressed_writes_of_messages_are_checked_and_counted,
             one_reshard_announcement_is_in_force_at_a_time,
+            a_stage_commits_its_outbox_rows_with_it,
+            a_relay_copy_moves_its_position_once,
+            concurrent_relay_copies_from_one_position_make_one,
+            outbox_ids_follow_commit_order,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {

@@ -122,7 +122,8 @@ pub use stage::conveyor::{settle_rows, AfterCommit, Conveyor, Intent, EXPIRED_RE
 pub use stage::station::Station;
 pub use storage::{
     CatchUpStore, DeadLetterStore, EntityStore, EventStore, InboxStore, KindControlStore, Lease,
-    ListenerHandle, ListenerStats, ShardObserver, Storage, WorkRegistry, WriteListener,
+    ListenerHandle, ListenerStats, OutboxStore, ShardObserver, Storage, WorkRegistry,
+    WriteListener,
 };
 pub use telemetry::describe::{describe_metrics, metric_help, STAGE_SECONDS};
 pub use telemetry::gauges::{publish_kind_controls, GaugeSample};

@@ -216,3 +216,23 @@ diesel::table! {
 }
 
 diesel::allow_tables_to_appear_in_same_query!(inbox_messages, events);
+
+diesel::table! {
+    /// Messages for targets in another database, written in a stage's commit (the outbox).
+    shardbox_outbox (id) {
+        id -> BigInt,
+        to_database -> Integer,
+        shard -> Integer,
+        /// The message as JSON, without its payload.
+        envelope -> Text,
+        payload -> Binary,
+    }
+}
+
+diesel::table! {
+    /// Up to which outbox id each source database's relay copied into this database.
+    shardbox_relay_positions (from_database) {
+        from_database -> Integer,
+        position -> BigInt,
+    }
+}

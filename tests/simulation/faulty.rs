@@ -28,10 +28,10 @@ use shardbox::core::storage::listener::ListenerControl;
 use shardbox::core::storage::{
     BlockedTarget, CatchUpJob, CatchUpStore, CommitReport, DeadLetterFilter, DeadLetterStore,
     EntityKey, EntityState, EntityStore, EventStore, InboxCounts, InboxStore, KindControlStore,
-    Lease, ListenerHandle, Member, NewCatchUp, Page, Requeue, RequeueReport, ReshardAnnouncement,
-    ReshardMoves, ReshardSwitch, ResumeReport, ShardLayout, ShardObserver, ShardSession,
-    StageCommit, StoredDeadLetter, Unblock, UnblockReport, WorkRegistry, WriteBatch, WriteListener,
-    WriteReport,
+    Lease, ListenerHandle, Member, NewCatchUp, OutboxRow, OutboxStore, Page, RelayCopy,
+    RelayOutcome, Requeue, RequeueReport, ReshardAnnouncement, ReshardMoves, ReshardSwitch,
+    ResumeReport, ShardLayout, ShardObserver, ShardSession, StageCommit, StoredDeadLetter, Unblock,
+    UnblockReport, WorkRegistry, WriteBatch, WriteListener, WriteReport,
 };
 use shardbox::core::{
     EventSource, InboxMessage, KindControl, KindSettings, NodeId, ShardIndex, SignalId, Storage,
@@ -968,6 +968,34 @@ impl KindControlStore for FaultyStorage {
         let d = self.before("set_kind_settings", Effect::Write).await?;
         let r = self.inner.set_kind_settings(kind, settings, now).await;
         FaultyStorage::ack("set_kind_settings", d, r)
+    }
+}
+
+#[async_trait]
+impl OutboxStore for FaultyStorage {
+    async fn outbox_page(
+        &self,
+        database: u32,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<OutboxRow>, StorageError> {
+        read!(
+            self,
+            "outbox_page",
+            self.inner.outbox_page(database, after, limit)
+        )
+    }
+
+    async fn trim_outbox(&self, database: u32, up_to: i64) -> Result<usize, StorageError> {
+        write!(self, "trim_outbox", self.inner.trim_outbox(database, up_to))
+    }
+
+    async fn relay_position(&self, from: u32) -> Result<i64, StorageError> {
+        read!(self, "relay_position", self.inner.relay_position(from))
+    }
+
+    async fn relay_into(&self, copy: RelayCopy) -> Result<RelayOutcome, StorageError> {
+        write!(self, "relay_into", self.inner.relay_into(copy))
     }
 }
 

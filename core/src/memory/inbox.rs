@@ -110,6 +110,7 @@ impl InboxStore for MemoryStorage {
             .purge_catch_ups_before
             .map_or(0, |before| state.purge_jobs(before));
         let written = state.write(commit.writes);
+        state.outbox.append(commit.outbox);
         state.outcomes.purge(shard, now, outcome_purge);
         state.outcomes.record(commit.outcomes);
         let purged = state.purge_delivered(shard, now, commit.purge_delivered);

@@ -25,6 +25,7 @@ mod entities;
 mod events;
 mod inbox;
 mod kind_controls;
+mod outbox;
 mod outcomes;
 mod registry;
 mod reshard;
@@ -71,6 +72,8 @@ struct State {
     outcomes: outcomes::Outcomes,
     /// The kinds' stored controls (pauses, run-time settings), by kind.
     kind_controls: BTreeMap<String, crate::model::kind_controls::KindControl>,
+    /// The outbox and the relay positions recorded here (see `outbox`).
+    outbox: outbox::Outbox,
 }
 
 fn target_of(m: &InboxMessage) -> EntityKey {

@@ -238,6 +238,9 @@ impl Conveyor {
             outcomes: rows.outcomes,
             outcomes_decided: rows.outcomes_decided,
             in_transaction: self.in_transaction,
+            // A storage over several databases moves the rows of other databases' targets
+            // here from `writes`; a stage addresses every row to its shard alone.
+            outbox: Vec::new(),
         };
         (commit, rows.report)
     }

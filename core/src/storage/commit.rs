@@ -59,6 +59,10 @@ pub struct StageCommit {
     /// before the row changes, each target's in a savepoint of its own (SQL projections; see
     /// [`InTransaction`]). A backend without SQL refuses a commit with any.
     pub in_transaction: Vec<InTransaction>,
+    /// Messages for targets in other databases, written into this database's outbox in the
+    /// same transaction, after the fan-out (see [`OutboxStore`](super::OutboxStore)). Empty
+    /// for a storage of one database.
+    pub outbox: Vec<super::OutboxWrite>,
 }
 
 impl StageCommit {
@@ -174,6 +178,7 @@ mod tests {
             outcomes: Vec::new(),
             outcomes_decided: false,
             in_transaction: Vec::new(),
+            outbox: Vec::new(),
         }
     }
 

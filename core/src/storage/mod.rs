@@ -9,6 +9,8 @@
 //!  CatchUpStore  catch-up jobs, and read models' versions (blue/green rebuilds)
 //!  DeadLetterStore  operators: dead letters (list, count, requeue, purge), blocked targets
 //!  KindControlStore  kinds paused, run-time settings (every node reads them)
+//!  OutboxStore   messages for another database (written in a stage's commit), and the
+//!                relay's fenced copy of them into their database
 //!  Inspect       tests and operators: every row and dead letter as stored (read-only)
 //!  StorageReads  a read-only view over all of them (what `Shardbox::storage()` hands out)
 //! ```
@@ -28,6 +30,7 @@ mod inspect;
 mod kind_controls;
 pub mod listener;
 pub mod observer;
+mod outbox;
 mod reads;
 mod registry;
 mod row_change;
@@ -53,6 +56,7 @@ pub use in_transaction::{
 pub use inbox::{InboxCounts, InboxStore, KindDepth, Page, ShardDepth};
 pub use inspect::Inspect;
 pub use kind_controls::{KindControlStore, ResumeReport};
+pub use outbox::{OutboxRow, OutboxStore, OutboxWrite, RelayCopy, RelayOutcome};
 pub use reads::StorageReads;
 pub use registry::{
     Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
@@ -73,6 +77,7 @@ pub trait Storage:
     + CatchUpStore
     + DeadLetterStore
     + KindControlStore
+    + OutboxStore
 {
     /// A short description of the backend and database for logs (no secrets).
     fn describe(&self) -> String;

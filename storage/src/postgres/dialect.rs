@@ -68,6 +68,15 @@ impl Dialect for PgConnection {
         Ok(())
     }
 
+    fn lock_appends(&mut self) -> Result<(), Failure> {
+        diesel::sql_query(
+            "SELECT pg_advisory_xact_lock($1, hashtext(COALESCE(current_schema(), '')))",
+        )
+        .bind::<Integer, _>(LOCK_EVENT_APPEND)
+        .execute(self)?;
+        Ok(())
+    }
+
     fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Result<usize, Failure> {
         Ok(EventRows::new(rows, LOCK_EVENT_APPEND).execute(self)?)
     }

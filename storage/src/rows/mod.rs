@@ -9,9 +9,11 @@
 //! of range, bad JSON) return [`Failure`] with a `Corrupt` error instead of panicking.
 
 mod inbox;
+mod outbox;
 mod records;
 
 pub(crate) use inbox::{DeadLetterRow, InboxRow, NewInboxRow, StoredDeadLetterRow};
+pub(crate) use outbox::{NewOutboxRow, StoredOutboxRow};
 pub(crate) use records::{
     CatchUpRow, EntityStateRow, EventRow, NewCatchUpRow, NewEntityStateRow, NewEventRow, SessionRow,
 };
@@ -26,6 +28,13 @@ pub(crate) fn inbox_rows(
     messages: Vec<shardbox_core::InboxWrite>,
 ) -> Result<Vec<NewInboxRow>, Failure> {
     messages.into_iter().map(NewInboxRow::from_write).collect()
+}
+
+/// The outbox rows of messages for other databases, in their order.
+pub(crate) fn outbox_rows(
+    writes: Vec<shardbox_core::storage::OutboxWrite>,
+) -> Result<Vec<NewOutboxRow>, Failure> {
+    writes.into_iter().map(NewOutboxRow::from_write).collect()
 }
 
 /// The rows of events to append, in their order.

@@ -28,6 +28,7 @@ pub(crate) mod events;
 pub(crate) mod in_transaction;
 pub(crate) mod inbox;
 pub(crate) mod kind_controls;
+pub(crate) mod outbox;
 pub(crate) mod outcomes;
 pub(crate) mod page_read;
 pub(crate) mod predicate;
@@ -161,6 +162,13 @@ pub(crate) trait Dialect: diesel::Connection + Sized {
     /// free of deadlocks.
     fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Result<usize, Failure>;
 
+    /// Inside a write transaction, before outbox rows are inserted: takes the lock event
+    /// appends take (PostgreSQL; held to the end of the transaction), so that outbox ids, like
+    /// event `seq`s, are handed out in commit order and a relay that read past an id never
+    /// finds an earlier one committed later. SQLite needs none, its writers being
+    /// serialised. Only the event append may follow it in the transaction.
+    fn lock_appends(&mut self) -> Result<(), Failure>;
+
     /// The database's clock in µs since the epoch, as an SQL expression of type `BIGINT`: the
     /// clock every node's lease and membership times are read off (`WorkRegistry::clock_now`).
     /// PostgreSQL: the server's `clock_timestamp()`. SQLite: `julianday('now')`, the clock of
@@ -251,6 +259,7 @@ macro_rules! units {
         $crate::sql::outcomes::outcome_units!();
         $crate::sql::kind_controls::kind_control_units!();
         $crate::sql::versions::version_units!();
+        $crate::sql::outbox::outbox_units!();
     };
 }
 pub(crate) use traits::storage_impls;

@@ -76,6 +76,7 @@ pub(crate) fn one_statement_shape(commit: &StageCommit) -> Option<DeliveredRows>
         && commit.purge_delivered == 0
         && commit.outcomes.is_empty()
         && commit.in_transaction.is_empty()
+        && commit.outbox.is_empty()
         && commit.states.iter().all(|w| w.state.is_some());
     if !nothing_else {
         return None;
@@ -163,5 +164,11 @@ mod tests {
         let mut catching_up = base();
         catching_up.purge_catch_ups_before = Some(secs(0));
         assert_eq!(one_statement_shape(&catching_up), None);
+        let mut relaying = base();
+        relaying.outbox = vec![shardbox_core::storage::OutboxWrite {
+            database: 1,
+            write: shardbox_conformance::fixtures::command(0, "a", "a1"),
+        }];
+        assert_eq!(one_statement_shape(&relaying), None);
     }
 }

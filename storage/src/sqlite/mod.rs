@@ -242,6 +242,11 @@ impl Dialect for SqliteConnection {
         Ok(())
     }
 
+    fn lock_appends(&mut self) -> Result<(), Failure> {
+        // The immediate transaction already excludes every other writer.
+        Ok(())
+    }
+
     fn append_event_rows(&mut self, rows: &[NewEventRow]) -> Result<usize, Failure> {
         // Writers are serialised, so events commit in seq order already.
         event_rows::append(self, rows)

@@ -13,6 +13,7 @@
 //!  6 purge      delivered rows of the shard past keep_until, at most purge_delivered
 //!               (and as many command outcomes past theirs)
 //!  6b outcomes  the commands' outcomes, upserted by key (see `sql::outcomes`)
+//!  6c outbox    rows for targets in other databases, under the append lock
 //!  7 events     appended last (see Dialect::append_event_rows)
 //! ```
 //!

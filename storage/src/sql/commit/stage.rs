@@ -31,6 +31,7 @@ macro_rules! commit_stage_units {
                 outcomes,
                 outcomes_decided: _,
                 in_transaction,
+                outbox,
             } = commit;
             let mut outcomes: Vec<_> = outcomes
                 .into_iter()
@@ -39,6 +40,7 @@ macro_rules! commit_stage_units {
             // The fan-out's rows are made before the transaction and dropped after it.
             let messages = $crate::rows::inbox_rows(writes.messages)?;
             let events = $crate::rows::event_rows(writes.events)?;
+            let outbox = $crate::rows::outbox_rows(outbox)?;
             let locked = $crate::sql::commit::stage::sessions_to_lock(&catch_ups, lease.shard);
             if let Some(delivered) = one_statement {
                 if let Some(report) = commit_in_one_statement(
@@ -83,6 +85,8 @@ macro_rules! commit_stage_units {
                 let purged = purge(conn, lease.shard, now, purge_delivered)?;
                 purge_outcomes(conn, lease.shard, now, outcome_purge)?;
                 store_outcomes(conn, &outcomes)?;
+                // Under the append lock, as the events after them (`Dialect::lock_appends`).
+                insert_outbox(conn, &outbox)?;
                 append_events(conn, &events, &mut written)?;
                 finish_report(&mut written);
                 let mut lease = lease;

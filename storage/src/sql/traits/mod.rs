@@ -11,10 +11,11 @@ pub(crate) mod events;
 pub(crate) mod inbox;
 pub(crate) mod inspect;
 pub(crate) mod kind_controls;
+pub(crate) mod outbox;
 pub(crate) mod registry;
 
 /// Implements `InboxStore`, `WorkRegistry`, `EventStore`, `EntityStore`, `CatchUpStore`,
-/// `DeadLetterStore`, `KindControlStore`, `Storage` and [`crate::Inspect`] for `$storage` (which implements
+/// `DeadLetterStore`, `KindControlStore`, `OutboxStore`, `Storage` and [`crate::Inspect`] for `$storage` (which implements
 /// `SchemaCheck` itself; a struct with a
 /// `db: Db<Conn>` field and
 /// `describe_backend()`, `written_backend(&[ShardIndex])` — told of every committed write —,
@@ -26,6 +27,7 @@ macro_rules! storage_impls {
         $crate::sql::traits::inbox::inbox_store_impl!($storage, $units);
         $crate::sql::traits::dead_letters::dead_letter_store_impl!($storage, $units);
         $crate::sql::traits::kind_controls::kind_control_store_impl!($storage, $units);
+        $crate::sql::traits::outbox::outbox_store_impl!($storage, $units);
         $crate::sql::traits::registry::work_registry_impl!($storage, $units);
         $crate::sql::traits::events::event_store_impl!($storage, $units);
         $crate::sql::traits::entities::entity_store_impl!($storage, $units);

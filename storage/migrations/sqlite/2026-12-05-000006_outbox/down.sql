@@ -1,0 +1,2 @@
+DROP TABLE shardbox_relay_positions;
+DROP TABLE shardbox_outbox;
