@@ -12,6 +12,8 @@
 //!  unreleased     leases whose release failed, kept to be released again
 //!  reshard        online re-sharding, the operator's side: announce, gather every lease,
 //!                 switch
+//!  relay          copies one database's outbox rows into another database's Inbox,
+//!                 fenced by the target's recorded position
 //! ```
 //!
 //! Every part here reaches the storage through the lock table alone (`WorkRegistry`, held
@@ -23,6 +25,7 @@ pub mod assign;
 pub(crate) mod lease_loss;
 pub(crate) mod lease_renewal;
 pub(crate) mod membership;
+pub mod relay;
 pub mod reshard;
 pub mod seat;
 pub mod storage_clock;
