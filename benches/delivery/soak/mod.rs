@@ -62,7 +62,7 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
     let run = Duration::from_secs_f64(a.minutes * 60.0);
     let warm_s = (run.as_secs_f64() * 0.2).min(300.0);
     eprintln!(
-        "soak: {} on {}, {} msgs/s offered over {} targets, {} nodes, {} shards, sample every {} s, warm-up {:.0} s",
+        "soak: {} on {}, {} msgs/s offered over {} targets, {} nodes, {} shards, sample every {} s, warm-up {:.0} s, MALLOC_ARENA_MAX={}",
         humanize(run),
         db.backend.name(),
         a.rate,
@@ -70,7 +70,9 @@ pub async fn soak(a: &Args) -> Result<Report, String> {
         a.nodes,
         a.shards,
         a.sample_secs,
-        warm_s
+        warm_s,
+        // glibc's arenas decide much of the RSS (docs/operations.md, "Soak: what stays flat").
+        std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "unset".into())
     );
     *lock(&LATENCY) = Some(model::histogram());
     let started = Instant::now();
