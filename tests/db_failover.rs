@@ -29,6 +29,7 @@ use shardbox::prelude::*;
 use shardbox::{NodeId, SendOptions, ShardboxBuilder};
 use std::collections::BTreeSet;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,8 +66,9 @@ async fn connect(schema: &str, pool_size: u32) -> Arc<dyn Storage> {
     )
 }
 
-/// A node process's main: serves the schema until stdin closes. Does nothing in a normal
-/// test run.
+/// A node process's main: serves the schema until stdin closes, printing its listener's
+/// counters every 100 ms (`SBX-LISTENER connects=… disconnects=… notifications=…`). Does
+/// nothing in a normal test run.
 #[test]
 fn db_failover_node_entry() {
     let Ok(node) = std::env::var("SHARDBOX_CLUSTER_NODE") else {
@@ -83,8 +85,35 @@ fn db_failover_node_entry() {
             .build()
             .await
             .expect("build the node");
-        common::cluster::serve_until_stopped(&sb, &node, "").await;
+        let running = sb.start();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let stop = stopped.clone();
+        std::thread::spawn(move || {
+            common::cluster::wait_for_stop_signal();
+            stop.store(true, Ordering::SeqCst);
+        });
+        println!("SBX-READY {node}");
+        while !stopped.load(Ordering::SeqCst) {
+            let l = running.listener().unwrap_or_default();
+            println!(
+                "SBX-LISTENER connects={} disconnects={} notifications={}",
+                l.connects, l.disconnects, l.notifications
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        running.shutdown().await.expect("shutdown");
+        println!("SBX-STOPPED {node}");
     });
+}
+
+/// The last `SBX-LISTENER` counters among `lines` (connects, disconnects, notifications).
+fn last_listener_stats(lines: &[String]) -> Option<(u64, u64, u64)> {
+    let line = lines.iter().rev().find(|l| l.starts_with("SBX-LISTENER"))?;
+    Some((
+        common::cluster::field(line, "connects"),
+        common::cluster::field(line, "disconnects"),
+        common::cluster::field(line, "notifications"),
+    ))
 }
 
 /// Runs the pair script with `action`; panics with its output if it fails.
@@ -207,6 +236,7 @@ async fn failover() {
     }
 
     let mut crashed_at: Option<Crash> = None;
+    let mut promoted_listeners = None;
     let (mut longest_send, mut failed_tries) = (Duration::ZERO, 0);
     for round in 0..ROUNDS {
         if round == FAIL_AFTER_ROUND {
@@ -221,6 +251,17 @@ async fn failover() {
                 chrono::Utc::now()
             });
             crashed_at = Some((at, wall, promote));
+        }
+        if let Some((_, _, promote)) = &crashed_at {
+            if promoted_listeners.is_none() && promote.is_finished() {
+                // The listeners' counters once the standby took over.
+                promoted_listeners = Some(
+                    nodes
+                        .iter()
+                        .map(|n| last_listener_stats(&n.drain()).expect("listener counters"))
+                        .collect::<Vec<_>>(),
+                );
+            }
         }
         let round_began = Instant::now();
         let (slowest, failed) = send_round(&sender, round).await;
@@ -244,6 +285,29 @@ async fn failover() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let drained = started.elapsed();
+    // Each node's listener lost its connection with the primary and listened again on the
+    // promoted standby, where it heard notifications: the sender's and the other node's
+    // notifiers reconnected too.
+    let promoted_listeners = promoted_listeners.expect("the promotion ended during the rounds");
+    for (n, at_promotion) in nodes.iter().zip(&promoted_listeners) {
+        let (connects, disconnects, notifications) =
+            last_listener_stats(&n.drain()).expect("listener counters");
+        eprintln!(
+            "{}: listener connects {connects}, disconnects {disconnects}, notifications \
+             {notifications} ({} at the promotion)",
+            n.name, at_promotion.2
+        );
+        assert!(
+            disconnects >= 1 && connects >= 2,
+            "{}: the listener never reconnected",
+            n.name
+        );
+        assert!(
+            notifications > at_promotion.2,
+            "{}: no notification heard after the promotion",
+            n.name
+        );
+    }
     for mut n in nodes {
         n.tell("stop");
         n.wait_for("SBX-STOPPED", Duration::from_secs(30))

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::cluster::NodeProcess;
+use common::cluster::{field, NodeProcess};
 use shardbox::conformance::fixtures::{command, pick, secs, stage};
 use shardbox::core::storage::OutboxWrite;
 use shardbox::core::{InboxStore, OutboxStore, Relay, WorkRegistry};
@@ -58,14 +58,6 @@ fn relay_process_entry() {
         }
         println!("SBX-STOPPED relay");
     });
-}
-
-/// `key=` of a step line, as a number.
-fn field(line: &str, key: &str) -> i64 {
-    line.split_whitespace()
-        .find_map(|part| part.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
 }
 
 #[test]
@@ -154,7 +146,7 @@ async fn relay_kill() {
         for line in lines.iter().filter(|l| l.starts_with("SBX-STEP")) {
             copied += field(line, "copied");
             duplicates += field(line, "duplicates");
-            raced += i64::from(line.contains("raced=true"));
+            raced += u64::from(line.contains("raced=true"));
         }
         assert!(r.stop(Duration::from_secs(30)).is_some_and(|s| s.success()));
     }

@@ -209,6 +209,11 @@ impl NodeProcess {
         }
     }
 
+    /// Every line the process printed that no wait has read yet, without waiting.
+    pub fn drain(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
     /// Sends one line to the process.
     pub fn tell(&mut self, line: &str) {
         if let Some(stdin) = &mut self.stdin {
