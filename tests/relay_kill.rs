@@ -28,7 +28,7 @@ const BATCH: usize = 50;
 const ENTRY: &str = "relay_process_entry";
 
 /// A relay process's main: relays from the source file (database 0) to the target file
-/// (database 1), one batch every 10 ms, printing each step, until stdin closes.
+/// (database 1), one batch every 20 ms, printing each step, until stdin closes.
 #[test]
 fn relay_process_entry() {
     let Ok(source) = std::env::var("SHARDBOX_RELAY_SOURCE") else {
@@ -54,7 +54,7 @@ fn relay_process_entry() {
                 ),
                 Err(error) => println!("SBX-ERROR {error}"),
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         println!("SBX-STOPPED relay");
     });
@@ -108,7 +108,7 @@ async fn relay_kill() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let killed_at = loop {
         let position = target.relay_position(0).await.expect("position");
-        if position > last_id / 4 {
+        if position > last_id / 10 {
             first.kill();
             break target.relay_position(0).await.expect("position");
         }
