@@ -253,8 +253,8 @@ fn descriptors_on(file: &PathBuf) -> i64 {
     })
 }
 
-/// This process: resident memory (MiB, VmRSS) and open file descriptors.
-pub fn process() -> (f64, i64) {
+/// This process: resident memory (MiB, VmRSS), open file descriptors and threads.
+pub fn process() -> (f64, i64, i64) {
     let rss = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -265,5 +265,6 @@ pub fn process() -> (f64, i64) {
         })
         .map_or(0.0, |kb| kb / 1024.0);
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as i64);
-    (rss, fds)
+    let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count() as i64);
+    (rss, fds, threads)
 }

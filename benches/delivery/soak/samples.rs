@@ -61,7 +61,7 @@ impl Samples {
             }
             _ => (0.0, 0.0),
         };
-        let (rss_mib, fds) = probe::process();
+        let (rss_mib, fds, threads) = probe::process();
         let sent_now = lock(sent).messages;
         let delivered = fleet.totals().delivered;
         let dt = (t - self.last_t).max(1e-9);
@@ -73,6 +73,7 @@ impl Samples {
             p99_ms: p99,
             rss_mib,
             fds,
+            threads,
             db: probe.sample().await?,
             vacuum_ms: bg.vacuums.longest_ms.swap(0, Ordering::Relaxed),
             note,

@@ -18,6 +18,8 @@ pub struct Row {
     pub p99_ms: f64,
     pub rss_mib: f64,
     pub fds: i64,
+    /// The process's threads (tokio's blocking pool among them).
+    pub threads: i64,
     pub db: DbSample,
     /// PostgreSQL: the longest vacuum pass since the last sample, ms.
     pub vacuum_ms: u64,
@@ -30,8 +32,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 impl Row {
     pub fn header() -> String {
         format!(
-            "{:>6} {:>6} {:>7} {:>7} {:>8} {:>6} {:>4} {:>5} {:>8} {:>7} {:>6} {:>7} {:>6} {:>7} {:>6} {:>7} {:>5} {:>8} {:>8} {:>8} {:>6}  note",
-            "t_s", "sent/s", "deliv/s", "p50_ms", "p99_ms", "rss", "fds", "conns", "inboxMiB",
+            "{:>6} {:>6} {:>7} {:>7} {:>8} {:>6} {:>4} {:>4} {:>5} {:>8} {:>7} {:>6} {:>7} {:>6} {:>7} {:>6} {:>7} {:>5} {:>8} {:>8} {:>8} {:>6}  note",
+            "t_s", "sent/s", "deliv/s", "p50_ms", "p99_ms", "rss", "fds", "thr", "conns", "inboxMiB",
             "outcMiB", "stMiB", "evMiB", "dbMiB", "kept", "pend", "outc", "dl", "dead_inb",
             "dead_all", "xmin_age", "vac_ms"
         )
@@ -40,7 +42,7 @@ impl Row {
     pub fn line(&self) -> String {
         let d = &self.db;
         format!(
-            "{:>6.0} {:>6.0} {:>7.0} {:>7.1} {:>8.1} {:>6.1} {:>4} {:>5} {:>8.2} {:>7.2} {:>6.2} {:>7.1} {:>6.1} {:>7} {:>6} {:>7} {:>5} {:>8} {:>8} {:>8} {:>6}  {}",
+            "{:>6.0} {:>6.0} {:>7.0} {:>7.1} {:>8.1} {:>6.1} {:>4} {:>4} {:>5} {:>8.2} {:>7.2} {:>6.2} {:>7.1} {:>6.1} {:>7} {:>6} {:>7} {:>5} {:>8} {:>8} {:>8} {:>6}  {}",
             self.t_s,
             self.sent_per_s,
             self.delivered_per_s,
@@ -48,6 +50,7 @@ impl Row {
             self.p99_ms,
             self.rss_mib,
             self.fds,
+            self.threads,
             d.connections,
             d.table_bytes[0] as f64 / MIB,
             d.table_bytes[1] as f64 / MIB,
@@ -71,9 +74,10 @@ impl Row {
 /// mean after the warm-up, and the value of a row.
 type Sloped = (&'static str, &'static str, fn(&Row) -> f64);
 
-pub const SLOPED: [Sloped; 13] = [
+pub const SLOPED: [Sloped; 14] = [
     ("slope_rss_mib_per_h", "mean_rss_mib", |r| r.rss_mib),
     ("slope_fds_per_h", "mean_fds", |r| r.fds as f64),
+    ("slope_threads_per_h", "mean_threads", |r| r.threads as f64),
     ("slope_connections_per_h", "mean_connections", |r| {
         r.db.connections as f64
     }),
