@@ -3,7 +3,7 @@
 /// How to run the benchmark.
 pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
-[--workload live|latency|scale|catch-up|cluster|jobs|reshard] [--n N] [--targets T] [--shards S] \
+[--workload live|latency|scale|catch-up|cluster|jobs|reshard|soak|read-model|relay] [--n N] [--targets T] [--shards S] \
 [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
@@ -45,6 +45,7 @@ pub enum Workload {
     Reshard,
     Soak,
     ReadModel,
+    Relay,
 }
 
 impl Workload {
@@ -59,6 +60,7 @@ impl Workload {
             Workload::Jobs => "jobs",
             Workload::Soak => "soak",
             Workload::ReadModel => "read-model",
+            Workload::Relay => "relay",
         }
     }
 }
@@ -261,6 +263,7 @@ impl Workload {
             Some("jobs") => Ok(Workload::Jobs),
             Some("soak") => Ok(Workload::Soak),
             Some("read-model") => Ok(Workload::ReadModel),
+            Some("relay") => Ok(Workload::Relay),
             other => Err(format!("--workload: unknown workload {other:?}")),
         }
     }

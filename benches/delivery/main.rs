@@ -7,6 +7,7 @@
 //!     [--handler-concurrency 64] [--work-ms 1]   (the `jobs` workload)
 //!     [--minutes 30] [--sample-secs 60] [--hold-xmin-minutes N --hold-xmin-after M]  (`soak`)
 //!     --workload read-model [--rounds 3]   (JSON-state vs SQL projection, alternating)
+//!     --workload relay [--n 100000] [--batch 500]   (outbox commits and the relay's copy)
 //! ```
 //!
 //! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
@@ -22,6 +23,7 @@ mod floor;
 mod jobs;
 mod model;
 mod read_model;
+mod relay;
 mod report;
 mod reshard;
 mod soak;
@@ -73,6 +75,7 @@ fn main() {
             Workload::Reshard => reshard::reshard(&args).await,
             Workload::Soak => soak::soak(&args).await,
             Workload::ReadModel => read_model::read_model(&args).await,
+            Workload::Relay => relay::relay(&args).await,
         }
     });
     match result {

@@ -55,7 +55,7 @@ pub mod sync;
 pub(crate) mod telemetry;
 
 pub use catch_up::{CatchUp, CatchUpProgress};
-pub use cluster::relay::{Relay, RelayEnd, RelayStep};
+pub use cluster::relay::{Relay, RelayStep};
 pub use cluster::reshard::{reshard, ReshardOptions, ReshardReport};
 pub use cluster::seat::NodeSeat;
 pub use entity::addressing::Addressing;

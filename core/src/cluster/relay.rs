@@ -18,13 +18,9 @@
 //! the next step that finds nothing to copy trims them.
 
 use crate::model::error::StorageError;
-use crate::storage::{InboxStore, OutboxStore, RelayCopy, RelayOutcome};
+use crate::storage::{RelayCopy, RelayOutcome, Storage};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A source's outbox side and a target's Inbox side: what a relay needs of each database.
-pub trait RelayEnd: InboxStore + OutboxStore {}
-impl<T: InboxStore + OutboxStore + ?Sized> RelayEnd for T {}
 
 /// What one step of a relay did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,8 +46,8 @@ impl RelayStep {
 
 /// Copies the outbox rows of database `from` (in `source`) for database `to` (`target`).
 pub struct Relay {
-    source: Arc<dyn RelayEnd>,
-    target: Arc<dyn RelayEnd>,
+    source: Arc<dyn Storage>,
+    target: Arc<dyn Storage>,
     from: u32,
     to: u32,
     batch: usize,
@@ -61,9 +57,9 @@ impl Relay {
     /// A relay from `source` (database number `from`) to `target` (number `to`), copying up
     /// to `batch` rows a step (at least one).
     pub fn new(
-        source: Arc<dyn RelayEnd>,
+        source: Arc<dyn Storage>,
         from: u32,
-        target: Arc<dyn RelayEnd>,
+        target: Arc<dyn Storage>,
         to: u32,
         batch: usize,
     ) -> Self {
@@ -163,7 +159,7 @@ mod tests {
     use crate::memory::MemoryStorage;
     use crate::model::ids::{LeaseEpoch, NodeId, ShardIndex, SignalId, WorkerId};
     use crate::model::message::{InboxWrite, MessageKind, NewMessage};
-    use crate::storage::{OutboxWrite, StageCommit, WorkRegistry};
+    use crate::storage::{InboxStore, OutboxStore, OutboxWrite, StageCommit, WorkRegistry};
     use chrono::{DateTime, Utc};
 
     fn at(secs: i64) -> DateTime<Utc> {
