@@ -161,23 +161,12 @@ async fn corrupt(sb: &Shardbox, storage: &dyn Storage, ids: &[String]) {
             .await
             .unwrap()
             .expect("shard free while no runner runs");
-        let mut commit = shardbox::core::storage::StageCommit {
-            lease: lease.clone(),
+        let mut commit = shardbox::core::storage::StageCommit::new(
+            lease.clone(),
             now,
-            lease_until: now + chrono::Duration::seconds(30),
-            updates: vec![],
-            states,
-            writes: Default::default(),
-            dead_letters: vec![],
-            purge_delivered: 0,
-            catch_ups: vec![],
-            purge_catch_ups_before: None,
-            release_holds: vec![],
-            outcomes: vec![],
-            outcomes_decided: false,
-            in_transaction: vec![],
-            outbox: vec![],
-        };
+            now + chrono::Duration::seconds(30),
+        );
+        commit.states = states;
         commit.states.sort_by(|a, b| a.key.cmp(&b.key));
         storage.commit_stage(commit).await.unwrap();
         storage.release(&lease).await.unwrap();

@@ -23,7 +23,6 @@ mod common;
 
 use common::cluster::{pg_commit_log, shared_epochs, CommitLog, NodeProcess};
 use common::{Tally, TallyCommand};
-use shardbox::core::storage::EntityKey;
 use shardbox::core::Storage;
 use shardbox::prelude::*;
 use shardbox::{NodeId, SendOptions, ShardboxBuilder};
@@ -321,24 +320,7 @@ async fn failover() {
     }
 
     // Every accepted command applied exactly once, in send order.
-    let keys: Vec<EntityKey> = (0..TARGETS)
-        .map(|t| EntityKey {
-            kind: "tally".into(),
-            tenant: String::new(),
-            id: format!("tally-{t}"),
-        })
-        .collect();
-    let states = storage.load_states(&keys).await.expect("states");
-    assert_eq!(states.len(), TARGETS, "every target has a state");
-    let want: Vec<u64> = (0..ROUNDS).collect();
-    for s in &states {
-        let tally: Tally = serde_json::from_slice(&s.state).expect("a tally");
-        assert_eq!(
-            tally.applied, want,
-            "{}: each command once, in order",
-            s.key.id
-        );
-    }
+    common::cluster::assert_tallies_applied_once_in_order(storage.as_ref(), TARGETS, ROUNDS).await;
 
     // Fencing held across the failover, and both nodes committed on the promoted standby.
     let log = pg_commit_log(URL, &schema.name);

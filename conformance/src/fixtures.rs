@@ -172,23 +172,9 @@ pub async fn assert_no_state_nor_event<S: Storage>(store: &S, ids: &[&str]) {
 /// A commit of `updates` under `lease` at `now`, renewing the lease for 30 s, writing nothing
 /// else.
 pub fn stage(lease: &Lease, now: DateTime<Utc>, updates: Vec<RowUpdate>) -> StageCommit {
-    StageCommit {
-        lease: lease.clone(),
-        now,
-        lease_until: now + Duration::seconds(30),
-        updates,
-        states: Vec::new(),
-        writes: WriteBatch::default(),
-        dead_letters: Vec::new(),
-        purge_delivered: 0,
-        catch_ups: Vec::new(),
-        purge_catch_ups_before: None,
-        release_holds: vec![],
-        outcomes: vec![],
-        outcomes_decided: false,
-        in_transaction: Vec::new(),
-        outbox: Vec::new(),
-    }
+    let mut commit = StageCommit::new(lease.clone(), now, now + Duration::seconds(30));
+    commit.updates = updates;
+    commit
 }
 
 /// A commit under `lease` at `now` that delivers every one of `rows`, kept until `now`.

@@ -434,3 +434,30 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("tokio runtime")
 }
+
+/// Asserts that each of `targets` tally targets (`tally-0`, …) applied `Record(0)` to
+/// `Record(rounds - 1)` once each, in that order, in the framework-kept state of `storage`.
+pub async fn assert_tallies_applied_once_in_order(
+    storage: &dyn shardbox::core::Storage,
+    targets: usize,
+    rounds: u64,
+) {
+    let keys: Vec<shardbox::core::storage::EntityKey> = (0..targets)
+        .map(|t| shardbox::core::storage::EntityKey {
+            kind: "tally".into(),
+            tenant: String::new(),
+            id: format!("tally-{t}"),
+        })
+        .collect();
+    let states = storage.load_states(&keys).await.expect("states");
+    assert_eq!(states.len(), targets, "every target has a state");
+    let want: Vec<u64> = (0..rounds).collect();
+    for s in &states {
+        let tally: super::Tally = serde_json::from_slice(&s.state).expect("a tally");
+        assert_eq!(
+            tally.applied, want,
+            "{}: each command once, in order",
+            s.key.id
+        );
+    }
+}

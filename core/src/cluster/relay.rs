@@ -20,7 +20,6 @@
 use crate::model::error::StorageError;
 use crate::storage::{RelayCopy, RelayOutcome, Storage};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What one step of a relay did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,25 +131,6 @@ impl Relay {
             }
         }
     }
-
-    /// Steps for as long as `running` says, sleeping `idle` after a step that found nothing
-    /// and after a failed one (logged; the next step starts again from the target's
-    /// position).
-    pub async fn run(&self, idle: Duration, running: impl Fn() -> bool) {
-        while running() {
-            match self.step().await {
-                Ok(step) if !step.idle() => continue,
-                Ok(_) => {}
-                Err(error) => tracing::warn!(
-                    from = self.from,
-                    to = self.to,
-                    %error,
-                    "relay step failed; trying again"
-                ),
-            }
-            tokio::time::sleep(idle).await;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -198,23 +178,7 @@ mod tests {
             .expect("pick up")
             .expect("free");
         assert!(lease.epoch > LeaseEpoch(0));
-        let mut commit = StageCommit {
-            lease: lease.clone(),
-            now: at(1),
-            lease_until: at(30),
-            updates: vec![],
-            states: vec![],
-            writes: Default::default(),
-            dead_letters: vec![],
-            purge_delivered: 0,
-            catch_ups: vec![],
-            purge_catch_ups_before: None,
-            release_holds: vec![],
-            outcomes: vec![],
-            outcomes_decided: false,
-            in_transaction: vec![],
-            outbox: vec![],
-        };
+        let mut commit = StageCommit::new(lease.clone(), at(1), at(30));
         commit.outbox = signals.iter().map(|s| outbox_row(s)).collect();
         source.commit_stage(commit).await.expect("commit");
         source.release(&lease).await.expect("release");

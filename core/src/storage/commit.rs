@@ -66,6 +66,28 @@ pub struct StageCommit {
 }
 
 impl StageCommit {
+    /// A commit under `lease` at `now`, renewing the lease to `lease_until`, that changes and
+    /// writes nothing: the start for a commit filled in field by field.
+    pub fn new(lease: Lease, now: DateTime<Utc>, lease_until: DateTime<Utc>) -> Self {
+        StageCommit {
+            lease,
+            now,
+            lease_until,
+            updates: Vec::new(),
+            states: Vec::new(),
+            writes: WriteBatch::default(),
+            dead_letters: Vec::new(),
+            purge_delivered: 0,
+            catch_ups: Vec::new(),
+            purge_catch_ups_before: None,
+            release_holds: Vec::new(),
+            outcomes: Vec::new(),
+            outcomes_decided: false,
+            in_transaction: Vec::new(),
+            outbox: Vec::new(),
+        }
+    }
+
     /// How many of its shard's forgotten outcome records (`keep_until` passed) the commit
     /// deletes: as many as it purges delivered rows, and at least as many as it records, so
     /// that a shard whose commands are never handled (dead-lettered, dropped, expired,
@@ -145,41 +167,26 @@ mod tests {
     }
 
     fn commit(updates: Vec<RowChange>, messages: Vec<InboxWrite>) -> StageCommit {
-        StageCommit {
-            lease: Lease {
-                shard: ShardIndex(1),
-                node_id: NodeId("n".into()),
-                worker_id: WorkerId(0),
-                epoch: LeaseEpoch(1),
-                picked_at: at(0),
-                lease_until: at(30),
-                taken_over: false,
-            },
-            now: at(0),
+        let lease = Lease {
+            shard: ShardIndex(1),
+            node_id: NodeId("n".into()),
+            worker_id: WorkerId(0),
+            epoch: LeaseEpoch(1),
+            picked_at: at(0),
             lease_until: at(30),
-            updates: updates
-                .into_iter()
-                .enumerate()
-                .map(|(i, change)| RowUpdate {
-                    seq: i as i64,
-                    change,
-                })
-                .collect(),
-            states: Vec::new(),
-            writes: WriteBatch {
-                events: Vec::new(),
-                messages,
-            },
-            dead_letters: Vec::new(),
-            purge_delivered: 0,
-            catch_ups: Vec::new(),
-            purge_catch_ups_before: None,
-            release_holds: Vec::new(),
-            outcomes: Vec::new(),
-            outcomes_decided: false,
-            in_transaction: Vec::new(),
-            outbox: Vec::new(),
-        }
+            taken_over: false,
+        };
+        let mut commit = StageCommit::new(lease, at(0), at(30));
+        commit.updates = updates
+            .into_iter()
+            .enumerate()
+            .map(|(i, change)| RowUpdate {
+                seq: i as i64,
+                change,
+            })
+            .collect();
+        commit.writes.messages = messages;
+        commit
     }
 
     #[test]
