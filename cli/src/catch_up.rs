@@ -17,7 +17,7 @@ use crate::when::human;
 use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardbox_admin::views::catch_ups::{self, CatchUpView, StartRequest};
-use shardbox_core::{CatchUpStore, InboxStore, WorkRegistry};
+use shardbox_core::CatchUpStore;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 /// Runs one `catch-up` subcommand.
 pub async fn run<S>(storage: &S, command: CatchUpCommand, json: bool) -> Result<(), CliError>
 where
-    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+    S: shardbox_core::Storage + ?Sized,
 {
     match command {
         CatchUpCommand::List => list(storage, json).await,
@@ -76,7 +76,7 @@ async fn start_guarded<S>(
     json: bool,
 ) -> Result<bool, CliError>
 where
-    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+    S: shardbox_core::Storage + ?Sized,
 {
     let preview = catch_ups::preview(storage, request, None, Utc::now()).await?;
     let shards: Vec<String> = preview.shards.iter().map(u32::to_string).collect();

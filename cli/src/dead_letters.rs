@@ -15,7 +15,7 @@ use crate::output::{capitalized, out, outln, print_json};
 use crate::table::Table;
 use chrono::{DateTime, Utc};
 use shardbox_admin::views::dead_letters::{self, DeadLetterAction, DeadLetterQuery};
-use shardbox_core::{DeadLetterStore, WorkRegistry};
+use shardbox_core::DeadLetterStore;
 
 impl DeadLetterFilterArgs {
     /// The shared query, with `limit` and (a requeue's) `shards`.
@@ -37,7 +37,7 @@ impl DeadLetterFilterArgs {
 }
 
 /// Runs one `dead-letters` subcommand.
-pub async fn run<S: DeadLetterStore + WorkRegistry + ?Sized>(
+pub async fn run<S: shardbox_core::Storage + ?Sized>(
     storage: &S,
     command: DeadLetterCommand,
     json: bool,
@@ -86,7 +86,7 @@ pub async fn run<S: DeadLetterStore + WorkRegistry + ?Sized>(
 /// Says what `action` on `query` touches and whether to go on: a dry run prints it and
 /// stops (false; nothing matching is [`CliError::NotFound`]); otherwise the operator
 /// confirms (see [`confirm`]) unless nothing matches, which the action reports.
-async fn guarded<S: DeadLetterStore + WorkRegistry + ?Sized>(
+async fn guarded<S: shardbox_core::Storage + ?Sized>(
     storage: &S,
     query: &DeadLetterQuery,
     action: DeadLetterAction,
@@ -217,7 +217,7 @@ async fn show<S: DeadLetterStore + ?Sized>(
 }
 
 /// `dead-letters requeue`.
-async fn requeue<S: DeadLetterStore + WorkRegistry + ?Sized>(
+async fn requeue<S: shardbox_core::Storage + ?Sized>(
     storage: &S,
     query: &DeadLetterQuery,
     json: bool,

@@ -103,6 +103,7 @@ mod outbox;
 mod outcomes;
 mod registry;
 mod reshard;
+mod several_databases;
 mod versions;
 
 pub use catch_up::{
@@ -165,6 +166,11 @@ pub use reshard::{
     addressed_writes_of_messages_are_checked_and_counted,
     one_reshard_announcement_is_in_force_at_a_time,
 };
+pub use several_databases::{
+    several_databases_keep_seq_order_per_database,
+    several_databases_refuse_a_count_below_one_shard_each, several_databases_refuse_catch_ups,
+    several_databases_relay_a_stages_rows_in_order, several_databases_reshard_each_database,
+};
 pub use versions::a_version_build_switches_at_completion_and_is_dropped_by_a_cancel;
 
 /// Stamps one `#[tokio::test]` per conformance case into the calling module.
@@ -177,7 +183,22 @@ pub use versions::a_version_build_switches_at_completion_and_is_dropped_by_a_can
 #[macro_export]
 macro_rules! conformance_suite {
     ($fresh:path) => {
-        $crate::conformance_suite!(@cases $fresh;
+        $crate::conformance_suite!(@common run, $fresh);
+        $crate::conformance_suite!(@one_database run, $fresh);
+        $crate::conformance_suite!(@catch_up run, $fresh);
+        $crate::conformance_suite!(@outbox run, $fresh);
+    };
+    // A storage over several databases (`shardbox_core::databases::Databases`): the common
+    // cases, its own, and the others stamped as ignored with the reason, so a run lists them.
+    (several_databases: $fresh:path) => {
+        $crate::conformance_suite!(@common run, $fresh);
+        $crate::conformance_suite!(@several_databases run, $fresh);
+        $crate::conformance_suite!(@one_database skip("holds per database only: seq order, epochs and a dead letter's database are each database's own (the several-database cases state what holds)"), $fresh);
+        $crate::conformance_suite!(@catch_up skip("a storage over several databases refuses catch-up jobs (several_databases_refuse_catch_ups)"), $fresh);
+        $crate::conformance_suite!(@outbox skip("the outbox is each database's own; its cases run on every backend, and the relays between databases in several_databases_relay_a_stages_rows_in_order"), $fresh);
+    };
+    (@common $mode:ident $(($reason:literal))?, $fresh:path) => {
+        $crate::conformance_suite!(@cases $mode $(($reason))?, $fresh;
             write_then_read_in_seq_order,
             paging_with_equal_timestamps_crosses_pages,
             deliver_after_is_respected,
@@ -192,7 +213,6 @@ macro_rules! conformance_suite {
             concurrent_writers_all_succeed,
             write_all_reports_each_batch,
             retry_reports_waiting_target,
-            delivered_rows_kept_until_window_then_purged,
             commit_is_all_or_nothing,
             a_stage_that_only_delivers_is_fenced_and_all_or_nothing,
             pick_up_refused_while_held,
@@ -206,13 +226,6 @@ macro_rules! conformance_suite {
             event_store_pages_by_seq_with_filters,
             events_of_one_source_in_seq_order,
             entity_state_versions_and_delete,
-            catch_up_lifecycle,
-            concurrent_overlapping_catch_up_starts_one_wins,
-            catch_up_start_resets_targets_and_refences_shards,
-            catch_up_progress_commits_with_the_stage,
-            parked_rows_settle_when_the_job_completes,
-            a_cancelled_catch_up_settles_like_a_completion,
-            a_version_build_switches_at_completion_and_is_dropped_by_a_cancel,
             a_parked_retrying_row_does_not_make_its_target_wait,
             event_seqs_and_counts,
             first_failure_time_is_kept_across_retries,
@@ -224,25 +237,55 @@ macro_rules! conformance_suite {
             a_paused_kinds_rows_are_parked_until_the_resume,
             a_resume_racing_parks_leaves_no_row_parked,
             dead_letters_are_listed_counted_and_purged_by_filter,
-            requeued_dead_letters_return_to_the_inbox,
-            concurrent_requeue_of_one_dead_letter_requeues_it_once,
             expired_rows_are_found_due_or_not,
             pick_up_tells_a_takeover_from_a_free_shard,
             command_outcomes_are_kept_for_their_window,
             unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock,
-            a_reshard_switch_moves_every_row_to_its_targets_shard,
             a_reshard_switch_is_refused_whole,
-            a_shard_made_again_hands_out_no_epoch_twice,
             a_write_addressed_by_another_count_is_refused_whole,
             addressed_writes_of_messages_are_checked_and_counted,
             one_reshard_announcement_is_in_force_at_a_time,
+        );
+    };
+    // Cases whose guarantee spans the whole storage where one database holds it all.
+    (@one_database $mode:ident $(($reason:literal))?, $fresh:path) => {
+        $crate::conformance_suite!(@cases $mode $(($reason))?, $fresh;
+            delivered_rows_kept_until_window_then_purged,
+            concurrent_requeue_of_one_dead_letter_requeues_it_once,
+            requeued_dead_letters_return_to_the_inbox,
+            a_shard_made_again_hands_out_no_epoch_twice,
+        );
+    };
+    (@catch_up $mode:ident $(($reason:literal))?, $fresh:path) => {
+        $crate::conformance_suite!(@cases $mode $(($reason))?, $fresh;
+            catch_up_lifecycle,
+            concurrent_overlapping_catch_up_starts_one_wins,
+            catch_up_start_resets_targets_and_refences_shards,
+            catch_up_progress_commits_with_the_stage,
+            parked_rows_settle_when_the_job_completes,
+            a_cancelled_catch_up_settles_like_a_completion,
+            a_version_build_switches_at_completion_and_is_dropped_by_a_cancel,
+            a_reshard_switch_moves_every_row_to_its_targets_shard,
+        );
+    };
+    (@outbox $mode:ident $(($reason:literal))?, $fresh:path) => {
+        $crate::conformance_suite!(@cases $mode $(($reason))?, $fresh;
             a_stage_commits_its_outbox_rows_with_it,
             a_relay_copy_moves_its_position_once,
             concurrent_relay_copies_from_one_position_make_one,
             outbox_ids_follow_commit_order,
         );
     };
-    (@cases $fresh:path; $($case:ident),* $(,)?) => {
+    (@several_databases $mode:ident, $fresh:path) => {
+        $crate::conformance_suite!(@cases $mode, $fresh;
+            several_databases_keep_seq_order_per_database,
+            several_databases_refuse_catch_ups,
+            several_databases_relay_a_stages_rows_in_order,
+            several_databases_reshard_each_database,
+            several_databases_refuse_a_count_below_one_shard_each,
+        );
+    };
+    (@cases run, $fresh:path; $($case:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
@@ -252,6 +295,13 @@ macro_rules! conformance_suite {
                 $crate::$case(storage).await;
                 drop(guard);
             }
+        )*
+    };
+    (@cases skip($reason:literal), $fresh:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            #[ignore = $reason]
+            async fn $case() {}
         )*
     };
 }

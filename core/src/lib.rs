@@ -42,6 +42,7 @@
 
 pub mod catch_up;
 pub(crate) mod cluster;
+pub mod databases;
 pub(crate) mod entity;
 pub mod memory;
 pub(crate) mod model;

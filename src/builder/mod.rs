@@ -303,7 +303,9 @@ impl ShardboxBuilder {
                 .into());
             }
         }
-        let mut registry = EntityRegistry::new(self.strategy, config.shard_count);
+        // Over several databases, every target is placed in its database's shards.
+        let strategy = shardbox_core::databases::DatabaseStrategy::over(self.strategy, &*storage);
+        let mut registry = EntityRegistry::new(strategy, config.shard_count);
         for handler in self.handlers {
             registry.register(handler)?;
         }

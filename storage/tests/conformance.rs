@@ -36,3 +36,44 @@ mod postgres {
 
     shardbox_conformance::conformance_suite!(fresh);
 }
+
+/// The suite on a storage over two databases of each durable backend: two SQLite files, and
+/// two PostgreSQL schemas (each a whole storage with its own pool, as a database is).
+mod several_sqlite {
+    use shardbox_core::databases::{Database, Databases};
+    use shardbox_storage::SqliteStorage;
+    use std::sync::Arc;
+
+    async fn fresh(_case: &str) -> Option<(Databases, tempfile::TempDir)> {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut dbs: Vec<Arc<dyn Database>> = Vec::new();
+        for d in 0..2 {
+            let storage = SqliteStorage::open(dir.path().join(format!("shardbox-{d}.db")))
+                .await
+                .expect("open SQLite");
+            dbs.push(Arc::new(storage));
+        }
+        Some((Databases::new(dbs).expect("two databases"), dir))
+    }
+
+    shardbox_conformance::conformance_suite!(several_databases: fresh);
+}
+
+mod several_postgres {
+    use super::common::{pg_url, Schema};
+    use shardbox_core::databases::{Database, Databases};
+    use std::sync::Arc;
+
+    async fn fresh(case: &str) -> Option<(Databases, (Schema, Schema))> {
+        let url = pg_url(case)?;
+        let home = Schema::new(&url, &format!("{case}_db0"));
+        let other = Schema::new(&url, &format!("{case}_db1"));
+        let dbs: Vec<Arc<dyn Database>> = vec![
+            Arc::new(home.connect(4).await),
+            Arc::new(other.connect(4).await),
+        ];
+        Some((Databases::new(dbs).expect("two databases"), (home, other)))
+    }
+
+    shardbox_conformance::conformance_suite!(several_databases: fresh);
+}

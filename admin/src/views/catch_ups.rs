@@ -29,9 +29,7 @@ use serde::{Deserialize, Serialize};
 use shardbox_core::catch_up::PURGED_HINT;
 use shardbox_core::operator::{self, CatchUpStart};
 use shardbox_core::storage::{CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets};
-use shardbox_core::{
-    Addressing, CatchUpProgress, DeliveryError, IdField, InboxStore, KindRole, WorkRegistry,
-};
+use shardbox_core::{Addressing, CatchUpProgress, DeliveryError, IdField, KindRole, WorkRegistry};
 
 /// One catch-up job and its progress.
 #[derive(Debug, Clone, Serialize)]
@@ -234,7 +232,7 @@ pub async fn preview<S>(
     now: DateTime<Utc>,
 ) -> Result<CatchUpPreview, AdminError>
 where
-    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+    S: shardbox_core::Storage + ?Sized,
 {
     let targets = request.targets()?;
     let recorded;
@@ -287,7 +285,7 @@ pub async fn start<S>(
     now: DateTime<Utc>,
 ) -> Result<CatchUpView, AdminError>
 where
-    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
+    S: shardbox_core::Storage + ?Sized,
 {
     let targets = request.targets()?;
     if !request.force {

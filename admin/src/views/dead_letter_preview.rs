@@ -7,8 +7,8 @@ use crate::views::dead_letters::DeadLetterQuery;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use shardbox_core::operator;
-use shardbox_core::storage::{DeadLetterFilter, DeadLetterStore};
-use shardbox_core::{Addressing, WorkRegistry};
+use shardbox_core::storage::DeadLetterFilter;
+use shardbox_core::Addressing;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A requeue or a purge: what [`preview`] previews.
@@ -74,7 +74,7 @@ pub async fn preview<S>(
     now: DateTime<Utc>,
 ) -> Result<DeadLetterPreview, AdminError>
 where
-    S: DeadLetterStore + WorkRegistry + ?Sized,
+    S: shardbox_core::Storage + ?Sized,
 {
     if action == DeadLetterAction::Purge {
         query.check_no_shards("a purge")?;

@@ -25,7 +25,7 @@ use shardbox_core::operator::{self, Placement};
 use shardbox_core::storage::{
     DeadLetterFilter, DeadLetterId, DeadLetterStore, RequeueReport, StoredDeadLetter,
 };
-use shardbox_core::{Addressing, AttemptError, Metadata, WorkRegistry};
+use shardbox_core::{Addressing, AttemptError, Metadata};
 
 /// Which dead letters: the library's filter, as an operator gives it.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -291,7 +291,7 @@ pub async fn requeue<S>(
     on_page: impl FnMut(&RequeueReport),
 ) -> Result<RequeueOutcome, AdminError>
 where
-    S: DeadLetterStore + WorkRegistry + ?Sized,
+    S: shardbox_core::Storage + ?Sized,
 {
     query.check_scope("requeue")?;
     let filter = query.to_filter(now)?;

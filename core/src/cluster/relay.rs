@@ -18,6 +18,7 @@
 //! the next step that finds nothing to copy trims them.
 
 use crate::model::error::StorageError;
+use crate::model::ids::ShardIndex;
 use crate::storage::{RelayCopy, RelayOutcome, Storage};
 use std::sync::Arc;
 
@@ -34,6 +35,8 @@ pub struct RelayStep {
     pub trimmed: usize,
     /// Another relay moved the position first: this step wrote nothing.
     pub raced: bool,
+    /// The target's shards that received rows (its own, local indexes), sorted.
+    pub shards: Vec<ShardIndex>,
 }
 
 impl RelayStep {
@@ -69,6 +72,11 @@ impl Relay {
             to,
             batch: batch.max(1),
         }
+    }
+
+    /// The databases it copies from and to.
+    pub fn pair(&self) -> (u32, u32) {
+        (self.from, self.to)
     }
 
     /// One batch: reads the target's position, the source's rows after it, copies them and
@@ -110,6 +118,7 @@ impl Relay {
                     position,
                     trimmed,
                     raced: false,
+                    shards: written.shards,
                 })
             }
             RelayOutcome::Moved { recorded } => Ok(RelayStep {

@@ -12,16 +12,17 @@
 //! it does not live in, where a second node could serve it beside its own shard's owner: a
 //! tool refuses instead, and says which call of the application does the same action.
 
+use crate::databases::DatabaseStrategy;
 use crate::entity::addressing::Addressing;
 use crate::model::error::DeliveryError;
-use crate::storage::WorkRegistry;
+use crate::storage::Storage;
 
 /// The addressing of the application whose database `store` is, rebuilt from what the
 /// database records; refused ([`DeliveryError::Unplaceable`]) when no node recorded a shard
 /// count or a strategy yet, or when the application uses its own strategy.
 pub async fn recorded_addressing<S>(store: &S) -> Result<Addressing, DeliveryError>
 where
-    S: WorkRegistry + ?Sized,
+    S: Storage + ?Sized,
 {
     let Some(shard_count) = store.recorded_shard_count().await? else {
         return Err(DeliveryError::Unplaceable {
@@ -34,7 +35,10 @@ where
         });
     };
     match record.strategy() {
-        Some(strategy) => Ok(Addressing::new(strategy, shard_count)),
+        Some(strategy) => Ok(Addressing::new(
+            DatabaseStrategy::over(strategy, store),
+            shard_count,
+        )),
         None => Err(DeliveryError::Unplaceable {
             reason: format!(
                 "the application places targets by {}, which a tool cannot rebuild; do this through the application (its `Shardbox` calls, or the admin surface mounted in it with `Shardbox::admin_state`)",
@@ -50,6 +54,7 @@ mod tests {
     use crate::memory::MemoryStorage;
     use crate::model::ids::ShardIndex;
     use crate::model::strategy::{ShardStrategy, StableHashStrategy};
+    use crate::storage::WorkRegistry;
 
     struct LastShard;
     impl ShardStrategy for LastShard {

@@ -68,6 +68,8 @@ pub struct ListenerStats {
 #[derive(Debug)]
 pub struct ListenerHandle {
     shared: Arc<Shared>,
+    /// The listeners it stands for (one per database of a storage over several), if any.
+    parts: Vec<ListenerHandle>,
 }
 
 /// The listening thread's side: report what happens, learn when to stop.
@@ -90,13 +92,31 @@ impl ListenerHandle {
         (
             ListenerHandle {
                 shared: shared.clone(),
+                parts: Vec::new(),
             },
             ListenerControl { shared },
         )
     }
 
+    /// One handle for several listeners (one per database): its counters are their sums, it
+    /// is connected while every one is, and stopping it stops them all.
+    pub fn joined(node_id: &NodeId, parts: Vec<ListenerHandle>) -> ListenerHandle {
+        let (mut handle, _) = ListenerHandle::new(node_id);
+        handle.parts = parts;
+        handle
+    }
+
     /// The counters now.
     pub fn stats(&self) -> ListenerStats {
+        if !self.parts.is_empty() {
+            let each: Vec<ListenerStats> = self.parts.iter().map(|p| p.stats()).collect();
+            return ListenerStats {
+                connected: each.iter().all(|s| s.connected),
+                connects: each.iter().map(|s| s.connects).sum(),
+                disconnects: each.iter().map(|s| s.disconnects).sum(),
+                notifications: each.iter().map(|s| s.notifications).sum(),
+            };
+        }
         let s = &self.shared;
         ListenerStats {
             connected: s.connected.load(Ordering::SeqCst),
@@ -109,6 +129,9 @@ impl ListenerHandle {
     /// Asks the listener to stop; it closes its connection shortly after.
     pub fn stop(&self) {
         self.shared.stopped.store(true, Ordering::SeqCst);
+        for part in &self.parts {
+            part.stop();
+        }
     }
 }
 

@@ -109,4 +109,11 @@ pub trait Storage:
     fn schema_check(&self) -> Option<&dyn SchemaCheck> {
         None
     }
+
+    /// The storage over several databases this is, if it is one: a node then places targets
+    /// by its databases ([`crate::databases::DatabaseStrategy`]) and runs its relays. The
+    /// default is a storage of one database.
+    fn databases(&self) -> Option<&crate::databases::Databases> {
+        None
+    }
 }

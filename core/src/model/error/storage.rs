@@ -184,6 +184,16 @@ pub enum StorageError {
         /// What stood in the way, and what to do.
         reason: String,
     },
+    /// The storage cannot do this as configured (a storage over several databases asked for
+    /// something only one database can do, or given a count it cannot split); nothing was
+    /// written.
+    #[error("{what} is not supported: {reason}")]
+    Unsupported {
+        /// What was asked.
+        what: String,
+        /// Why not, and what to do instead.
+        reason: String,
+    },
     /// A blocking storage task could not complete (the runtime is shutting down).
     #[error("storage task did not complete: {0}")]
     Task(String),

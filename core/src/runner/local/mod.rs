@@ -68,6 +68,7 @@ mod gauges;
 mod handle;
 mod lease_watch;
 mod poller;
+mod relays;
 
 use gauges::report_gauges;
 pub use handle::RunnerHandle;
@@ -125,6 +126,14 @@ impl LocalRunner {
         queue
             .tasks
             .spawn(follow_kind_controls(env.clone(), stop_rx.clone()).instrument(span));
+        // Over several databases, the outbox rows of stages are copied to their databases.
+        if env.storage.databases().is_some() {
+            let span = tracing::info_span!("relays", node = %node);
+            queue.tasks.spawn(
+                relays::relay_outboxes(env.clone(), observer.clone(), stop_rx.clone())
+                    .instrument(span),
+            );
+        }
         // Messages whose TTL passes before they are due are expired by a periodic sweep.
         let span = tracing::info_span!("ttl_sweep", node = %node);
         queue
