@@ -167,7 +167,7 @@ pub use reshard::{
     one_reshard_announcement_is_in_force_at_a_time,
 };
 pub use several_databases::{
-    several_databases_keep_seq_order_per_database,
+    several_databases_find_targets_where_they_live, several_databases_keep_seq_order_per_database,
     several_databases_refuse_a_count_below_one_shard_each, several_databases_refuse_catch_ups,
     several_databases_relay_a_stages_rows_in_order, several_databases_reshard_each_database,
 };
@@ -193,7 +193,7 @@ macro_rules! conformance_suite {
     (several_databases: $fresh:path) => {
         $crate::conformance_suite!(@common run, $fresh);
         $crate::conformance_suite!(@several_databases run, $fresh);
-        $crate::conformance_suite!(@one_database skip("holds per database only: seq order, epochs and a dead letter's database are each database's own (the several-database cases state what holds)"), $fresh);
+        $crate::conformance_suite!(@one_database skip("holds per database only: seq order, epochs and a dead letter's database are each database's own, and a target lives in its own database, not in a shard of another one placed by hand (the several-database cases state what holds)"), $fresh);
         $crate::conformance_suite!(@catch_up skip("a storage over several databases refuses catch-up jobs (several_databases_refuse_catch_ups)"), $fresh);
         $crate::conformance_suite!(@outbox skip("the outbox is each database's own; its cases run on every backend, and the relays between databases in several_databases_relay_a_stages_rows_in_order"), $fresh);
     };
@@ -223,8 +223,6 @@ macro_rules! conformance_suite {
             the_shard_strategy_recorded_is_read_back,
             members_beat_expire_and_leave,
             clock_now_is_the_storage_clock,
-            event_store_pages_by_seq_with_filters,
-            events_of_one_source_in_seq_order,
             entity_state_versions_and_delete,
             a_parked_retrying_row_does_not_make_its_target_wait,
             event_seqs_and_counts,
@@ -233,7 +231,6 @@ macro_rules! conformance_suite {
             unblock_by_requeue_drop_or_dead_letter,
             the_last_ten_failed_attempts_are_kept_and_dead_lettered,
             a_blocked_rows_history_is_kept_by_its_dead_letter_and_cleared_by_a_requeue,
-            rows_behind_a_block_are_parked_until_the_unblock,
             a_paused_kinds_rows_are_parked_until_the_resume,
             a_resume_racing_parks_leaves_no_row_parked,
             dead_letters_are_listed_counted_and_purged_by_filter,
@@ -247,9 +244,14 @@ macro_rules! conformance_suite {
             one_reshard_announcement_is_in_force_at_a_time,
         );
     };
-    // Cases whose guarantee spans the whole storage where one database holds it all.
+    // Cases whose guarantee spans the whole storage where one database holds it all, or
+    // that place targets by hand in any shard (over several databases a target's state,
+    // outcomes, events and blocks are found in the database its placement gives).
     (@one_database $mode:ident $(($reason:literal))?, $fresh:path) => {
         $crate::conformance_suite!(@cases $mode $(($reason))?, $fresh;
+            rows_behind_a_block_are_parked_until_the_unblock,
+            events_of_one_source_in_seq_order,
+            event_store_pages_by_seq_with_filters,
             delivered_rows_kept_until_window_then_purged,
             concurrent_requeue_of_one_dead_letter_requeues_it_once,
             requeued_dead_letters_return_to_the_inbox,
@@ -279,6 +281,7 @@ macro_rules! conformance_suite {
     (@several_databases $mode:ident, $fresh:path) => {
         $crate::conformance_suite!(@cases $mode, $fresh;
             several_databases_keep_seq_order_per_database,
+            several_databases_find_targets_where_they_live,
             several_databases_refuse_catch_ups,
             several_databases_relay_a_stages_rows_in_order,
             several_databases_reshard_each_database,

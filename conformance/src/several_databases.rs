@@ -278,3 +278,58 @@ pub async fn several_databases_refuse_a_count_below_one_shard_each<S: Storage + 
     assert_eq!(store.recorded_shard_count().await.expect("count"), None);
     assert_eq!(store.claim_shard_count(n).await.expect("claim"), n);
 }
+
+/// A target's state and its events are kept in its own database, by the stage of its own
+/// shard, and found there: states of targets of every database load together, and a source's
+/// events read back in order.
+pub async fn several_databases_find_targets_where_they_live<S: Storage + Inspect>(store: S) {
+    let map = several(&store).map();
+    store.claim_shard_count(SHARDS).await.expect("claim");
+    let strategy = placement(&store);
+    let ids: Vec<String> = (0..12).map(|i| format!("h{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let shard = strategy.shard_of("account", id, SHARDS);
+        let lease = pick(&store, shard.0, "node-a", secs(1)).await;
+        let mut commit = StageCommit::new(lease.clone(), secs(1), secs(30));
+        commit.states = vec![state(key(id), Some(&format!("{{\"n\":{i}}}")))];
+        commit.writes.events = (0..2)
+            .map(|k| {
+                let mut e = event(&format!("{id}-e{k}"), "Opened", secs(1));
+                e.source.id = id.clone();
+                e.tenant = String::new();
+                e
+            })
+            .collect();
+        store.commit_stage(commit).await.expect("commit");
+        store.release(&lease).await.expect("release");
+    }
+    let databases: BTreeSet<u32> = ids
+        .iter()
+        .map(|id| map.database_of(strategy.shard_of("account", id, SHARDS)))
+        .collect();
+    assert_eq!(
+        databases.len() as u32,
+        map.count(),
+        "targets in every database"
+    );
+    let keys: Vec<_> = ids.iter().map(|id| key(id)).collect();
+    let states = store.load_states(&keys).await.expect("states");
+    let found: BTreeSet<String> = states.iter().map(|s| s.key.id.clone()).collect();
+    assert_eq!(found, ids.iter().cloned().collect(), "every state found");
+    for id in &ids {
+        let source = shardbox_core::EventSource {
+            kind: "account".into(),
+            id: id.clone(),
+        };
+        let events = store
+            .read_source_events("", &source, 0, 10)
+            .await
+            .expect("source events");
+        let got: Vec<&str> = events.iter().map(|e| e.event.id.0.as_str()).collect();
+        assert_eq!(
+            got,
+            [format!("{id}-e0"), format!("{id}-e1")],
+            "{id}'s stream"
+        );
+    }
+}

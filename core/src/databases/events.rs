@@ -61,13 +61,16 @@ impl EventStore for Databases {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StorageError> {
-        let map = self.map;
-        let each = self
-            .each(|d, db| {
-                db.read_source_events(tenant, source, map.local_after(d, after_seq), limit)
-            })
+        // A source's events are appended where it lives (see `inbox.rs`, `split`).
+        let d = self.database_of_target(&source.kind, &source.id);
+        let events = self
+            .db(d)
+            .read_source_events(tenant, source, self.map.local_after(d, after_seq), limit)
             .await?;
-        Ok(self.merged(each, limit))
+        Ok(events
+            .into_iter()
+            .map(|e| self.map.event_to_global(d, e))
+            .collect())
     }
 
     async fn last_event_seq(&self) -> Result<i64, StorageError> {

@@ -2,8 +2,8 @@
 //! is split by database; a stage's rows for other databases go to its outbox.
 //!
 //! ```text
-//!  write(batch) ─► rows grouped by database; its events go with the first row's database
-//!                  (the home database when it has none); one write per database
+//!  write(batch) ─► rows grouped by their shard's database, events by their source's; one
+//!                  write per database
 //!  commit_stage ─► the lease's database; fan-out rows of other databases ─► commit.outbox
 //! ```
 //!
@@ -26,20 +26,18 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
 impl Databases {
-    /// `batch` as one batch per database (local shards), in database order.
+    /// `batch` as one batch per database (local shards), in database order: each row in its
+    /// shard's database, each event in its source's (where a stage of its source appends
+    /// the source's other events, so one database holds a source's stream).
     fn split(&self, batch: WriteBatch) -> BTreeMap<u32, WriteBatch> {
         let mut parts: BTreeMap<u32, WriteBatch> = BTreeMap::new();
-        let events_to = batch
-            .messages
-            .first()
-            .map(|w| self.map.database_of(w.shard))
-            .unwrap_or(0);
         for write in batch.messages {
             let (d, local) = self.map.write_to_local(write);
             parts.entry(d).or_default().messages.push(local);
         }
-        if !batch.events.is_empty() {
-            parts.entry(events_to).or_default().events = batch.events;
+        for event in batch.events {
+            let d = self.database_of_target(&event.source.kind, &event.source.id);
+            parts.entry(d).or_default().events.push(event);
         }
         parts
     }
@@ -204,13 +202,8 @@ impl InboxStore for Databases {
         now: DateTime<Utc>,
     ) -> Result<OutcomeLookup, StorageError> {
         // A command's row and record live in its target's database only.
-        for db in &self.dbs {
-            match db.outcome(key, now).await? {
-                OutcomeLookup::Unknown => continue,
-                found => return Ok(found),
-            }
-        }
-        Ok(OutcomeLookup::Unknown)
+        let d = self.database_of_target(&key.target_kind, &key.target_id);
+        self.db(d).outcome(key, now).await
     }
 
     async fn next_due(

@@ -35,6 +35,7 @@ pub use relays::RelayRound;
 pub use strategy::DatabaseStrategy;
 
 use crate::model::error::StorageError;
+use crate::model::strategy::{ShardStrategy, StableHashStrategy};
 use crate::storage::{Inspect, SchemaCheck, Storage, WriteListener};
 use std::sync::Arc;
 
@@ -53,6 +54,9 @@ pub struct Databases {
     listener: listener::Listeners,
     relays: Vec<crate::cluster::relay::Relay>,
     outbox_written: tokio::sync::Notify,
+    /// The application's strategy, whose slice of a target picks its database (the stock one
+    /// until [`DatabaseStrategy::over`] tells it the application's).
+    placement: std::sync::RwLock<Arc<dyn ShardStrategy>>,
 }
 
 impl Databases {
@@ -66,7 +70,33 @@ impl Databases {
             dbs: databases,
             map,
             outbox_written: tokio::sync::Notify::new(),
+            placement: std::sync::RwLock::new(Arc::new(StableHashStrategy::new())),
         })
+    }
+
+    /// Places targets by `strategy` from now on: the application's own, so that its
+    /// co-located kinds share a database (the builder and the tools call this through
+    /// [`DatabaseStrategy::over`]).
+    pub fn place_by(&self, strategy: Arc<dyn ShardStrategy>) {
+        *crate::sync::write(&self.placement) = strategy;
+    }
+
+    /// The database a target (kind, id) lives in.
+    pub fn database_of_target(&self, kind: &str, id: &str) -> u32 {
+        let strategy = crate::sync::read(&self.placement).clone();
+        DatabaseStrategy::new(strategy, self.map).database_of(kind, id)
+    }
+
+    /// `keys` grouped by the database of their target, in database order.
+    fn by_database<'k>(
+        &self,
+        keys: impl IntoIterator<Item = (&'k str, &'k str)>,
+    ) -> Vec<Vec<usize>> {
+        let mut groups = vec![Vec::new(); self.dbs.len()];
+        for (i, (kind, id)) in keys.into_iter().enumerate() {
+            groups[self.database_of_target(kind, id) as usize].push(i);
+        }
+        groups
     }
 
     /// Sets how many outbox rows a relay copies in one transaction (default 500).

@@ -144,16 +144,9 @@ impl DeadLetterStore for Databases {
         action: Unblock,
         now: DateTime<Utc>,
     ) -> Result<UnblockReport, StorageError> {
-        let mut report = UnblockReport::default();
-        for (d, db) in self.dbs.iter().enumerate() {
-            let part = db.unblock_target(target, action, now).await?;
-            report.unblocked += part.unblocked;
-            report.released += part.released;
-            report
-                .shards
-                .extend(self.map.shards_to_global(d as u32, part.shards));
-        }
-        report.shards.sort_unstable();
+        let d = self.database_of_target(&target.kind, &target.id);
+        let mut report = self.db(d).unblock_target(target, action, now).await?;
+        report.shards = self.map.shards_to_global(d, report.shards);
         Ok(report)
     }
 }
@@ -204,9 +197,17 @@ impl KindControlStore for Databases {
 #[async_trait]
 impl EntityStore for Databases {
     async fn load_states(&self, keys: &[EntityKey]) -> Result<Vec<EntityState>, StorageError> {
-        // A target's state lives in its database only.
-        let each = self.each(|_, db| db.load_states(keys)).await?;
-        Ok(each.into_iter().flatten().collect())
+        // A target's state lives in its database only: ask just the databases of `keys`.
+        let groups = self.by_database(keys.iter().map(|k| (k.kind.as_str(), k.id.as_str())));
+        let mut states = Vec::new();
+        for (d, group) in groups.iter().enumerate() {
+            if group.is_empty() {
+                continue;
+            }
+            let mine: Vec<EntityKey> = group.iter().map(|i| keys[*i].clone()).collect();
+            states.extend(self.db(d as u32).load_states(&mine).await?);
+        }
+        Ok(states)
     }
 }
 

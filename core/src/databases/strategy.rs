@@ -26,14 +26,16 @@ impl DatabaseStrategy {
         DatabaseStrategy { inner, map }
     }
 
-    /// `strategy` as `storage` places targets: over its databases if it spans several, as it
-    /// is otherwise. What the builder and every tool place rows by.
+    /// `strategy` as `storage` places targets: over its databases if it spans several (the
+    /// storage then finds targets' states and outcomes by it too), as it is otherwise. What
+    /// the builder and every tool place rows by.
     pub fn over<S>(strategy: Arc<dyn ShardStrategy>, storage: &S) -> Arc<dyn ShardStrategy>
     where
         S: crate::storage::Storage + ?Sized,
     {
         match storage.databases() {
             Some(dbs) if dbs.map().count() > 1 => {
+                dbs.place_by(strategy.clone());
                 Arc::new(DatabaseStrategy::new(strategy, dbs.map()))
             }
             _ => strategy,
