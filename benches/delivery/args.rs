@@ -3,8 +3,8 @@
 /// How to run the benchmark.
 pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
-[--workload live|latency|scale|catch-up|cluster|jobs|reshard|soak|read-model|relay] [--n N] [--targets T] [--shards S] \
-[--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
+[--workload live|latency|scale|catch-up|cluster|jobs|reshard|soak|read-model|relay|databases] [--n N] [--targets T] [--shards S] \
+[--dbs N --cross-db-fraction F (databases: N of SHARDBOX_PG_DATABASES' URLs, default 3; the fraction of messages copied to another database, default 0)] [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
 [--cache-capacity C (default: the framework's)] [--workers W (live, latency, scale, jobs: \
@@ -46,6 +46,7 @@ pub enum Workload {
     Soak,
     ReadModel,
     Relay,
+    Databases,
 }
 
 impl Workload {
@@ -61,6 +62,7 @@ impl Workload {
             Workload::Soak => "soak",
             Workload::ReadModel => "read-model",
             Workload::Relay => "relay",
+            Workload::Databases => "databases",
         }
     }
 }
@@ -114,6 +116,10 @@ pub struct Args {
     /// (0: none), and the minute of the run it is taken at.
     pub hold_xmin_minutes: f64,
     pub hold_xmin_after: f64,
+    /// `databases`: how many of `SHARDBOX_PG_DATABASES`' databases the storage spans.
+    pub dbs: usize,
+    /// `databases`: the fraction of deposits whose event is copied to another database.
+    pub cross_db_fraction: f64,
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
@@ -162,6 +168,10 @@ impl Args {
                 "--vacuum-secs" => a.vacuum_secs = Some(number("--vacuum-secs", it.next())?),
                 "--hold-xmin-minutes" => {
                     a.hold_xmin_minutes = number("--hold-xmin-minutes", it.next())?
+                }
+                "--dbs" => a.dbs = number("--dbs", it.next())?,
+                "--cross-db-fraction" => {
+                    a.cross_db_fraction = number("--cross-db-fraction", it.next())?
                 }
                 "--hold-xmin-after" => a.hold_xmin_after = number("--hold-xmin-after", it.next())?,
                 other => return Err(format!("unknown flag `{other}`")),
@@ -212,6 +222,8 @@ impl Args {
             vacuum_secs: None,
             hold_xmin_minutes: 0.0,
             hold_xmin_after: 0.0,
+            dbs: 3,
+            cross_db_fraction: 0.0,
         }
     }
 
@@ -229,9 +241,11 @@ impl Args {
             || !(self.minutes > 0.0 && self.minutes <= 10_000.0)
             || self.sample_secs == 0
             || !(self.hold_xmin_minutes >= 0.0 && self.hold_xmin_after >= 0.0)
+            || !(1..=8).contains(&self.dbs)
+            || !(0.0..=1.0).contains(&self.cross_db_fraction)
         {
             return Err(
-                "--n, --targets, --shards, --page-size, --nodes, --rounds, --workers, --handler-concurrency, --minutes and --sample-secs must be > 0, --work-ms 0..=60000, the --hold-xmin-* values >= 0".into(),
+                "--n, --targets, --shards, --page-size, --nodes, --rounds, --workers, --handler-concurrency, --minutes and --sample-secs must be > 0, --work-ms 0..=60000, the --hold-xmin-* values >= 0, --dbs 1..=8, --cross-db-fraction 0..=1".into(),
             );
         }
         Ok(())
@@ -264,6 +278,7 @@ impl Workload {
             Some("soak") => Ok(Workload::Soak),
             Some("read-model") => Ok(Workload::ReadModel),
             Some("relay") => Ok(Workload::Relay),
+            Some("databases") => Ok(Workload::Databases),
             other => Err(format!("--workload: unknown workload {other:?}")),
         }
     }

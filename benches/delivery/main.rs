@@ -8,6 +8,8 @@
 //!     [--minutes 30] [--sample-secs 60] [--hold-xmin-minutes N --hold-xmin-after M]  (`soak`)
 //!     --workload read-model [--rounds 3]   (JSON-state vs SQL projection, alternating)
 //!     --workload relay [--n 100000] [--batch 500]   (outbox commits and the relay's copy)
+//!     --workload databases [--dbs 3] [--cross-db-fraction 0.1] [--rounds 2]   (PostgreSQL:
+//!         one database against several, and messages between them; SHARDBOX_PG_DATABASES)
 //! ```
 //!
 //! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
@@ -19,6 +21,7 @@
 mod args;
 mod backend;
 mod cluster;
+mod databases;
 mod floor;
 mod jobs;
 mod model;
@@ -76,6 +79,7 @@ fn main() {
             Workload::Soak => soak::soak(&args).await,
             Workload::ReadModel => read_model::read_model(&args).await,
             Workload::Relay => relay::relay(&args).await,
+            Workload::Databases => databases::databases(&args).await,
         }
     });
     match result {

@@ -25,10 +25,49 @@ fn head(sql: &str) -> String {
         .collect()
 }
 
+/// Statements per watched database (see [`watch`]), by its place in the watched list.
+static PER_DB: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+/// The URLs [`watch`] was given, in order.
+static WATCHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Counts apart the statements of the connections made from now on to each of `urls` (at
+/// most 8): [`per_database`] reads them.
+pub fn watch(urls: &[String]) {
+    *lock(&WATCHED) = urls.iter().take(PER_DB.len()).cloned().collect();
+}
+
+/// Statements so far on the connections of each watched database, in [`watch`]'s order.
+pub fn per_database() -> Vec<u64> {
+    let n = lock(&WATCHED).len();
+    PER_DB[..n]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect()
+}
+
+/// The `host:port` of a URL (what follows `user@`, up to the path).
+fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest)
+}
+
 fn counter() -> Option<Box<dyn Instrumentation>> {
-    Some(Box::new(|event: InstrumentationEvent<'_>| {
+    // Which watched database this connection is to, learnt when it connects.
+    let mut slot: Option<usize> = None;
+    Some(Box::new(move |event: InstrumentationEvent<'_>| {
+        if let InstrumentationEvent::StartEstablishConnection { url, .. } = &event {
+            // Storages may add parameters (a schema, an application name) to the URL: the
+            // server's address tells the databases apart.
+            slot = lock(&WATCHED)
+                .iter()
+                .position(|w| url.contains(authority(w)));
+        }
         if let InstrumentationEvent::StartQuery { query, .. } = event {
             STARTED.fetch_add(1, Ordering::Relaxed);
+            if let Some(i) = slot {
+                PER_DB[i].fetch_add(1, Ordering::Relaxed);
+            }
             // The tally only when asked for: no lock per statement otherwise.
             if TALLY.load(Ordering::Relaxed) {
                 let mut by_text = lock(&BY_TEXT);

@@ -24,6 +24,7 @@ mod listen;
 mod notify;
 mod options;
 mod own_echo;
+mod several;
 mod stage_statement;
 mod states_by_id;
 
