@@ -67,7 +67,9 @@ fn validate_command(message: &NewMessage, max_payload_bytes: usize) -> Result<()
 pub struct Inbox {
     pub(super) env: Arc<DeliveryEnv>,
     /// Group commit of this Inbox's concurrent sends (shared by its clones).
-    writes: Arc<WriteQueue>,
+    /// One group-commit queue per database of the storage (one for a storage of one), so
+    /// that a database that is slow or down holds up only the sends to its own targets.
+    writes: Arc<[WriteQueue]>,
 }
 
 /// The row of `command` to `A` instance `id`, sent with `options` at `now`.
@@ -124,9 +126,13 @@ fn serialize<T: Message>(value: &T) -> Result<Vec<u8>, DeliveryError> {
 impl Inbox {
     /// The Inbox of a delivery environment.
     pub fn new(env: Arc<DeliveryEnv>) -> Self {
+        let databases = env
+            .storage
+            .databases()
+            .map_or(1, |d| d.map().count() as usize);
         Inbox {
             env,
-            writes: Arc::new(WriteQueue::default()),
+            writes: (0..databases).map(|_| WriteQueue::default()).collect(),
         }
     }
 
@@ -297,8 +303,13 @@ impl Inbox {
     /// framework's own catch-up ticks).
     #[doc(hidden)]
     pub async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
-        let report = self
-            .writes
+        // The queue of the database of the batch's first row (a batch for several databases,
+        // a bulk send, is written to each by the storage; it waits in this one).
+        let queue = match (self.env.storage.databases(), batch.messages.first()) {
+            (Some(dbs), Some(first)) => dbs.map().database_of(first.shard) as usize,
+            _ => 0,
+        };
+        let report = self.writes[queue]
             .write(
                 &self.env.storage,
                 &self.env.registry,
