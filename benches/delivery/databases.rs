@@ -202,6 +202,7 @@ async fn measured(
     DEPOSITS.store(0, Ordering::SeqCst);
     COPIES.store(0, Ordering::SeqCst);
     let (statements_before, per_db_before) = (statements::count(), statements::per_database());
+    statements::reset_tally();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..4 {
@@ -255,6 +256,7 @@ async fn measured(
         .zip(per_db_before)
         .map(|(after, before)| after - before)
         .collect();
+    statements::breakdown(a.n);
     node.shutdown().await.map_err(|e| e.to_string())?;
     let (lost, duplicates) = audit(&sb, &plan, a.n).await?;
     let counted: u64 = per_db.iter().take(urls.len()).sum();

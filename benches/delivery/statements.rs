@@ -107,3 +107,10 @@ pub fn breakdown(messages: usize) {
         eprintln!("{:>8.3}  {text}", *n as f64 / messages.max(1) as f64);
     }
 }
+
+/// Forgets the tally of [`breakdown`] (when tallying), to count the next span alone.
+pub fn reset_tally() {
+    if let Some(by_text) = lock(&BY_TEXT).as_mut() {
+        by_text.clear();
+    }
+}

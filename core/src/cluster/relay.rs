@@ -3,8 +3,10 @@
 //! [`OutboxStore`](crate::storage::OutboxStore) and docs/clustering.md, "Past one database").
 //!
 //! ```text
-//!  step:  P = target.relay_position(from)
-//!         rows = source.outbox_page(to, after: P)       none: trim up to P, idle
+//!  step:  rows = source.outbox_page(to, after: K)       K: the last position this relay saw
+//!                                                        (0 at first); none: idle, one read
+//!         P = target.relay_position(from)               rows at or below P: copied already
+//!         rows = those above P                          none: trim up to P, done
 //!         target.relay_into(from, after: P, rows)        rows written + position moved, in
 //!                                                        one transaction; or Moved: another
 //!                                                        relay copied first, nothing written
@@ -15,7 +17,10 @@
 //! relays of one (source, target) pair may run, crash (SIGKILL between any two calls) and
 //! start again; every row is copied once, in id order. A crash between the copy and the trim
 //! leaves copied rows in the outbox, below the recorded position, where no page reads them;
-//! the next step that finds nothing to copy trims them.
+//! the next step that finds nothing to copy trims them (a relay starts from K = 0, so it reads
+//! them, finds them below the recorded position, and trims them). An idle step is one read of
+//! the source's outbox: a relay that runs every tenth of a second costs little when nothing
+//! crosses.
 
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
@@ -40,9 +45,9 @@ pub struct RelayStep {
 }
 
 impl RelayStep {
-    /// Whether the step found nothing to copy.
+    /// Whether the step found nothing to copy or trim.
     pub fn idle(&self) -> bool {
-        self.copied == 0 && self.duplicates == 0 && !self.raced
+        self.copied == 0 && self.duplicates == 0 && self.trimmed == 0 && !self.raced
     }
 }
 
@@ -53,6 +58,8 @@ pub struct Relay {
     from: u32,
     to: u32,
     batch: usize,
+    /// The last recorded position this relay saw (rows at or below it are copied).
+    known: std::sync::atomic::AtomicI64,
 }
 
 impl Relay {
@@ -71,6 +78,7 @@ impl Relay {
             from,
             to,
             batch: batch.max(1),
+            known: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -82,14 +90,21 @@ impl Relay {
     /// One batch: reads the target's position, the source's rows after it, copies them and
     /// trims them (see the module doc).
     pub async fn step(&self) -> Result<RelayStep, StorageError> {
-        let after = self.target.relay_position(self.from).await?;
-        let rows = self.source.outbox_page(self.to, after, self.batch).await?;
+        use std::sync::atomic::Ordering;
+        let known = self.known.load(Ordering::Acquire);
+        let mut rows = self.source.outbox_page(self.to, known, self.batch).await?;
         if rows.is_empty() {
-            // Rows a crash left between their copy and their trim.
-            let trimmed = match after {
-                0 => 0,
-                _ => self.source.trim_outbox(self.to, after).await?,
-            };
+            return Ok(RelayStep {
+                position: known,
+                ..RelayStep::default()
+            });
+        }
+        let after = self.target.relay_position(self.from).await?;
+        rows.retain(|r| r.id > after);
+        if rows.is_empty() {
+            // Copied already (by another relay, or before a crash that missed the trim).
+            let trimmed = self.source.trim_outbox(self.to, after).await?;
+            self.known.fetch_max(after, Ordering::AcqRel);
             return Ok(RelayStep {
                 position: after,
                 trimmed,
@@ -104,6 +119,7 @@ impl Relay {
         match self.target.relay_into(copy).await? {
             RelayOutcome::Copied { position, written } => {
                 let trimmed = self.source.trim_outbox(self.to, position).await?;
+                self.known.fetch_max(position, Ordering::AcqRel);
                 tracing::debug!(
                     from = self.from,
                     to = self.to,
@@ -121,11 +137,14 @@ impl Relay {
                     shards: written.shards,
                 })
             }
-            RelayOutcome::Moved { recorded } => Ok(RelayStep {
-                position: recorded,
-                raced: true,
-                ..RelayStep::default()
-            }),
+            RelayOutcome::Moved { recorded } => {
+                self.known.fetch_max(recorded, Ordering::AcqRel);
+                Ok(RelayStep {
+                    position: recorded,
+                    raced: true,
+                    ..RelayStep::default()
+                })
+            }
         }
     }
 

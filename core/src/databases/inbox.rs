@@ -26,18 +26,30 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
 impl Databases {
-    /// `batch` as one batch per database (local shards), in database order: each row in its
-    /// shard's database, each event in its source's (where a stage of its source appends
-    /// the source's other events, so one database holds a source's stream).
-    fn split(&self, batch: WriteBatch) -> BTreeMap<u32, WriteBatch> {
+    /// `batch` as one batch per database, in database order, its rows still addressed to
+    /// global shards: each row in its shard's database, each event in its source's (where a
+    /// stage of its source appends the source's other events, so one database holds a
+    /// source's stream). The send path queues each part with its database's sends.
+    pub fn by_database(&self, batch: WriteBatch) -> BTreeMap<u32, WriteBatch> {
         let mut parts: BTreeMap<u32, WriteBatch> = BTreeMap::new();
         for write in batch.messages {
-            let (d, local) = self.map.write_to_local(write);
-            parts.entry(d).or_default().messages.push(local);
+            let d = self.map.database_of(write.shard);
+            parts.entry(d).or_default().messages.push(write);
         }
         for event in batch.events {
             let d = self.database_of_target(&event.source.kind, &event.source.id);
             parts.entry(d).or_default().events.push(event);
+        }
+        parts
+    }
+
+    /// [`Databases::by_database`] with every row addressed to its local shard.
+    fn split(&self, batch: WriteBatch) -> BTreeMap<u32, WriteBatch> {
+        let mut parts = self.by_database(batch);
+        for part in parts.values_mut() {
+            for write in &mut part.messages {
+                write.shard = self.map.local(write.shard);
+            }
         }
         parts
     }

@@ -88,7 +88,7 @@ impl Databases {
     }
 
     /// `keys` grouped by the database of their target, in database order.
-    fn by_database<'k>(
+    fn keys_by_database<'k>(
         &self,
         keys: impl IntoIterator<Item = (&'k str, &'k str)>,
     ) -> Vec<Vec<usize>> {

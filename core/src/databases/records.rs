@@ -198,7 +198,7 @@ impl KindControlStore for Databases {
 impl EntityStore for Databases {
     async fn load_states(&self, keys: &[EntityKey]) -> Result<Vec<EntityState>, StorageError> {
         // A target's state lives in its database only: ask just the databases of `keys`.
-        let groups = self.by_database(keys.iter().map(|k| (k.kind.as_str(), k.id.as_str())));
+        let groups = self.keys_by_database(keys.iter().map(|k| (k.kind.as_str(), k.id.as_str())));
         let mut states = Vec::new();
         for (d, group) in groups.iter().enumerate() {
             if group.is_empty() {

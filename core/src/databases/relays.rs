@@ -27,6 +27,8 @@ pub struct RelayRound {
     pub duplicates: usize,
     /// Steps another relay beat to the copy.
     pub raced: usize,
+    /// Outbox rows deleted after their copy.
+    pub trimmed: usize,
     /// The (global) shards that received rows, sorted, each once.
     pub shards: Vec<ShardIndex>,
     /// The pairs whose step failed (a database unreachable), with the error.
@@ -36,7 +38,7 @@ pub struct RelayRound {
 impl RelayRound {
     /// Whether another round at once may find more (a step copied or lost a race).
     pub fn busy(&self) -> bool {
-        self.copied > 0 || self.duplicates > 0 || self.raced > 0
+        self.copied > 0 || self.duplicates > 0 || self.raced > 0 || self.trimmed > 0
     }
 }
 
@@ -66,6 +68,7 @@ impl Databases {
                     round.copied += step.copied;
                     round.duplicates += step.duplicates;
                     round.raced += usize::from(step.raced);
+                    round.trimmed += step.trimmed;
                     round
                         .shards
                         .extend(self.map.shards_to_global(to, step.shards));

@@ -303,23 +303,37 @@ impl Inbox {
     /// framework's own catch-up ticks).
     #[doc(hidden)]
     pub async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
-        // The queue of the database of the batch's first row (a batch for several databases,
-        // a bulk send, is written to each by the storage; it waits in this one).
-        let queue = match (self.env.storage.databases(), batch.messages.first()) {
-            (Some(dbs), Some(first)) => dbs.map().database_of(first.shard) as usize,
-            _ => 0,
+        let report = match self.env.storage.databases() {
+            None => self.write_queued(0, batch).await?,
+            // Each database's part goes with that database's sends (a bulk send to several
+            // databases waits for each in turn).
+            Some(dbs) => {
+                let mut report = WriteReport::default();
+                for (d, part) in dbs.by_database(batch) {
+                    report.merge(self.write_queued(d as usize, part).await?);
+                }
+                report
+            }
         };
-        let report = self.writes[queue]
+        self.env.metrics.record_write(&report);
+        self.env.notify(&report.shards);
+        Ok(report)
+    }
+
+    /// Writes `batch` through the group-commit queue of database `queue`.
+    async fn write_queued(
+        &self,
+        queue: usize,
+        batch: WriteBatch,
+    ) -> Result<WriteReport, DeliveryError> {
+        Ok(self.writes[queue]
             .write(
                 &self.env.storage,
                 &self.env.registry,
                 &self.env.metrics,
                 batch,
             )
-            .await?;
-        self.env.metrics.record_write(&report);
-        self.env.notify(&report.shards);
-        Ok(report)
+            .await?)
     }
 
     async fn write(
