@@ -100,6 +100,7 @@ impl Projection for Mirror {
 #[derive(Debug, Clone, Default)]
 struct Run {
     rate: f64,
+    per_stage: f64,
     tail_ms: f64,
     statements_per_msg: f64,
     shares: Vec<f64>,
@@ -260,8 +261,10 @@ async fn measured(
     node.shutdown().await.map_err(|e| e.to_string())?;
     let (lost, duplicates) = audit(&sb, &plan, a.n).await?;
     let counted: u64 = per_db.iter().take(urls.len()).sum();
+    let m = sb.metrics();
     Ok(Run {
         rate: messages as f64 / elapsed.as_secs_f64(),
+        per_stage: m.delivered as f64 / m.stages.max(1) as f64,
         tail_ms: (elapsed - deposits_done.unwrap_or(elapsed)).as_secs_f64() * 1000.0,
         statements_per_msg: statements as f64 / messages as f64,
         shares: per_db
@@ -353,8 +356,8 @@ pub async fn databases(a: &Args) -> Result<Report, String> {
             k += 1;
             let r = run(urls, a, fraction, k).await?;
             eprintln!(
-                "round {round} {kind:<8} dbs {} f {fraction:.2}: {:>7.0} msgs/s, {:.2} statements/msg, shares {:?}, copies' tail {:.0} ms, lost {}, duplicates {}",
-                urls.len(), r.rate, r.statements_per_msg,
+                "round {round} {kind:<8} dbs {} f {fraction:.2}: {:>7.0} msgs/s, {:.0} msgs/stage, {:.3} statements/msg, shares {:?}, copies' tail {:.0} ms, lost {}, duplicates {}",
+                urls.len(), r.rate, r.per_stage, r.statements_per_msg,
                 r.shares.iter().map(|s| format!("{s:.3}")).collect::<Vec<_>>(),
                 r.tail_ms, r.lost, r.duplicates
             );
