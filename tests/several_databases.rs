@@ -216,7 +216,8 @@ fn one_database_of_three_stopped_slows_only_its_own_shards_and_loses_nothing() {
     for node in &nodes {
         node.ready();
     }
-    let dbs = storage.databases().expect("a storage over three databases");
+    let dbs = shardbox::core::databases::Databases::of(storage.as_ref())
+        .expect("a storage over three databases");
     let (healthy, stopped): (Vec<usize>, Vec<usize>) = (0..TARGETS)
         .partition(|t| dbs.database_of_target("tally", &format!("tally-{t}")) != STOPPED);
     assert!(

@@ -1,5 +1,5 @@
 //! Cases of a storage over several databases (`shardbox_core::databases::Databases`, found
-//! through `Storage::databases`): what holds per database where one database holds it for
+//! by `Databases::of`): what holds per database where one database holds it for
 //! the whole storage, a stage's rows for another database carried by the relays, re-sharding
 //! database by database, and the refusals (catch-up jobs, a shard count below one shard per
 //! database). Run with `conformance_suite!(several_databases: fresh)` on two or more
@@ -15,9 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 fn several<S: Storage>(store: &S) -> &Databases {
-    let dbs = store
-        .databases()
-        .expect("these cases run on a storage over several databases");
+    let dbs = Databases::of(store).expect("these cases run on a storage over several databases");
     assert!(dbs.map().count() >= 2, "at least two databases");
     dbs
 }

@@ -14,6 +14,7 @@
 //!  telemetry/  the DeliveryMonitor hooks and the metrics
 //!  stage/      one stage as stations see it: Conveyor, Station, StationContext (read-only)
 //!  cluster/    what nodes agree on via the lock table: membership, leases, re-sharding, clock
+//!  databases/  one storage over several databases: routing, merged reads, relays
 //!  runner/     one node's scheduling: workers, turns, stages' fenced commits, wake-ups, timers
 //!  send/       send / post into the Inbox (group commit)
 //!  operator/   operator actions, written once for the facade, the admin surface and the CLI

@@ -99,6 +99,12 @@ impl Databases {
         groups
     }
 
+    /// `storage` as a storage over several databases, if it is one (`None` for a storage of
+    /// one database, which is today's mode).
+    pub fn of<S: Storage + ?Sized>(storage: &S) -> Option<&Databases> {
+        storage.as_any()?.downcast_ref::<Databases>()
+    }
+
     /// Sets how many outbox rows a relay copies in one transaction (default 500).
     pub fn relay_batch(mut self, rows: usize) -> Self {
         self.relays = Self::make_relays(&self.dbs, rows.max(1));
@@ -169,7 +175,7 @@ impl Storage for Databases {
         self.home().schema_check()
     }
 
-    fn databases(&self) -> Option<&Databases> {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
 }

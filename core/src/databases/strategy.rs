@@ -33,7 +33,7 @@ impl DatabaseStrategy {
     where
         S: crate::storage::Storage + ?Sized,
     {
-        match storage.databases() {
+        match super::Databases::of(storage) {
             Some(dbs) if dbs.map().count() > 1 => {
                 dbs.place_by(strategy.clone());
                 Arc::new(DatabaseStrategy::new(strategy, dbs.map()))

@@ -126,9 +126,7 @@ fn serialize<T: Message>(value: &T) -> Result<Vec<u8>, DeliveryError> {
 impl Inbox {
     /// The Inbox of a delivery environment.
     pub fn new(env: Arc<DeliveryEnv>) -> Self {
-        let databases = env
-            .storage
-            .databases()
+        let databases = crate::databases::Databases::of(env.storage.as_ref())
             .map_or(1, |d| d.map().count() as usize);
         Inbox {
             env,
@@ -303,7 +301,7 @@ impl Inbox {
     /// framework's own catch-up ticks).
     #[doc(hidden)]
     pub async fn write_batch(&self, batch: WriteBatch) -> Result<WriteReport, DeliveryError> {
-        let report = match self.env.storage.databases() {
+        let report = match crate::databases::Databases::of(self.env.storage.as_ref()) {
             None => self.write_queued(0, batch).await?,
             // Each database's part goes with that database's sends (a bulk send to several
             // databases waits for each in turn).

@@ -110,10 +110,10 @@ pub trait Storage:
         None
     }
 
-    /// The storage over several databases this is, if it is one: a node then places targets
-    /// by its databases ([`crate::databases::DatabaseStrategy`]) and runs its relays. The
-    /// default is a storage of one database.
-    fn databases(&self) -> Option<&crate::databases::Databases> {
+    /// The backend as [`Any`](std::any::Any), for code that acts on one concrete storage: a
+    /// storage over several databases is found this way (`Databases::of`), and a node then
+    /// places targets by its databases and runs its relays. The default is `None`.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
 }

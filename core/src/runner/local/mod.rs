@@ -127,7 +127,7 @@ impl LocalRunner {
             .tasks
             .spawn(follow_kind_controls(env.clone(), stop_rx.clone()).instrument(span));
         // Over several databases, the outbox rows of stages are copied to their databases.
-        if env.storage.databases().is_some() {
+        if crate::databases::Databases::of(env.storage.as_ref()).is_some() {
             let span = tracing::info_span!("relays", node = %node);
             queue.tasks.spawn(
                 relays::relay_outboxes(env.clone(), observer.clone(), stop_rx.clone())

@@ -65,7 +65,7 @@ pub(super) async fn relay_outboxes(
     observer: Arc<dyn ShardObserver>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let Some(dbs) = env.storage.databases() else {
+    let Some(dbs) = crate::databases::Databases::of(env.storage.as_ref()) else {
         return;
     };
     let node = env.config.node_id.0.clone();
