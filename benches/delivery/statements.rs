@@ -72,7 +72,14 @@ fn counter() -> Option<Box<dyn Instrumentation>> {
             if TALLY.load(Ordering::Relaxed) {
                 let mut by_text = lock(&BY_TEXT);
                 if let Some(by_text) = by_text.as_mut() {
-                    *by_text.entry(head(&query.to_string())).or_default() += 1;
+                    // With watched databases, each statement is tallied under its database.
+                    let key = match slot {
+                        Some(i) if lock(&WATCHED).len() > 1 => {
+                            format!("db{i} {}", head(&query.to_string()))
+                        }
+                        _ => head(&query.to_string()),
+                    };
+                    *by_text.entry(key).or_default() += 1;
                 }
             }
         }

@@ -82,6 +82,11 @@ impl Relay {
         }
     }
 
+    /// The most rows it copies in one step.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
     /// The databases it copies from and to.
     pub fn pair(&self) -> (u32, u32) {
         (self.from, self.to)

@@ -31,6 +31,8 @@ pub struct RelayRound {
     pub raced: usize,
     /// Outbox rows deleted after their copy.
     pub trimmed: usize,
+    /// A step copied a whole batch: its outbox may hold more at once.
+    pub full: bool,
     /// The (global) shards that received rows, sorted, each once.
     pub shards: Vec<ShardIndex>,
     /// The pairs whose step failed (a database unreachable), with the error.
@@ -79,6 +81,7 @@ impl Databases {
                     round.duplicates += step.duplicates;
                     round.raced += usize::from(step.raced);
                     round.trimmed += step.trimmed;
+                    round.full |= step.copied + step.duplicates >= relay.batch();
                     round
                         .shards
                         .extend(self.map.shards_to_global(to, step.shards));

@@ -6,6 +6,7 @@
 //! ```text
 //!  loop: its pairs' relay round ─► copied rows' shards ─► the node's observer (their workers wake)
 //!        a pair failed (a database down) ─► warned once, retried every round until it copies
+//!        a batch full ─► at once; rows, none full ─► 20 ms (rows gather into batches)
 //!        nothing to copy ─► wait: outbox_written | 100 ms | stop
 //! ```
 
@@ -19,6 +20,9 @@ use tokio::sync::watch;
 
 /// How long the task waits for a stage of this node before it looks at the outboxes again.
 const RELAY_POLL: Duration = Duration::from_millis(100);
+
+/// How long the task lets rows gather after a round that copied less than a batch.
+const RELAY_GATHER: Duration = Duration::from_millis(20);
 
 /// How often the task reads the membership to learn its pairs.
 const PLACEMENT_EVERY: Duration = Duration::from_secs(2);
@@ -115,7 +119,17 @@ pub(super) async fn relay_outboxes(
             tracing::info!(from, to, "relay copying again");
         }
         failing = failed;
+        if round.full {
+            continue;
+        }
         if round.busy() {
+            // Rows came but no batch was full: let a few more stages commit theirs, so that
+            // a steady trickle is copied in batches rather than a transaction a row.
+            tokio::select! {
+                biased;
+                _ = stopped(&mut stop) => return,
+                _ = tokio::time::sleep(RELAY_GATHER) => {}
+            }
             continue;
         }
         tokio::select! {
