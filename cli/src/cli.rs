@@ -15,7 +15,8 @@ use std::net::SocketAddr;
 #[command(name = "shardbox", version)]
 pub struct Cli {
     /// The database: a PostgreSQL URL (postgres://… or postgresql://…) or the path of a
-    /// SQLite file.
+    /// SQLite file; for a storage over several PostgreSQL databases, their URLs separated
+    /// by spaces, the home database first, as the application lists them.
     #[arg(long, env = "SHARDBOX_DB", global = true, hide_env_values = true)]
     pub db: Option<String>,
 

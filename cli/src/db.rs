@@ -1,4 +1,7 @@
-//! Opening the database the command points at: a PostgreSQL URL or a SQLite path.
+//! Opening the database the command points at: a PostgreSQL URL or a SQLite path — or, for
+//! a storage over several PostgreSQL databases, their URLs separated by spaces, the home
+//! database first (`--db "postgres://…/a postgres://…/b"`), opened as the application opens
+//! them (`PostgresStorage::connect_databases`), so that rows are placed in the right database.
 //!
 //! Every command but `migrate` opens it in `MigrationMode::Verify`, so that an operator's
 //! look never changes a schema (a database of another version is refused with the
@@ -59,6 +62,70 @@ impl<'a> Target<'a> {
     }
 }
 
+/// A PostgreSQL storage as the CLI uses one: one connection does (it runs one query at a
+/// time and listens to nothing).
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    url: &str,
+    schema: Option<&str>,
+    mode: MigrationMode,
+) -> Result<PostgresStorage, StorageError> {
+    let mut options = PostgresOptions::default()
+        .pool_size(2)
+        .min_idle(Some(0))
+        .listen(false)
+        .migrations(mode);
+    if let Some(schema) = schema {
+        options = options.schema(schema);
+    }
+    PostgresStorage::connect_with(url, options).await
+}
+
+/// One storage over the PostgreSQL databases `urls` (the home database first).
+#[cfg(feature = "postgres")]
+async fn open_several(
+    urls: &[&str],
+    schema: Option<&str>,
+    mode: MigrationMode,
+) -> Result<Arc<dyn Storage>, CliError> {
+    // Every entry is checked before any is connected to.
+    for (i, url) in urls.iter().enumerate() {
+        if !matches!(Target::of(url), Target::Postgres(_)) {
+            return Err(several_refused(url));
+        }
+        if urls[..i].contains(url) {
+            return Err(CliError::Usage(format!(
+                "--db lists {} twice; each database of a storage over several holds shards of its own",
+                shardbox_storage::redact(url)
+            )));
+        }
+    }
+    let mut dbs: Vec<Arc<dyn shardbox_core::databases::Database>> = Vec::new();
+    for url in urls {
+        dbs.push(Arc::new(open_postgres(url, schema, mode).await?));
+    }
+    Ok(Arc::new(shardbox_core::databases::Databases::new(dbs)?))
+}
+
+/// Without PostgreSQL built in, a list of databases is refused.
+#[cfg(not(feature = "postgres"))]
+async fn open_several(
+    urls: &[&str],
+    _schema: Option<&str>,
+    _mode: MigrationMode,
+) -> Result<Arc<dyn Storage>, CliError> {
+    Err(several_refused(urls[0]))
+}
+
+/// The refusal of a list of databases that names something else than a PostgreSQL URL.
+fn several_refused(entry: &str) -> CliError {
+    CliError::Usage(format!(
+        "--db lists several databases, so each must be a PostgreSQL URL (postgres://…), and `{}` is not{}; a SQLite path with a space in it cannot be listed",
+        Target::of(entry).name(),
+        if cfg!(feature = "postgres") { "" } else { " (and this shardbox binary was built without the `postgres` feature)" }
+    ))
+}
+
 /// The scheme of `db` if it is written as a URL (`scheme://…`, the scheme a letter followed
 /// by letters, digits, `+`, `-` or `.`, as RFC 3986 has it); `None` for a path.
 fn url_scheme(db: &str) -> Option<&str> {
@@ -70,14 +137,19 @@ fn url_scheme(db: &str) -> Option<&str> {
     .then_some(scheme)
 }
 
-/// Opens `db` (PostgreSQL tables in `schema` if given) with `mode`.
+/// Opens `db` (PostgreSQL tables in `schema` if given) with `mode`: several PostgreSQL URLs
+/// separated by spaces open one storage over those databases.
 #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] // `schema`: PostgreSQL only
 pub async fn open(
     db: &str,
     schema: Option<&str>,
     mode: MigrationMode,
 ) -> Result<Arc<dyn Storage>, CliError> {
-    match Target::of(db) {
+    let listed: Vec<&str> = db.split_whitespace().collect();
+    if listed.len() > 1 {
+        return open_several(&listed, schema, mode).await;
+    }
+    match Target::of(db.trim()) {
         Target::OtherScheme(scheme) => Err(CliError::Usage(format!(
             "--db {}: no backend serves `{scheme}://` URLs; give a PostgreSQL URL (postgres://… or postgresql://…) or the path of a SQLite file (without a scheme)",
             shardbox_storage::redact(db)
@@ -85,17 +157,7 @@ pub async fn open(
         #[cfg(feature = "postgres")]
         Target::Postgres(url) => {
             // One connection does: the CLI runs one query at a time and listens to nothing.
-            let mut options = PostgresOptions::default()
-                .pool_size(2)
-                .min_idle(Some(0))
-                .listen(false)
-                .migrations(mode);
-            if let Some(schema) = schema {
-                options = options.schema(schema);
-            }
-            Ok(Arc::new(
-                PostgresStorage::connect_with(url, options).await?,
-            ))
+            Ok(Arc::new(open_postgres(url, schema, mode).await?))
         }
         #[cfg(feature = "sqlite")]
         Target::Sqlite(path) => {
