@@ -11,6 +11,10 @@
 //! The nodes are this test binary run again with `SHARDBOX_CLUSTER_NODE` set, which makes
 //! `cluster_node_entry` run a node until its stdin closes (in a normal run it returns at
 //! once).
+//!
+//! The same run goes over a storage of three databases (`scripts/pg-databases.sh`, when
+//! `SHARDBOX_PG_DATABASES_SCRIPT` names it, as `.ci/run` does): the 64 shards interleaved over
+//! them, the commit log read from each.
 
 mod common;
 
@@ -48,7 +52,13 @@ fn cluster_node_entry() {
     let Ok(node) = std::env::var("SHARDBOX_CLUSTER_NODE") else {
         return;
     };
-    let url = std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process");
+    // One database (SHARDBOX_PG_URL) or several (SHARDBOX_CLUSTER_URLS, space-separated).
+    let urls: Vec<String> = match std::env::var("SHARDBOX_CLUSTER_URLS") {
+        Ok(urls) => urls.split_whitespace().map(str::to_owned).collect(),
+        Err(_) => {
+            vec![std::env::var("SHARDBOX_PG_URL").expect("SHARDBOX_PG_URL in a node process")]
+        }
+    };
     let schema = std::env::var("SHARDBOX_CLUSTER_SCHEMA").expect("SHARDBOX_CLUSTER_SCHEMA");
     // `SHARDBOX_TEST_LOG=shardbox_core=debug` shows what the nodes do (on stderr).
     common::cluster::init_node_log();
@@ -56,10 +66,10 @@ fn cluster_node_entry() {
         let options = shardbox::storage::PostgresOptions::default()
             .schema(schema)
             .pool_size(8);
-        let storage = shardbox::storage::PostgresStorage::connect_with(url, options)
+        let storage = shardbox::storage::PostgresStorage::connect_databases(&urls, options)
             .await
             .expect("connect");
-        let sb = builder(Arc::new(storage))
+        let sb = builder(storage)
             .node_id(NodeId(node.clone()))
             .stations(|p| {
                 p.push(CommitLog);
@@ -111,15 +121,57 @@ fn three_node_processes_lose_one_to_sigkill_and_deliver_everything_once() {
     let Some(url) = common::pg_url("three_node_processes_lose_one_to_sigkill") else {
         return;
     };
-    common::cluster::runtime().block_on(failover(url));
+    common::cluster::runtime().block_on(failover(vec![url]));
 }
 
-async fn failover(url: String) {
+#[test]
+fn three_node_processes_over_three_databases_lose_one_to_sigkill_and_deliver_everything_once() {
+    let Ok(script) = std::env::var("SHARDBOX_PG_DATABASES_SCRIPT") else {
+        use std::io::Write;
+        let _ = std::io::stderr().lock().write_all(
+            b"\nSKIPPED: the node SIGKILL test over three databases did not run (it counts as \
+              passed); set SHARDBOX_PG_DATABASES_SCRIPT=scripts/pg-databases.sh (as root, as \
+              .ci/run does) to run it\n",
+        );
+        return;
+    };
+    let out = std::process::Command::new("bash")
+        .args([script.as_str(), "ensure"])
+        .output()
+        .expect("run the databases script");
+    assert!(out.status.success(), "{script} ensure: {out:?}");
+    let urls: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(urls.len(), 3, "{urls:?}");
+    common::cluster::runtime().block_on(failover(urls));
+}
+
+/// The run over `urls`: one database, today's mode, or a storage over several.
+async fn failover(urls: Vec<String>) {
     let started = Instant::now();
+    let url = urls[0].clone();
     let schema = common::PgSchema::new(&url, "failover");
+    // The same schema name in the other databases, dropped with them.
+    let _others: Vec<common::PgSchema> = urls[1..]
+        .iter()
+        .map(|u| common::PgSchema {
+            url: u.clone(),
+            name: schema.name.clone(),
+        })
+        .collect();
     // Connecting migrates the schema before the nodes start.
-    let storage: std::sync::Arc<dyn shardbox::core::Storage> =
-        std::sync::Arc::new(schema.connect(4).await);
+    let storage: std::sync::Arc<dyn shardbox::core::Storage> = if urls.len() == 1 {
+        std::sync::Arc::new(schema.connect(4).await)
+    } else {
+        let options = shardbox::storage::PostgresOptions::default()
+            .schema(schema.name.clone())
+            .pool_size(4);
+        shardbox::storage::PostgresStorage::connect_databases(&urls, options)
+            .await
+            .expect("connect to the databases")
+    };
     let sender = builder(storage.clone())
         .node_id(NodeId("sender".into()))
         .build()
@@ -131,6 +183,7 @@ async fn failover(url: String) {
             let env = [
                 ("SHARDBOX_CLUSTER_NODE", name.clone()),
                 ("SHARDBOX_CLUSTER_SCHEMA", schema.name.clone()),
+                ("SHARDBOX_CLUSTER_URLS", urls.join(" ")),
             ];
             NodeProcess::spawn(&name, ENTRY, &env)
         })
@@ -209,7 +262,11 @@ async fn failover(url: String) {
         .await;
 
     // No two nodes ever committed under the same (shard, epoch).
-    let log = pg_commit_log(&url, &schema.name);
+    // Each stage logs in its own database, under its (global) shard.
+    let log: Vec<_> = urls
+        .iter()
+        .flat_map(|u| pg_commit_log(u, &schema.name))
+        .collect();
     assert_eq!(shared_epochs(&log), vec![], "two owners of one epoch");
     let nodes_seen: BTreeSet<&str> = log.iter().map(|e| e.node.as_str()).collect();
     for n in &nodes {
