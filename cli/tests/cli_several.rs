@@ -2,7 +2,8 @@
 //! database first): it opens them as the application does, so that it reads every database
 //! and places requeued rows in their target's database and shard; a list that names
 //! something else than PostgreSQL URLs, or one database twice, is refused before anything is
-//! connected to; a catch-up is refused by name. The PostgreSQL part runs when
+//! connected to; a catch-up is refused by name, over the set and on one of its databases
+//! opened alone. The PostgreSQL part runs when
 //! SHARDBOX_PG_URL is set (skipped loudly without), on that database and a second one of the
 //! same server (`shardbox_cli_db1`, made if missing).
 
@@ -187,6 +188,15 @@ async fn the_cli_reads_and_requeues_over_several_databases() {
     );
     let err = stderr(&out);
     assert_ne!(code(&out), 0, "{err}");
+    // Opened alone, one database of the set refuses too: it holds only its own events.
+    let alone = run(
+        &url1,
+        schema,
+        &["catch-up", "start", "vault", "--yes", "--force"],
+    );
+    let alone_err = stderr(&alone);
+    assert_ne!(code(&alone), 0, "{alone_err}");
+    assert!(alone_err.contains("database 1 of 2"), "{alone_err}");
     assert!(
         err.contains("not supported"),
         "a catch-up is refused by name: {err}"

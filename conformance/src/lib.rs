@@ -154,10 +154,11 @@ pub use outcomes::{
     unhandled_commands_outcomes_are_purged_and_decided_again_by_unblock,
 };
 pub use registry::{
-    clock_now_is_the_storage_clock, concurrent_pick_up_has_one_winner,
-    fenced_commit_refused_after_lease_taken, members_beat_expire_and_leave,
-    pick_up_refused_while_held, release_then_pick_up_gives_higher_epoch,
-    the_first_shard_count_claimed_is_recorded, the_shard_strategy_recorded_is_read_back,
+    a_database_place_is_recorded_once, clock_now_is_the_storage_clock,
+    concurrent_pick_up_has_one_winner, fenced_commit_refused_after_lease_taken,
+    members_beat_expire_and_leave, pick_up_refused_while_held,
+    release_then_pick_up_gives_higher_epoch, the_first_shard_count_claimed_is_recorded,
+    the_shard_strategy_recorded_is_read_back,
 };
 pub use reshard::{
     a_reshard_switch_is_refused_whole, a_reshard_switch_moves_every_row_to_its_targets_shard,
@@ -168,6 +169,7 @@ pub use reshard::{
 };
 pub use several_databases::{
     several_databases_find_targets_where_they_live, several_databases_keep_seq_order_per_database,
+    several_databases_record_their_places_and_refuse_another_order,
     several_databases_refuse_a_count_below_one_shard_each, several_databases_refuse_catch_ups,
     several_databases_relay_a_stages_rows_in_order, several_databases_reshard_each_database,
 };
@@ -249,6 +251,7 @@ macro_rules! conformance_suite {
     // outcomes, events and blocks are found in the database its placement gives).
     (@one_database $mode:ident $(($reason:literal))?, $fresh:path) => {
         $crate::conformance_suite!(@cases $mode $(($reason))?, $fresh;
+            a_database_place_is_recorded_once,
             rows_behind_a_block_are_parked_until_the_unblock,
             events_of_one_source_in_seq_order,
             event_store_pages_by_seq_with_filters,
@@ -286,6 +289,7 @@ macro_rules! conformance_suite {
             several_databases_relay_a_stages_rows_in_order,
             several_databases_reshard_each_database,
             several_databases_refuse_a_count_below_one_shard_each,
+            several_databases_record_their_places_and_refuse_another_order,
         );
     };
     (@cases run, $fresh:path; $($case:ident),* $(,)?) => {

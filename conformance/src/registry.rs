@@ -290,6 +290,32 @@ pub async fn clock_now_is_the_storage_clock<S: Storage + Inspect>(store: S) {
     );
 }
 
+/// A database's place in a storage over several is recorded by the first claim and kept:
+/// a later claim of another place gets the recorded one back (the storage over them refuses
+/// then); reading records nothing, and a database never claimed has none.
+pub async fn a_database_place_is_recorded_once<S: Storage + Inspect>(store: S) {
+    use shardbox_core::storage::DatabasePlace;
+    assert_eq!(store.recorded_database_place().await.expect("read"), None);
+    let first = DatabasePlace { index: 1, of: 3 };
+    assert_eq!(
+        store.claim_database_place(first).await.expect("claim"),
+        first
+    );
+    let other = DatabasePlace { index: 0, of: 2 };
+    assert_eq!(
+        store
+            .claim_database_place(other)
+            .await
+            .expect("claim again"),
+        first,
+        "the first place stays"
+    );
+    assert_eq!(
+        store.recorded_database_place().await.expect("read"),
+        Some(first)
+    );
+}
+
 /// The shard strategy a node records is read back as recorded, the last record wins, and
 /// reading records nothing; a custom strategy's record is never rebuilt into a strategy.
 pub async fn the_shard_strategy_recorded_is_read_back<S: Storage + Inspect>(store: S) {

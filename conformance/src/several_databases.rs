@@ -331,3 +331,39 @@ pub async fn several_databases_find_targets_where_they_live<S: Storage + Inspect
         );
     }
 }
+
+/// Each database records its place in the list when the set claims its shard count; the
+/// set is not itself a database of another set; a set that lists the same databases in
+/// another order is refused by name before anything else is recorded.
+pub async fn several_databases_record_their_places_and_refuse_another_order<
+    S: Storage + Inspect,
+>(
+    store: S,
+) {
+    let dbs = several(&store);
+    let n = dbs.map().count();
+    store.claim_shard_count(SHARDS).await.expect("claim");
+    for (d, db) in dbs.databases().iter().enumerate() {
+        assert_eq!(
+            db.recorded_database_place().await.expect("place"),
+            Some(shardbox_core::storage::DatabasePlace {
+                index: d as u32,
+                of: n
+            })
+        );
+    }
+    assert_eq!(store.recorded_database_place().await.expect("set"), None);
+    let mut reversed = dbs.databases().to_vec();
+    reversed.reverse();
+    let reordered = Databases::new(reversed).expect("a set");
+    match shardbox_core::WorkRegistry::claim_shard_count(&reordered, SHARDS).await {
+        Err(e @ StorageError::Unsupported { .. }) => {
+            assert!(e.to_string().contains("same order"), "{e}");
+        }
+        other => panic!("another order must be refused, got {other:?}"),
+    }
+    assert_eq!(
+        store.claim_shard_count(SHARDS).await.expect("again"),
+        SHARDS
+    );
+}

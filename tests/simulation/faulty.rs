@@ -741,6 +741,27 @@ impl WorkRegistry for FaultyStorage {
         )
     }
 
+    async fn claim_database_place(
+        &self,
+        place: shardbox::core::storage::DatabasePlace,
+    ) -> Result<shardbox::core::storage::DatabasePlace, StorageError> {
+        write!(
+            self,
+            "claim_database_place",
+            self.inner.claim_database_place(place)
+        )
+    }
+
+    async fn recorded_database_place(
+        &self,
+    ) -> Result<Option<shardbox::core::storage::DatabasePlace>, StorageError> {
+        read!(
+            self,
+            "recorded_database_place",
+            self.inner.recorded_database_place()
+        )
+    }
+
     async fn members(&self, now: DateTime<Utc>) -> Result<Vec<Member>, StorageError> {
         read!(self, "members", self.inner.members(now))
     }

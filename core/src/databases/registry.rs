@@ -18,14 +18,64 @@ use crate::model::ids::{NodeId, ShardIndex, WorkerId};
 use crate::model::kind_role::RegisteredKind;
 use crate::model::strategy::StrategyRecord;
 use crate::storage::{
-    Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, ShardLayout, ShardSession,
-    WorkRegistry,
+    DatabasePlace, Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, ShardLayout,
+    ShardSession, WorkRegistry,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
 impl Databases {
+    /// Records each database's place in the list, or checks the one recorded: a node that
+    /// lists the databases in another order, or more or fewer of them, would place targets in
+    /// other databases than the nodes before it did. Refused by name.
+    async fn claim_places(&self) -> Result<(), StorageError> {
+        let of = self.map.count();
+        for (d, db) in self.dbs.iter().enumerate() {
+            let ours = DatabasePlace {
+                index: d as u32,
+                of,
+            };
+            let recorded = db.claim_database_place(ours).await?;
+            if recorded != ours {
+                return Err(StorageError::Unsupported {
+                    what: format!(
+                        "{} as database {} of {of}",
+                        db.describe(),
+                        d
+                    ),
+                    reason: format!(
+                        "it records itself as database {} of {}: list the databases in the same order, home first, on every node and tool",
+                        recorded.index, recorded.of
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The global count once every database records its share (another node's claim is
+    /// under way), waiting up to ten seconds for it to finish.
+    async fn awaited_count(&self) -> Result<u32, StorageError> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let each = self.each(|_, db| db.recorded_shard_count()).await?;
+            if let Some(counts) = each.iter().copied().collect::<Option<Vec<u32>>>() {
+                return self
+                    .map
+                    .global_count(&counts)
+                    .ok_or_else(|| self.disagreeing(&counts));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StorageError::Corrupt(format!(
+                    "the shard count is recorded in some of the {} databases only ({each:?}): the node that first claimed it stopped part way; start a node with the shard count whose shares these are",
+                    self.dbs.len()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     fn disagreeing(&self, counts: &[u32]) -> StorageError {
         StorageError::Corrupt(format!(
             "the {} databases record shard counts {counts:?}, which no one count splits into: a re-sharding stopped half way; run it again to finish it",
@@ -83,11 +133,21 @@ impl WorkRegistry for Databases {
 
     async fn claim_shard_count(&self, shard_count: u32) -> Result<u32, StorageError> {
         self.map.check_count(shard_count)?;
-        let map = self.map;
-        let counts = self
-            .each(|d, db| db.claim_shard_count(map.shard_count_of(d, shard_count)))
-            .await?;
-        map.global_count(&counts)
+        self.claim_places().await?;
+        // In database order, the same for every claimant: the first to reach a database
+        // records its share there. A claimant that finds another share recorded stops and
+        // reads what the one ahead of it records, so the shares all come from one count.
+        let mut counts = Vec::with_capacity(self.dbs.len());
+        for (d, db) in self.dbs.iter().enumerate() {
+            let share = self.map.shard_count_of(d as u32, shard_count);
+            let recorded = db.claim_shard_count(share).await?;
+            if recorded != share {
+                return self.awaited_count().await;
+            }
+            counts.push(recorded);
+        }
+        self.map
+            .global_count(&counts)
             .ok_or_else(|| self.disagreeing(&counts))
     }
 
@@ -112,6 +172,21 @@ impl WorkRegistry for Databases {
 
     async fn recorded_shard_strategy(&self) -> Result<Option<StrategyRecord>, StorageError> {
         self.home().recorded_shard_strategy().await
+    }
+
+    async fn claim_database_place(
+        &self,
+        _place: DatabasePlace,
+    ) -> Result<DatabasePlace, StorageError> {
+        Err(StorageError::Unsupported {
+            what: "a place for a storage over several databases".into(),
+            reason: "each of its databases records its own place; the set has none".into(),
+        })
+    }
+
+    async fn recorded_database_place(&self) -> Result<Option<DatabasePlace>, StorageError> {
+        // The set is whole: nothing it does is limited to one of its databases.
+        Ok(None)
     }
 
     async fn layout(&self) -> Result<ShardLayout, StorageError> {

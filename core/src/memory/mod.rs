@@ -64,6 +64,8 @@ struct State {
     shard_count: Option<u32>,
     /// The recorded shard strategy (see `WorkRegistry::record_shard_strategy`).
     shard_strategy: Option<crate::model::strategy::StrategyRecord>,
+    /// The recorded place in a storage over several databases.
+    database_place: Option<crate::storage::DatabasePlace>,
     /// The re-sharding announced, if any (see `WorkRegistry::announce_reshard`).
     resharding: Option<crate::storage::ReshardAnnouncement>,
     /// The membership, by node id.

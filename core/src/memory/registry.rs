@@ -113,6 +113,19 @@ impl WorkRegistry for MemoryStorage {
         Ok(self.lock().shard_strategy.clone())
     }
 
+    async fn claim_database_place(
+        &self,
+        place: crate::storage::DatabasePlace,
+    ) -> Result<crate::storage::DatabasePlace, StorageError> {
+        Ok(*self.lock().database_place.get_or_insert(place))
+    }
+
+    async fn recorded_database_place(
+        &self,
+    ) -> Result<Option<crate::storage::DatabasePlace>, StorageError> {
+        Ok(self.lock().database_place)
+    }
+
     async fn layout(&self) -> Result<ShardLayout, StorageError> {
         let state = self.lock();
         Ok(ShardLayout {

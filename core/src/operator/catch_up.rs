@@ -15,12 +15,12 @@
 
 use crate::catch_up::{affected_shards, tick, PURGED_HINT};
 use crate::entity::addressing::Addressing;
-use crate::model::error::DeliveryError;
+use crate::model::error::{DeliveryError, StorageError};
 use crate::model::ids::{validate, IdField, ShardIndex};
 use crate::model::kind_role::KindRole;
 use crate::storage::{
     CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, InboxStore, Member, NewCatchUp,
-    WriteBatch,
+    WorkRegistry, WriteBatch,
 };
 use chrono::{DateTime, Utc};
 
@@ -112,8 +112,19 @@ pub async fn start_catch_up<S>(
     now: DateTime<Utc>,
 ) -> Result<StartedCatchUp, DeliveryError>
 where
-    S: CatchUpStore + InboxStore + ?Sized,
+    S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
 {
+    // One database of a set holds only its own events: a replay of them alone would rebuild
+    // the projection from part of its history.
+    if let Some(place) = store.recorded_database_place().await? {
+        return Err(DeliveryError::Storage(StorageError::Unsupported {
+            what: format!("a catch-up of `{}`", start.projection_kind),
+            reason: format!(
+                "this is database {} of {} of a storage over several databases, and holds only its own events; catch-ups over several databases are not supported yet (see docs/clustering.md, \"Past one database\")",
+                place.index, place.of
+            ),
+        }));
+    }
     // The ids are stored with the job (PostgreSQL text refuses a NUL): the id rules.
     validate(IdField::TargetKind, &start.projection_kind)?;
     validate(IdField::Tenant, &start.tenant)?;
@@ -235,6 +246,42 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_catch_up_on_one_database_of_a_set_is_refused_and_writes_nothing() {
+        use crate::memory::MemoryStorage;
+        use crate::model::strategy::StableHashStrategy;
+        use crate::storage::DatabasePlace;
+        let store = MemoryStorage::new();
+        store.claim_shard_count(4).await.unwrap();
+        let addressing = Addressing::new(std::sync::Arc::new(StableHashStrategy::new()), 4);
+        let start = || CatchUpStart {
+            projection_kind: "ledger".into(),
+            tenant: String::new(),
+            targets: CatchUpTargets::All,
+            since: None,
+            total_estimate: 0,
+            version_of: None,
+        };
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        store
+            .claim_database_place(DatabasePlace { index: 1, of: 3 })
+            .await
+            .unwrap();
+        match start_catch_up(&store, &addressing, start(), now).await {
+            Err(e @ DeliveryError::Storage(StorageError::Unsupported { .. })) => {
+                assert!(e.to_string().contains("database 1 of 3"), "{e}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(store.running_catch_ups().await.unwrap().is_empty());
+        // The same store alone (no place recorded) starts it.
+        let alone = MemoryStorage::new();
+        alone.claim_shard_count(4).await.unwrap();
+        start_catch_up(&alone, &addressing, start(), now)
+            .await
+            .expect("a database used alone runs catch-ups");
     }
 
     fn reason(result: Result<(), DeliveryError>) -> String {

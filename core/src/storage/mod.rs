@@ -59,8 +59,8 @@ pub use kind_controls::{KindControlStore, ResumeReport};
 pub use outbox::{OutboxRow, OutboxStore, OutboxWrite, RelayCopy, RelayOutcome};
 pub use reads::StorageReads;
 pub use registry::{
-    Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route, ShardLayout,
-    ShardSession, WorkRegistry,
+    DatabasePlace, Lease, Member, ReshardAnnouncement, ReshardMoves, ReshardSwitch, Route,
+    ShardLayout, ShardSession, WorkRegistry,
 };
 pub use row_change::{DeadLetter, HoldRelease, RowChange, RowUpdate};
 pub use schema::SchemaCheck;

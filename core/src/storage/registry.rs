@@ -82,6 +82,40 @@ pub struct ReshardAnnouncement {
     pub until: DateTime<Utc>,
 }
 
+/// Where a database stands in a storage over several (`crate::databases::Databases`):
+/// database `index` of `of`, recorded in it when a node first opens the set, and checked at
+/// every start after. A database used alone records none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatabasePlace {
+    /// Its position in the list of databases (0: the home database).
+    pub index: u32,
+    /// How many databases the set has.
+    pub of: u32,
+}
+
+impl DatabasePlace {
+    /// The setting's text: `index/of`.
+    pub fn to_setting(self) -> String {
+        format!("{}/{}", self.index, self.of)
+    }
+
+    /// The place a setting's text records; [`StorageError::Corrupt`] if it is not `index/of`
+    /// with `index < of`.
+    pub fn from_setting(text: &str) -> Result<Self, StorageError> {
+        let place = text.split_once('/').and_then(|(i, n)| {
+            Some(DatabasePlace {
+                index: i.trim().parse().ok()?,
+                of: n.trim().parse().ok()?,
+            })
+        });
+        place.filter(|p| p.index < p.of).ok_or_else(|| {
+            StorageError::Corrupt(format!(
+                "the database_place setting is `{text}`, not `index/of` with index below of"
+            ))
+        })
+    }
+}
+
 /// The shard of a target (kind, id) in a layout.
 pub type Route = Arc<dyn Fn(&str, &str) -> ShardIndex + Send + Sync>;
 
@@ -167,6 +201,18 @@ pub trait WorkRegistry: Send + Sync + 'static {
 
     /// The recorded shard strategy, if a node recorded one; records nothing.
     async fn recorded_shard_strategy(&self) -> Result<Option<StrategyRecord>, StorageError>;
+
+    /// Records that this database is `place` in a storage over several, unless a place is
+    /// recorded already; returns the recorded one (a storage over several databases compares
+    /// it with its own list, so that every node lists the databases in one order).
+    async fn claim_database_place(
+        &self,
+        place: DatabasePlace,
+    ) -> Result<DatabasePlace, StorageError>;
+
+    /// The recorded place of this database in a storage over several, if any: the operator
+    /// actions refuse a catch-up on one database of a set (it would replay only its events).
+    async fn recorded_database_place(&self) -> Result<Option<DatabasePlace>, StorageError>;
 
     /// The recorded shard count and the re-sharding in progress, if any: read by every node's
     /// lease watch each poll round.

@@ -262,6 +262,45 @@ macro_rules! registry_units {
             Ok(recorded.map(|text| shardbox_core::StrategyRecord::from_setting(&text)))
         }
 
+        /// `WorkRegistry::claim_database_place`: insert the `database_place` setting if
+        /// absent, then read what is recorded, in one write transaction.
+        pub(crate) fn claim_database_place(
+            conn: &mut Conn,
+            place: shardbox_core::storage::DatabasePlace,
+        ) -> Result<shardbox_core::storage::DatabasePlace, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                diesel::insert_into(st::shardbox_settings)
+                    .values((
+                        st::name.eq("database_place"),
+                        st::value.eq(place.to_setting()),
+                    ))
+                    .on_conflict(st::name)
+                    .do_nothing()
+                    .execute(conn)?;
+                recorded_database_place(conn)?
+                    .ok_or_else(|| Failure::corrupt("the database_place setting vanished"))
+            })
+        }
+
+        /// `WorkRegistry::recorded_database_place`: the `database_place` setting, if recorded.
+        pub(crate) fn recorded_database_place(
+            conn: &mut Conn,
+        ) -> Result<Option<shardbox_core::storage::DatabasePlace>, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            let recorded: Option<String> = st::shardbox_settings
+                .filter(st::name.eq("database_place"))
+                .select(st::value)
+                .first(conn)
+                .optional()?;
+            recorded
+                .map(|text| {
+                    shardbox_core::storage::DatabasePlace::from_setting(&text)
+                        .map_err(Failure::Storage)
+                })
+                .transpose()
+        }
+
         /// `WorkRegistry::recorded_shard_count`: the `shard_count` setting, if recorded.
         pub(crate) fn recorded_shard_count(conn: &mut Conn) -> Result<Option<u32>, Failure> {
             use $crate::schema::shardbox_settings::dsl as st;

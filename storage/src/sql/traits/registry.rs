@@ -124,6 +124,22 @@ macro_rules! work_registry_impl {
                 Ok(moves)
             }
 
+            async fn claim_database_place(
+                &self,
+                place: shardbox_core::storage::DatabasePlace,
+            ) -> Result<shardbox_core::storage::DatabasePlace, shardbox_core::StorageError> {
+                self.db
+                    .run(move |conn| $units::claim_database_place(conn, place))
+                    .await
+            }
+
+            async fn recorded_database_place(
+                &self,
+            ) -> Result<Option<shardbox_core::storage::DatabasePlace>, shardbox_core::StorageError>
+            {
+                self.db.run($units::recorded_database_place).await
+            }
+
             async fn recorded_shard_count(
                 &self,
             ) -> Result<Option<u32>, shardbox_core::StorageError> {
