@@ -15,7 +15,8 @@
 # they share a 2-core CI machine with the main cluster and the failover pair.
 set -euo pipefail
 
-VERSION="${SHARDBOX_PG_VERSION:-$(ls /etc/postgresql | sort -n | tail -n 1)}"
+# shellcheck source=scripts/pg-lib.sh
+source "$(dirname "$0")/pg-lib.sh"
 COUNT=3
 FIRST_PORT=5435
 
@@ -28,15 +29,6 @@ urls() {
     out+=("postgres://postgres@127.0.0.1:$(port "$k")/test")
   done
   echo "${out[*]}"
-}
-
-wait_ready() {
-  for _ in $(seq 1 60); do
-    pg_isready -h 127.0.0.1 -p "$1" -q && return 0
-    sleep 0.5
-  done
-  echo "PostgreSQL on port $1 did not become ready" >&2
-  return 1
 }
 
 drop_all() {

@@ -18,7 +18,8 @@
 # names no synchronous standby: promoted, it commits alone.
 set -euo pipefail
 
-VERSION="${SHARDBOX_PG_VERSION:-$(ls /etc/postgresql | sort -n | tail -n 1)}"
+# shellcheck source=scripts/pg-lib.sh
+source "$(dirname "$0")/pg-lib.sh"
 PRIMARY=sbx_primary
 STANDBY=sbx_standby
 PRIMARY_PORT=5433
@@ -31,15 +32,6 @@ drop_pair() {
       pg_dropcluster --stop "$VERSION" "$cluster"
     fi
   done
-}
-
-wait_ready() {
-  for _ in $(seq 1 60); do
-    pg_isready -h 127.0.0.1 -p "$1" -q && return 0
-    sleep 0.5
-  done
-  echo "PostgreSQL on port $1 did not become ready" >&2
-  return 1
 }
 
 sql() {

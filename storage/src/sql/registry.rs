@@ -11,25 +11,37 @@
 /// Stamps the lock-table units; see [`crate::sql`].
 macro_rules! registry_units {
     () => {
-        /// `WorkRegistry::claim_shard_count`: insert if absent, then read what is recorded, in
-        /// one write transaction (two first nodes racing record one count).
-        pub(crate) fn claim_shard_count(conn: &mut Conn, shard_count: u32) -> Result<u32, Failure> {
+        /// Setting `name`: records `value` if absent, then reads what is recorded, in one
+        /// write transaction (two first claimants racing record one value).
+        fn claim_setting(conn: &mut Conn, name: &str, value: &str) -> Result<String, Failure> {
             use $crate::schema::shardbox_settings::dsl as st;
             <Conn as Dialect>::write_transaction(conn, |conn| {
                 diesel::insert_into(st::shardbox_settings)
-                    .values((
-                        st::name.eq("shard_count"),
-                        st::value.eq(shard_count.to_string()),
-                    ))
+                    .values((st::name.eq(name), st::value.eq(value)))
                     .on_conflict(st::name)
                     .do_nothing()
                     .execute(conn)?;
-                let recorded: String = st::shardbox_settings
-                    .filter(st::name.eq("shard_count"))
+                Ok(st::shardbox_settings
+                    .filter(st::name.eq(name))
                     .select(st::value)
-                    .first(conn)?;
-                $crate::sql::reshard::parse_count(&recorded)
+                    .first(conn)?)
             })
+        }
+
+        /// Setting `name`, if recorded.
+        fn setting(conn: &mut Conn, name: &str) -> Result<Option<String>, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            Ok(st::shardbox_settings
+                .filter(st::name.eq(name))
+                .select(st::value)
+                .first(conn)
+                .optional()?)
+        }
+
+        /// `WorkRegistry::claim_shard_count`: the `shard_count` setting, claimed.
+        pub(crate) fn claim_shard_count(conn: &mut Conn, shard_count: u32) -> Result<u32, Failure> {
+            let recorded = claim_setting(conn, "shard_count", &shard_count.to_string())?;
+            $crate::sql::reshard::parse_count(&recorded)
         }
 
         /// `WorkRegistry::beat`: one upsert (a node gone by `now` starts anew), after forgetting
@@ -253,47 +265,24 @@ macro_rules! registry_units {
         pub(crate) fn recorded_shard_strategy(
             conn: &mut Conn,
         ) -> Result<Option<shardbox_core::StrategyRecord>, Failure> {
-            use $crate::schema::shardbox_settings::dsl as st;
-            let recorded: Option<String> = st::shardbox_settings
-                .filter(st::name.eq("shard_strategy"))
-                .select(st::value)
-                .first(conn)
-                .optional()?;
-            Ok(recorded.map(|text| shardbox_core::StrategyRecord::from_setting(&text)))
+            Ok(setting(conn, "shard_strategy")?
+                .map(|text| shardbox_core::StrategyRecord::from_setting(&text)))
         }
 
-        /// `WorkRegistry::claim_database_place`: insert the `database_place` setting if
-        /// absent, then read what is recorded, in one write transaction.
+        /// `WorkRegistry::claim_database_place`: the `database_place` setting, claimed.
         pub(crate) fn claim_database_place(
             conn: &mut Conn,
             place: shardbox_core::storage::DatabasePlace,
         ) -> Result<shardbox_core::storage::DatabasePlace, Failure> {
-            use $crate::schema::shardbox_settings::dsl as st;
-            <Conn as Dialect>::write_transaction(conn, |conn| {
-                diesel::insert_into(st::shardbox_settings)
-                    .values((
-                        st::name.eq("database_place"),
-                        st::value.eq(place.to_setting()),
-                    ))
-                    .on_conflict(st::name)
-                    .do_nothing()
-                    .execute(conn)?;
-                recorded_database_place(conn)?
-                    .ok_or_else(|| Failure::corrupt("the database_place setting vanished"))
-            })
+            let recorded = claim_setting(conn, "database_place", &place.to_setting())?;
+            shardbox_core::storage::DatabasePlace::from_setting(&recorded).map_err(Failure::Storage)
         }
 
         /// `WorkRegistry::recorded_database_place`: the `database_place` setting, if recorded.
         pub(crate) fn recorded_database_place(
             conn: &mut Conn,
         ) -> Result<Option<shardbox_core::storage::DatabasePlace>, Failure> {
-            use $crate::schema::shardbox_settings::dsl as st;
-            let recorded: Option<String> = st::shardbox_settings
-                .filter(st::name.eq("database_place"))
-                .select(st::value)
-                .first(conn)
-                .optional()?;
-            recorded
+            setting(conn, "database_place")?
                 .map(|text| {
                     shardbox_core::storage::DatabasePlace::from_setting(&text)
                         .map_err(Failure::Storage)
@@ -303,13 +292,7 @@ macro_rules! registry_units {
 
         /// `WorkRegistry::recorded_shard_count`: the `shard_count` setting, if recorded.
         pub(crate) fn recorded_shard_count(conn: &mut Conn) -> Result<Option<u32>, Failure> {
-            use $crate::schema::shardbox_settings::dsl as st;
-            let recorded: Option<String> = st::shardbox_settings
-                .filter(st::name.eq("shard_count"))
-                .select(st::value)
-                .first(conn)
-                .optional()?;
-            recorded
+            setting(conn, "shard_count")?
                 .map(|v| $crate::sql::reshard::parse_count(&v))
                 .transpose()
         }
