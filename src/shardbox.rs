@@ -198,11 +198,17 @@ impl Shardbox {
         self.delivery.deliver(shard, WorkerId(0)).await
     }
 
-    /// Serves every shard once, on the calling task; returns the summed report. Each shard
+    /// Serves every shard once, on the calling task; returns the summed report. Over several
+    /// databases it first relays what the outboxes hold (see docs/clustering.md). Each shard
     /// as [`Shardbox::deliver`], bounded alike: the first shard past
     /// [`MAX_DELIVER_STAGES`](crate::MAX_DELIVER_STAGES) stages ends the call with
     /// [`DeliveryError::StageLimit`] (the shards after it are not served).
     pub async fn deliver_all(&self) -> Result<DeliveryReport, DeliveryError> {
+        // Over several databases, rows written for another database wait in their outbox
+        // for a relay: what a running node's relay task does, done here first.
+        if let Some(dbs) = shardbox_core::databases::Databases::of(&*self.env.storage) {
+            dbs.drain_outboxes().await?;
+        }
         let mut total = DeliveryReport::default();
         // The count as this process knows it now (a re-sharding may have changed it).
         for s in 0..self.env.registry.shard_count() {

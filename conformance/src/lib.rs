@@ -110,7 +110,7 @@ pub use catch_up::{
     a_parked_retrying_row_does_not_make_its_target_wait, catch_up_lifecycle,
     catch_up_progress_commits_with_the_stage, catch_up_start_resets_targets_and_refences_shards,
     concurrent_overlapping_catch_up_starts_one_wins, event_seqs_and_counts,
-    parked_rows_settle_when_the_job_completes,
+    one_databases_part_of_a_catch_up_over_several, parked_rows_settle_when_the_job_completes,
 };
 pub use catch_up_cancel::a_cancelled_catch_up_settles_like_a_completion;
 pub use commit::{
@@ -170,8 +170,9 @@ pub use reshard::{
 pub use several_databases::{
     several_databases_find_targets_where_they_live, several_databases_keep_seq_order_per_database,
     several_databases_record_their_places_and_refuse_another_order,
-    several_databases_refuse_a_count_below_one_shard_each, several_databases_refuse_catch_ups,
+    several_databases_refuse_a_count_below_one_shard_each,
     several_databases_relay_a_stages_rows_in_order, several_databases_reshard_each_database,
+    several_databases_run_a_catch_up_over_all_of_them,
 };
 pub use versions::a_version_build_switches_at_completion_and_is_dropped_by_a_cancel;
 
@@ -196,7 +197,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@common run, $fresh);
         $crate::conformance_suite!(@several_databases run, $fresh);
         $crate::conformance_suite!(@one_database skip("holds per database only: seq order, epochs and a dead letter's database are each database's own, and a target lives in its own database, not in a shard of another one placed by hand (the several-database cases state what holds)"), $fresh);
-        $crate::conformance_suite!(@catch_up skip("a storage over several databases refuses catch-up jobs (several_databases_refuse_catch_ups)"), $fresh);
+        $crate::conformance_suite!(@catch_up skip("a catch-up over several databases is one job in the home database whose steps reach every database (several_databases_run_a_catch_up_over_all_of_them; each database's part runs in one_databases_part_of_a_catch_up_over_several on every backend)"), $fresh);
         $crate::conformance_suite!(@outbox skip("the outbox is each database's own; its cases run on every backend, and the relays between databases in several_databases_relay_a_stages_rows_in_order"), $fresh);
     };
     (@common $mode:ident $(($reason:literal))?, $fresh:path) => {
@@ -269,6 +270,7 @@ macro_rules! conformance_suite {
             catch_up_progress_commits_with_the_stage,
             parked_rows_settle_when_the_job_completes,
             a_cancelled_catch_up_settles_like_a_completion,
+            one_databases_part_of_a_catch_up_over_several,
             a_version_build_switches_at_completion_and_is_dropped_by_a_cancel,
             a_reshard_switch_moves_every_row_to_its_targets_shard,
         );
@@ -285,7 +287,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $mode, $fresh;
             several_databases_keep_seq_order_per_database,
             several_databases_find_targets_where_they_live,
-            several_databases_refuse_catch_ups,
+            several_databases_run_a_catch_up_over_all_of_them,
             several_databases_relay_a_stages_rows_in_order,
             several_databases_reshard_each_database,
             several_databases_refuse_a_count_below_one_shard_each,

@@ -1,13 +1,16 @@
 //! Cases of a storage over several databases (`shardbox_core::databases::Databases`, found
 //! by `Databases::of`): what holds per database where one database holds it for
 //! the whole storage, a stage's rows for another database carried by the relays, re-sharding
-//! database by database, and the refusals (catch-up jobs, a shard count below one shard per
-//! database). Run with `conformance_suite!(several_databases: fresh)` on two or more
+//! database by database, a catch-up over all of them, and the refusal of a shard count below
+//! one shard per database. Run with `conformance_suite!(several_databases: fresh)` on two or more
 //! databases.
 
 use super::fixtures::*;
-use shardbox_core::databases::{DatabaseStrategy, Databases};
-use shardbox_core::storage::{CatchUpTargets, Inspect, NewCatchUp, ReshardSwitch, StageCommit};
+use shardbox_core::catch_up::TICK_KIND;
+use shardbox_core::databases::{DatabaseMap, DatabaseStrategy, Databases};
+use shardbox_core::storage::{
+    CatchUpSpread, CatchUpStatus, CatchUpTargets, Inspect, NewCatchUp, ReshardSwitch, StageCommit,
+};
 use shardbox_core::{
     InboxWrite, ShardIndex, ShardStrategy, StableHashStrategy, Storage, StorageError,
 };
@@ -108,14 +111,53 @@ pub async fn several_databases_keep_seq_order_per_database<S: Storage + Inspect>
     );
 }
 
-/// A catch-up job is refused by name, writing nothing.
-pub async fn several_databases_refuse_catch_ups<S: Storage + Inspect>(store: S) {
-    several(&store);
+/// An account id whose target lives in `database`.
+fn account_in(
+    strategy: &Arc<dyn ShardStrategy>,
+    map: DatabaseMap,
+    database: u32,
+    n: u32,
+) -> String {
+    (0..)
+        .map(|i| format!("c{n}-{i}"))
+        .find(|id| map.database_of(strategy.shard_of("account", id, SHARDS)) == database)
+        .unwrap()
+}
+
+/// A catch-up over several databases: the job lives in the home database, spread over all of
+/// them, and its ticks too; the commit of its first step re-fences the affected shards and
+/// resets the targets in every database and records the set (each database's events' end),
+/// which `read_events_within` keeps to; its end waits for the outboxes and the live rows,
+/// then releases its parked rows in every database before the commit that ends it.
+pub async fn several_databases_run_a_catch_up_over_all_of_them<S: Storage + Inspect>(store: S) {
+    let dbs = several(&store);
+    let map = dbs.map();
     store.claim_shard_count(SHARDS).await.expect("claim");
-    let refused = store
+    let strategy = placement(&store);
+    let ids: Vec<String> = (0..map.count())
+        .map(|d| account_in(&strategy, map, d, 0))
+        .collect();
+    // A state and an event of each target, each in its database.
+    for (n, id) in ids.iter().enumerate() {
+        let lease = pick(
+            &store,
+            strategy.shard_of("account", id, SHARDS).0,
+            "seed",
+            secs(0),
+        )
+        .await;
+        let mut commit = StageCommit::new(lease.clone(), secs(0), secs(30));
+        commit.states = vec![state(key(id), Some("{}"))];
+        let mut e = event(&format!("before-{n}"), "Opened", secs(0));
+        (e.source.id, e.tenant) = (id.clone(), String::new());
+        commit.writes.events = vec![e];
+        store.commit_stage(commit).await.expect("seed");
+        store.release(&lease).await.expect("release");
+    }
+    let job = store
         .start_catch_up(
             NewCatchUp {
-                projection_kind: "balance".into(),
+                projection_kind: "account".into(),
                 tenant: String::new(),
                 targets: CatchUpTargets::All,
                 since: None,
@@ -123,17 +165,142 @@ pub async fn several_databases_refuse_catch_ups<S: Storage + Inspect>(store: S) 
                 total_estimate: 0,
                 created_at: t0(),
                 version_of: None,
+                databases: 1,
             },
             SHARDS,
         )
-        .await;
-    match refused {
-        Err(e @ StorageError::Unsupported { .. }) => {
-            assert!(e.to_string().contains("catch-up of `balance`"), "{e}");
+        .await
+        .expect("start");
+    assert_eq!(
+        job.spec.databases,
+        map.count(),
+        "the storage sets its count"
+    );
+    let stored = store.catch_up(job.id).await.expect("read").expect("job");
+    let running = store.running_catch_ups().await.expect("jobs");
+    assert_eq!(running, std::slice::from_ref(&stored));
+    assert!(
+        dbs.databases()[1]
+            .running_catch_ups()
+            .await
+            .expect("jobs")
+            .is_empty(),
+        "kept in the home database only"
+    );
+    let tick = strategy.shard_of(TICK_KIND, &job.id.to_string(), SHARDS);
+    assert_eq!(
+        map.database_of(tick),
+        0,
+        "its ticks live in the home database"
+    );
+    // Prepared at the start: every database reset, the set recorded.
+    let spread = stored.spread.clone().expect("spread");
+    assert_eq!(spread.databases, map.count());
+    assert_eq!(
+        spread.events,
+        vec![1; map.count() as usize],
+        "each database's end"
+    );
+    assert_eq!(stored.until_seq, Some(spread.until_seq()));
+    let keys: Vec<_> = ids.iter().map(|id| key(id)).collect();
+    assert!(
+        store.load_states(&keys).await.expect("states").is_empty(),
+        "reset everywhere"
+    );
+
+    // A start that did not finish: the first step's commit prepares it, re-fencing every
+    // database's affected shards but its own.
+    let far = (0..SHARDS)
+        .find(|s| map.database_of(ShardIndex(*s)) == 1)
+        .unwrap();
+    let far_lease = pick(&store, far, "b", secs(1)).await;
+    let lease = pick(&store, tick.0, "a", secs(1)).await;
+    let mut unprepared = stored.clone();
+    (unprepared.spread, unprepared.until_seq) = (Some(CatchUpSpread::new(map.count())), None);
+    let mut first = StageCommit::new(lease.clone(), secs(1), secs(30));
+    first.catch_ups = vec![unprepared];
+    store.commit_stage(first).await.expect("first step");
+    assert_eq!(
+        store.catch_up(job.id).await.expect("read"),
+        Some(stored.clone())
+    );
+    assert!(matches!(
+        store
+            .commit_stage(StageCommit::new(far_lease, secs(1), secs(30)))
+            .await,
+        Err(StorageError::LeaseLost { .. })
+    ));
+
+    // An event after the set is not replayed.
+    let lease_b = pick(
+        &store,
+        strategy.shard_of("account", &ids[1], SHARDS).0,
+        "c",
+        secs(2),
+    )
+    .await;
+    let mut later = StageCommit::new(lease_b.clone(), secs(2), secs(30));
+    let mut e = event("after", "Opened", secs(2));
+    (e.source.id, e.tenant) = (ids[1].clone(), String::new());
+    later.writes.events = vec![e];
+    // A live row of a target in database 1, parked (its event is after the set).
+    later.writes.messages = vec![with(placed(&strategy, SHARDS, &ids[1], "after"), |m| {
+        m.kind = shardbox_core::MessageKind::Event;
+    })];
+    store.commit_stage(later).await.expect("later");
+    let replay = store
+        .read_events_within(0, &spread.events, &[], None, 100)
+        .await
+        .expect("replay");
+    let mut got: Vec<String> = replay.iter().map(|e| e.event.id.0.clone()).collect();
+    got.sort();
+    let want: Vec<String> = (0..ids.len()).map(|n| format!("before-{n}")).collect();
+    assert_eq!(got, want, "the set, nothing after it");
+    let shard_b = strategy.shard_of("account", &ids[1], SHARDS);
+    let row = store
+        .read_page(shard_b, secs(3), 10)
+        .await
+        .expect("page")
+        .messages;
+    assert_eq!(signals(&row), ["after"]);
+    let park = vec![shardbox_core::storage::RowUpdate {
+        seq: row[0].seq,
+        change: shardbox_core::storage::RowChange::Hold {
+            until: shardbox_core::catch_up::parked_until(),
+        },
+    }];
+    store
+        .commit_stage(stage(&lease_b, secs(3), park))
+        .await
+        .expect("park");
+
+    // The end: outboxes' ends, then the Inboxes' ends, then nothing left; the ending commit
+    // releases the parked row in its database.
+    let mut ending = stored.clone();
+    ending.status = CatchUpStatus::Finalizing;
+    let mut pending = 0;
+    loop {
+        let progress = store.spread_progress(&ending).await.expect("progress");
+        ending.spread = Some(progress.spread);
+        if !progress.pending {
+            break;
         }
-        other => panic!("expected a refusal, got {other:?}"),
+        pending += 1;
+        assert!(pending < 5, "the end is reached: {ending:?}");
     }
-    assert!(store.running_catch_ups().await.expect("jobs").is_empty());
+    let spread = ending.spread.clone().unwrap();
+    assert_eq!(spread.outboxes.len(), map.count() as usize);
+    assert_eq!(spread.inboxes.len(), map.count() as usize);
+    ending.status = CatchUpStatus::Completed;
+    ending.finished_at = Some(secs(4));
+    let mut last = StageCommit::new(lease, secs(4), secs(30));
+    last.catch_ups = vec![ending];
+    store.commit_stage(last).await.expect("end");
+    let done = store.catch_up(job.id).await.expect("read").expect("job");
+    assert_eq!(done.status, CatchUpStatus::Completed);
+    assert!(done.spread.expect("spread").settling);
+    let page = store.read_page(shard_b, secs(5), 10).await.expect("page");
+    assert_eq!(signals(&page.messages), ["after"], "released, due again");
 }
 
 /// A stage's rows for another database are written in its fenced commit (a stage whose

@@ -216,6 +216,13 @@ pub fn decide_step(
     }
 }
 
+impl StepDecision {
+    /// Whether the step ends the job (completed or cancelled).
+    pub fn ends(&self) -> bool {
+        matches!(self, StepDecision::Complete | StepDecision::Cancel)
+    }
+}
+
 /// Applies a step decision to the job (pure: returns the new job row).
 pub fn apply_step(
     job: &CatchUpJob,
@@ -359,6 +366,7 @@ mod tests {
                 total_estimate: 100,
                 created_at: t0(),
                 version_of: None,
+                databases: 1,
             },
             status,
             cursor,
@@ -367,6 +375,7 @@ mod tests {
             updated_at: t0(),
             finished_at: None,
             cancel_requested_at: None,
+            spread: None,
         }
     }
 

@@ -111,6 +111,8 @@ diesel::table! {
         version_of -> Nullable<Text>,
         /// The event store's last `seq` when the job's first step ran.
         until_seq -> Nullable<BigInt>,
+        /// A job over several databases: its set and its end's positions (JSON); NULL for one.
+        spread -> Nullable<Text>,
     }
 }
 

@@ -483,6 +483,7 @@ async fn overlapping_catch_up_completions_do_not_deadlock() {
         total_estimate: 0,
         created_at: t0(),
         version_of: None,
+        databases: 1,
     };
     for round in 0..3 {
         let one = storage

@@ -54,3 +54,51 @@ macro_rules! on_every_backend {
     };
 }
 pub(crate) use on_every_backend;
+
+/// Runs each async `case(storage)` once per backend on a storage over three databases
+/// (`shardbox::core::databases::Databases`): `several_memory::case` (three in-memory
+/// databases), `several_sqlite::case` (three fresh files) and `several_postgres::case` (three
+/// fresh schemas of one server, each a whole storage with its own pool, as a database is;
+/// SKIPPED loudly without `SHARDBOX_PG_URL`). Same arguments as [`on_every_backend`].
+#[allow(unused_macros)] // each test crate uses a part of common
+macro_rules! on_several_databases {
+    (file = $file:literal, threads = $threads:tt, connections = $connections:tt;
+     $($case:ident $(($arg:expr))?),* $(,)?) => {
+        mod several_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $case() {
+                    let (storage, _guard) =
+                        $crate::common::several("memory", "", 3, $connections).await.unwrap();
+                    super::$case(storage $(, $arg)?).await;
+                }
+            )*
+        }
+        mod several_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $case() {
+                    let (storage, _guard) =
+                        $crate::common::several("sqlite", "", 3, $connections).await.unwrap();
+                    super::$case(storage $(, $arg)?).await;
+                }
+            )*
+        }
+        mod several_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $case() {
+                    let test = concat!($file, "_several_", stringify!($case));
+                    let Some((storage, _guard)) =
+                        $crate::common::several("postgres", test, 3, $connections).await
+                    else {
+                        return;
+                    };
+                    super::$case(storage $(, $arg)?).await;
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_several_databases;

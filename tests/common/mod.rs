@@ -6,6 +6,8 @@ mod every_backend;
 
 #[allow(unused_imports)] // each test crate uses a part
 pub(crate) use every_backend::on_every_backend;
+#[allow(unused_imports)]
+pub(crate) use every_backend::on_several_databases;
 
 use serde::{Deserialize, Serialize};
 use shardbox::core::memory::MemoryStorage;
@@ -144,6 +146,51 @@ pub async fn two_storages(
             Some((a, b, Box::new(schema)))
         }
     }
+}
+
+/// A storage over `n` fresh databases of `backend` ("memory", "sqlite" or "postgres": `n`
+/// schemas named after `test`, `connections` each), and the guard that keeps them. `None`
+/// (said loudly) for PostgreSQL without `SHARDBOX_PG_URL`.
+#[allow(dead_code)] // each test crate uses a part of common
+pub async fn several(
+    backend: &str,
+    test: &str,
+    n: usize,
+    connections: u32,
+) -> Option<(Arc<dyn Storage>, Box<dyn std::any::Any>)> {
+    use shardbox::core::databases::{Database, Databases};
+    let mut dbs: Vec<Arc<dyn Database>> = Vec::new();
+    let guard: Box<dyn std::any::Any> = match backend {
+        "memory" => {
+            for _ in 0..n {
+                dbs.push(Arc::new(MemoryStorage::new()));
+            }
+            Box::new(())
+        }
+        "sqlite" => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            for d in 0..n {
+                let path = dir.path().join(format!("shardbox-{d}.db"));
+                let storage = shardbox::storage::SqliteStorage::open(path)
+                    .await
+                    .expect("open SQLite");
+                dbs.push(Arc::new(storage));
+            }
+            Box::new(dir)
+        }
+        _ => {
+            let url = pg_url(test)?;
+            let mut schemas = Vec::new();
+            for d in 0..n {
+                let schema = PgSchema::new(&url, &format!("{test}_db{d}"));
+                dbs.push(Arc::new(schema.connect(connections).await));
+                schemas.push(schema);
+            }
+            Box::new(schemas)
+        }
+    };
+    let storage = Databases::new(dbs).expect("a storage over several databases");
+    Some((Arc::new(storage), guard))
 }
 
 /// The PostgreSQL URL and test schemas, shared with the storage crate's tests.

@@ -894,6 +894,47 @@ impl CatchUpStore for FaultyStorage {
             self.inner.retire_version(model, kind)
         )
     }
+
+    async fn prepare_catch_up(
+        &self,
+        spec: &NewCatchUp,
+        own: Option<ShardIndex>,
+    ) -> Result<i64, StorageError> {
+        write!(
+            self,
+            "prepare_catch_up",
+            self.inner.prepare_catch_up(spec, own)
+        )
+    }
+
+    async fn store_positions(
+        &self,
+    ) -> Result<shardbox::core::storage::StorePositions, StorageError> {
+        read!(self, "store_positions", self.inner.store_positions())
+    }
+
+    async fn has_unsettled_rows(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+        up_to_seq: i64,
+    ) -> Result<bool, StorageError> {
+        read!(
+            self,
+            "has_unsettled_rows",
+            self.inner
+                .has_unsettled_rows(projection_kind, tenant, shards, up_to_seq)
+        )
+    }
+
+    async fn release_parked(
+        &self,
+        job: &CatchUpJob,
+        own: Option<ShardIndex>,
+    ) -> Result<usize, StorageError> {
+        write!(self, "release_parked", self.inner.release_parked(job, own))
+    }
 }
 
 #[async_trait]

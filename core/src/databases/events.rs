@@ -1,5 +1,4 @@
-//! The event stores of several databases read as one, and the catch-up jobs they do not run
-//! yet.
+//! The event stores of several databases read as one.
 //!
 //! ```text
 //!  event seq (global) = local seq × N + database
@@ -10,13 +9,13 @@
 //! The merged order is fixed (every read of the same events gives the same order), and within
 //! one database it is that database's commit order. Across databases it is not the order the
 //! events were written in: a database with fewer events hands out lower seqs. That is why a
-//! replay cannot follow one cursor over all of them, and catch-up jobs are refused here.
+//! replay over them reads a fixed set (`read_events_within`, see `catch_up.rs`).
 
 use super::Databases;
 use crate::model::error::StorageError;
 use crate::model::event::{EventSource, StoredEvent};
-use crate::model::ids::{ShardIndex, SignalId};
-use crate::storage::{CatchUpJob, CatchUpStore, EventStore, NewCatchUp, ReadModelVersion};
+use crate::model::ids::SignalId;
+use crate::storage::EventStore;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -51,6 +50,31 @@ impl EventStore for Databases {
         let each = self
             .each(|d, db| db.read_events(map.local_after(d, after_seq), event_types, since, limit))
             .await?;
+        Ok(self.merged(each, limit))
+    }
+
+    async fn read_events_within(
+        &self,
+        after_seq: i64,
+        set: &[i64],
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        if set.is_empty() {
+            return self.read_events(after_seq, event_types, since, limit).await;
+        }
+        let map = self.map;
+        let mut each = self
+            .each(|d, db| db.read_events(map.local_after(d, after_seq), event_types, since, limit))
+            .await?;
+        // Each database's list is in seq order: what is past its end is a tail, so what is
+        // left of every list is still a prefix of that database's part of the set, and the
+        // merge keeps the first `limit` of the set after `after_seq`.
+        for (d, events) in each.iter_mut().enumerate() {
+            let end = set.get(d).copied().unwrap_or(0);
+            events.retain(|e| e.seq <= end);
+        }
         Ok(self.merged(each, limit))
     }
 
@@ -105,64 +129,5 @@ impl EventStore for Databases {
             .each(|_, db| db.count_events(event_types, since))
             .await?;
         Ok(each.into_iter().sum())
-    }
-}
-
-#[async_trait]
-impl CatchUpStore for Databases {
-    async fn start_catch_up(
-        &self,
-        job: NewCatchUp,
-        _shard_count: u32,
-    ) -> Result<CatchUpJob, StorageError> {
-        Err(Self::unsupported(&format!(
-            "a catch-up of `{}`",
-            job.projection_kind
-        )))
-    }
-
-    async fn has_pending_replay(
-        &self,
-        _projection_kind: &str,
-        _tenant: &str,
-        _shards: &[ShardIndex],
-        _cursor: i64,
-    ) -> Result<bool, StorageError> {
-        // No job runs here, so no replayed row is ever written.
-        Ok(false)
-    }
-
-    async fn catch_up(&self, id: i64) -> Result<Option<CatchUpJob>, StorageError> {
-        self.home().catch_up(id).await
-    }
-
-    async fn cancel_catch_up(
-        &self,
-        id: i64,
-        at: DateTime<Utc>,
-    ) -> Result<Option<CatchUpJob>, StorageError> {
-        self.home().cancel_catch_up(id, at).await
-    }
-
-    async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {
-        self.home().running_catch_ups().await
-    }
-
-    async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError> {
-        Err(Self::unsupported(&format!("catch-up job {}", job.id)))
-    }
-
-    async fn read_model_versions(&self) -> Result<Vec<ReadModelVersion>, StorageError> {
-        self.home().read_model_versions().await
-    }
-
-    async fn retire_version(&self, model: &str, kind: &str) -> Result<u64, StorageError> {
-        Err(Self::unsupported(&format!(
-            "retiring version `{kind}` of read model `{model}`"
-        )))
-    }
-
-    async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError> {
-        self.home().purge_catch_ups(before).await
     }
 }

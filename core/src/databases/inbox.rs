@@ -192,7 +192,10 @@ impl InboxStore for Databases {
         Ok(page)
     }
 
-    async fn commit_stage(&self, commit: StageCommit) -> Result<CommitReport, StorageError> {
+    async fn commit_stage(&self, mut commit: StageCommit) -> Result<CommitReport, StorageError> {
+        if !commit.catch_ups.is_empty() {
+            self.around_catch_ups(&mut commit).await?;
+        }
         let (d, local) = self.commit_to_local(commit)?;
         let relayed = !local.outbox.is_empty();
         let mut report = self

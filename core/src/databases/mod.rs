@@ -8,8 +8,10 @@
 //!   a stage's rows for targets of other databases
 //!        └─► StageCommit::outbox of its own database ─► relays copy them (relays.rs)
 //!   sends from the application ─► straight to each target's database
-//!   membership, strategy, re-sharding announcements, kind settings' reads, catch-up jobs,
-//!   read models' versions ─► the home database
+//!   membership, strategy, re-sharding announcements, kind settings' reads, catch-up jobs
+//!   (and their steps' ticks), read models' versions ─► the home database
+//!   a catch-up's first step and its end ─► every database, around the step's commit
+//!                                          (catch_up.rs)
 //!   whole-storage reads (counts, depths, dead letters, events) ─► every database, merged
 //! ```
 //!
@@ -17,9 +19,10 @@
 //! one database is today's mode. Seqs, event seqs and dead-letter ids are made unique across
 //! databases (`local × N + database`), so whatever the storage hands out names one row.
 //!
-//! Not supported yet, refused with [`StorageError::Unsupported`] naming it: catch-up jobs
-//! (a replay needs one cursor per database; see docs/clustering.md, "Past one database").
+//! Not supported yet, refused with [`StorageError::Unsupported`] naming it: retiring a read
+//! model's version (see docs/clustering.md, "Past one database").
 
+mod catch_up;
 mod events;
 mod inbox;
 mod listener;
@@ -140,13 +143,6 @@ impl Databases {
             out.push(f(d as u32, db.as_ref()).await?);
         }
         Ok(out)
-    }
-
-    fn unsupported(what: &str) -> StorageError {
-        StorageError::Unsupported {
-            what: what.to_owned(),
-            reason: "a storage over several databases does not run catch-up jobs yet (a replay needs one cursor per database; see docs/clustering.md, \"Past one database\"); use one database for projections that need rebuilds".to_owned(),
-        }
     }
 }
 

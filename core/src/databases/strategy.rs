@@ -42,8 +42,12 @@ impl DatabaseStrategy {
         }
     }
 
-    /// The database a target lives in.
+    /// The database a target lives in. A catch-up job's ticks live in the home database, with
+    /// the job: its steps store it in their commit.
     pub fn database_of(&self, target_kind: &str, target_id: &str) -> u32 {
+        if target_kind == crate::catch_up::TICK_KIND {
+            return 0;
+        }
         let slice = self.inner.shard_of(target_kind, target_id, SLICES);
         self.map.database_of_slice(slice.0)
     }
@@ -84,6 +88,18 @@ mod tests {
         }
         for n in per_db {
             assert!((850..=1150).contains(&n), "databases got {per_db:?}");
+        }
+    }
+
+    #[test]
+    fn catch_up_ticks_live_in_the_home_database() {
+        let s = DatabaseStrategy::new(
+            Arc::new(StableHashStrategy::new()),
+            DatabaseMap::new(3).unwrap(),
+        );
+        for job in 1..200 {
+            let shard = s.shard_of(crate::catch_up::TICK_KIND, &job.to_string(), 12);
+            assert_eq!(shard.0 % 3, 0, "job {job}: shard {shard}");
         }
     }
 

@@ -3,9 +3,10 @@
 use super::MemoryStorage;
 use crate::model::error::StorageError;
 use crate::model::ids::{LeaseEpoch, ShardIndex};
-use crate::model::message::MessageStatus;
+use crate::model::message::{MessageKind, MessageStatus};
 use crate::storage::{
     CatchUpJob, CatchUpStatus, CatchUpStore, CatchUpTargets, NewCatchUp, ReadModelVersion,
+    StorePositions,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -45,23 +46,9 @@ impl CatchUpStore for MemoryStorage {
             None => None,
         };
         // Reset the targets and re-fence the affected shards, as the durable backends do.
-        let kind = job.projection_kind.clone();
-        let tenant = job.tenant.clone();
-        state.states.retain(|k, _| {
-            !(k.kind == kind
-                && k.tenant == tenant
-                && match &job.targets {
-                    CatchUpTargets::All => true,
-                    CatchUpTargets::Ids(ids) => ids.contains(&k.id),
-                })
-        });
-        for shard in &job.affected_shards {
-            if let Some(s) = state.sessions.get_mut(shard) {
-                s.epoch = LeaseEpoch(s.epoch.0 + 1);
-                s.lease_until = None;
-            }
-        }
+        state.reset_targets(&job, None);
 
+        let spread = CatchUpJob::spread_of(&job);
         let created = CatchUpJob {
             id,
             updated_at: job.created_at,
@@ -72,6 +59,7 @@ impl CatchUpStore for MemoryStorage {
             replayed: 0,
             finished_at: None,
             cancel_requested_at: None,
+            spread,
         };
         state.jobs.insert(id, created.clone());
         if let Some(v) = version {
@@ -97,7 +85,7 @@ impl CatchUpStore for MemoryStorage {
                         return false;
                     }
                     r.status == MessageStatus::ToCatchUp
-                        || (m.kind == crate::model::message::MessageKind::Event
+                        || (m.kind == MessageKind::Event
                             && !crate::catch_up::is_parked(m.deliver_after)
                             && state
                                 .event_seq
@@ -169,6 +157,64 @@ impl CatchUpStore for MemoryStorage {
         Ok(self.lock().versions.values().cloned().collect())
     }
 
+    async fn prepare_catch_up(
+        &self,
+        spec: &NewCatchUp,
+        own: Option<ShardIndex>,
+    ) -> Result<i64, StorageError> {
+        let mut state = self.lock();
+        state.reset_targets(spec, own);
+        Ok(state.events.last().map_or(0, |e| e.seq))
+    }
+
+    async fn store_positions(&self) -> Result<StorePositions, StorageError> {
+        let state = self.lock();
+        let (outbox_first, outbox_last) = state.outbox.bounds();
+        Ok(StorePositions {
+            outbox_first,
+            outbox_last,
+            inbox_last: state.rows.keys().max().copied().unwrap_or(0),
+        })
+    }
+
+    async fn has_unsettled_rows(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+        up_to_seq: i64,
+    ) -> Result<bool, StorageError> {
+        let state = self.lock();
+        Ok(shards.iter().any(|shard| {
+            state.pending.get(shard).is_some_and(|p| {
+                p.iter().any(|seq| {
+                    let r = &state.rows[seq];
+                    let m = &r.message;
+                    m.target_kind == projection_kind
+                        && m.tenant == tenant
+                        && (r.status == MessageStatus::ToCatchUp
+                            || (m.kind == MessageKind::Event
+                                && *seq <= up_to_seq
+                                && !crate::catch_up::is_parked(m.deliver_after)))
+                })
+            })
+        }))
+    }
+
+    async fn release_parked(
+        &self,
+        job: &CatchUpJob,
+        own: Option<ShardIndex>,
+    ) -> Result<usize, StorageError> {
+        // Nothing parked is covered: every parked row of a job over several databases is
+        // after its set, so a cursor of 0 releases them all.
+        let all = CatchUpJob {
+            cursor: 0,
+            ..job.clone()
+        };
+        Ok(self.lock().settle_parked(&all, own))
+    }
+
     async fn retire_version(&self, model: &str, kind: &str) -> Result<u64, StorageError> {
         let mut state = self.lock();
         let mut v = state
@@ -186,6 +232,25 @@ impl CatchUpStore for MemoryStorage {
 }
 
 impl super::State {
+    /// Deletes the states of `spec`'s targets and re-fences its affected shards (epoch + 1,
+    /// lease freed) but `own`, as a durable backend's start does.
+    fn reset_targets(&mut self, spec: &NewCatchUp, own: Option<ShardIndex>) {
+        self.states.retain(|k, _| {
+            !(k.kind == spec.projection_kind
+                && k.tenant == spec.tenant
+                && match &spec.targets {
+                    CatchUpTargets::All => true,
+                    CatchUpTargets::Ids(ids) => ids.contains(&k.id),
+                })
+        });
+        for shard in spec.affected_shards.iter().filter(|s| Some(**s) != own) {
+            if let Some(s) = self.sessions.get_mut(shard) {
+                s.epoch = LeaseEpoch(s.epoch.0 + 1);
+                s.lease_until = None;
+            }
+        }
+    }
+
     /// Ends `job` as a durable backend's transaction does: settles its parked rows (see
     /// `settle_parked`) and, if it builds a read model's version, switches the model to it or
     /// drops the build.

@@ -156,7 +156,7 @@ impl State {
     /// Settles the parked rows of a completed job (see `StageCommit::catch_ups`): removes the
     /// ones the replay covered, makes the others due, re-fences the affected shards but
     /// `own`.
-    fn settle_parked(&mut self, job: &CatchUpJob, own: Option<ShardIndex>) {
+    fn settle_parked(&mut self, job: &CatchUpJob, own: Option<ShardIndex>) -> usize {
         let parked = crate::catch_up::parked_until();
         let mut covered = Vec::new();
         let mut released = Vec::new();
@@ -182,6 +182,7 @@ impl State {
         for seq in covered {
             self.remove(seq);
         }
+        let count = released.len();
         for seq in released {
             if let Some(row) = self.rows.get_mut(&seq) {
                 row.message.deliver_after = None;
@@ -199,6 +200,7 @@ impl State {
                 s.lease_until = None;
             }
         }
+        count
     }
 
     /// Parks row `seq` behind its target's blocked row (see `RowChange::BehindBlock`), or

@@ -16,6 +16,14 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
+    /// The lowest and highest id still kept (`None` and 0 when empty).
+    pub(super) fn bounds(&self) -> (Option<i64>, i64) {
+        (
+            self.rows.keys().next().copied(),
+            self.rows.keys().next_back().copied().unwrap_or(0),
+        )
+    }
+
     /// Adds a commit's rows, each with the next id.
     pub(super) fn append(&mut self, writes: Vec<OutboxWrite>) {
         for w in writes {

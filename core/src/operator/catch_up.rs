@@ -115,13 +115,13 @@ where
     S: CatchUpStore + InboxStore + WorkRegistry + ?Sized,
 {
     // One database of a set holds only its own events: a replay of them alone would rebuild
-    // the projection from part of its history.
+    // the projection from part of its history. The storage over all of them runs it.
     if let Some(place) = store.recorded_database_place().await? {
         return Err(DeliveryError::Storage(StorageError::Unsupported {
             what: format!("a catch-up of `{}`", start.projection_kind),
             reason: format!(
-                "this is database {} of {} of a storage over several databases, and holds only its own events; catch-ups over several databases are not supported yet (see docs/clustering.md, \"Past one database\")",
-                place.index, place.of
+                "this is database {} of {} of a storage over several databases, and holds only its own events; start it on the storage over all {} (every URL, in order)",
+                place.index, place.of, place.of
             ),
         }));
     }
@@ -155,6 +155,8 @@ where
                 },
                 created_at: now,
                 version_of: start.version_of.clone(),
+                // A storage over several databases sets its own count.
+                databases: 1,
             };
             store.start_catch_up(spec, shard_count)
         })

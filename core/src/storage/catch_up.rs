@@ -12,6 +12,7 @@
 //! stop replaying and end the job `Cancelled` through the same settling as a completion. So a
 //! cancel and a completion can never both be applied: whichever step commits first decides.
 
+use super::spread::{CatchUpSpread, SpreadProgress, StorePositions};
 use super::ReadModelVersion;
 use crate::model::error::StorageError;
 use crate::model::ids::ShardIndex;
@@ -113,6 +114,9 @@ pub struct NewCatchUp {
     /// rebuild, see [`ReadModelVersion`]): its completion switches the model to
     /// `projection_kind`. `None` for a plain catch-up.
     pub version_of: Option<String>,
+    /// How many databases the job spans: 1 on a storage of one database; a storage over
+    /// several sets its own count when it starts the job (see [`CatchUpSpread`]).
+    pub databases: u32,
 }
 
 /// A stored catch-up job.
@@ -142,6 +146,16 @@ pub struct CatchUpJob {
     /// stage commit) leaves the stored value as it is, so a step that read the job before
     /// the request cannot erase it.
     pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Where a job over several databases stands (`None` for one database): its replay's set
+    /// and its end's positions, written by its steps.
+    pub spread: Option<CatchUpSpread>,
+}
+
+impl CatchUpJob {
+    /// The job's spread if it spans several databases (what `spec.databases` says).
+    pub fn spread_of(spec: &NewCatchUp) -> Option<CatchUpSpread> {
+        (spec.databases > 1).then(|| CatchUpSpread::new(spec.databases))
+    }
 }
 
 /// The `catch_ups` table.
@@ -218,6 +232,55 @@ pub trait CatchUpStore: Send + Sync + 'static {
 
     /// Deletes completed and cancelled jobs finished before `before`; returns how many.
     async fn purge_catch_ups(&self, before: DateTime<Utc>) -> Result<usize, StorageError>;
+
+    /// One database's part of the first step of a job over several databases, in one
+    /// transaction: re-fences `spec.affected_shards` (epoch + 1, lease freed; a stage that read
+    /// its page before cannot commit after), deletes the targets' states (as
+    /// [`CatchUpStore::start_catch_up`] does), and returns the event store's last `seq` as
+    /// this transaction sees it: the database's part of the replay's set. Doing it again is
+    /// harmless. `own`, the shard of the stage that asks, is not re-fenced (its commit would be).
+    async fn prepare_catch_up(
+        &self,
+        spec: &NewCatchUp,
+        own: Option<ShardIndex>,
+    ) -> Result<i64, StorageError>;
+
+    /// This database's outbox and Inbox positions (see [`StorePositions`]).
+    async fn store_positions(&self) -> Result<StorePositions, StorageError>;
+
+    /// Whether, in `shards`, a replayed row (`to_catch_up`) of `projection_kind`/`tenant` is
+    /// still undelivered, or a live event row of that kind with an Inbox `seq <= up_to_seq`
+    /// is still pending and not parked (no stage has decided it yet, or it waits for a retry
+    /// or a hold). Reads only pending rows of those shards.
+    async fn has_unsettled_rows(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+        up_to_seq: i64,
+    ) -> Result<bool, StorageError>;
+
+    /// Releases every parked live event row of `job`'s targets in `job.spec.affected_shards`
+    /// (due at once, in `seq` order), after re-fencing those shards in the same transaction
+    /// (so none is parked after it by a stage that read the job before). Returns how many.
+    /// For a job over several databases, whose parked rows are all after its set. `own`, the
+    /// shard of the stage that asks, is not re-fenced (its commit would be).
+    async fn release_parked(
+        &self,
+        job: &CatchUpJob,
+        own: Option<ShardIndex>,
+    ) -> Result<usize, StorageError>;
+
+    /// Where the end of `job`, a job over several databases, stands: records what is due
+    /// (the outboxes' ends once the replay ended, the Inboxes' ends once those are drained)
+    /// and says whether anything is still to drain or deliver. Refused with
+    /// [`StorageError::Unsupported`] by a storage of one database, where no job spreads.
+    async fn spread_progress(&self, job: &CatchUpJob) -> Result<SpreadProgress, StorageError> {
+        Err(StorageError::Unsupported {
+            what: format!("catch-up job {} over several databases", job.id),
+            reason: "this storage holds one database".to_owned(),
+        })
+    }
 }
 
 #[cfg(test)]

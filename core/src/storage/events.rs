@@ -20,6 +20,22 @@ pub trait EventStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StorageError>;
 
+    /// [`EventStore::read_events`] within a replay's set: on a storage over several databases,
+    /// only database *d*'s events with a local `seq <= set[d]` (see
+    /// [`crate::storage::CatchUpSpread`]); a storage of one database has no set (`set` is
+    /// empty) and reads as `read_events` does.
+    async fn read_events_within(
+        &self,
+        after_seq: i64,
+        set: &[i64],
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let _ = set;
+        self.read_events(after_seq, event_types, since, limit).await
+    }
+
     /// Up to `limit` events produced by `source` (kind and id) of `tenant` with
     /// `seq > after_seq`, in `seq` order: one producer's stream (an aggregate instance's own
     /// events). Served by an index on (tenant, source kind, source id, seq).

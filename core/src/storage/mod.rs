@@ -35,6 +35,7 @@ mod reads;
 mod registry;
 mod row_change;
 mod schema;
+mod spread;
 mod versions;
 mod write;
 
@@ -64,6 +65,7 @@ pub use registry::{
 };
 pub use row_change::{DeadLetter, HoldRelease, RowChange, RowUpdate};
 pub use schema::SchemaCheck;
+pub use spread::{CatchUpSpread, SpreadLiveRow, SpreadProgress, StorePositions};
 pub use versions::ReadModelVersion;
 pub use write::{WriteBatch, WriteReport};
 

@@ -135,6 +135,29 @@ impl StorageReads {
             .await
     }
 
+    /// Events after `after_seq` within a replay's set (`EventStore::read_events_within`).
+    pub async fn read_events_within(
+        &self,
+        after_seq: i64,
+        set: &[i64],
+        event_types: &[String],
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        self.storage
+            .read_events_within(after_seq, set, event_types, since, limit)
+            .await
+    }
+
+    /// Where the end of a job over several databases stands (`CatchUpStore::spread_progress`):
+    /// a read; what it says to record is stored with the job's step.
+    pub async fn spread_progress(
+        &self,
+        job: &CatchUpJob,
+    ) -> Result<super::SpreadProgress, StorageError> {
+        self.storage.spread_progress(job).await
+    }
+
     /// One producer's events after `after_seq` (`EventStore::read_source_events`).
     pub async fn read_source_events(
         &self,

@@ -39,7 +39,7 @@ use crate::batches::InFlight;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use shardbox_core::catch_up::{covers, decide_live_row, parked_until, LiveRowDecision, TICK_KIND};
-use shardbox_core::storage::CatchUpJob;
+use shardbox_core::storage::{CatchUpJob, SpreadLiveRow};
 use shardbox_core::sync::lock;
 use shardbox_core::{
     Conveyor, DeliveryError, Intent, LeaseEpoch, MessageKind, MessageStatus, ShardIndex, SignalId,
@@ -141,12 +141,17 @@ impl Station for CatchUpStation {
         // the states if what it found waiting changed in between (issue 37, seed 2912). The
         // step taken writes the job's next tick, so the others are consumed.
         let mut stepped = HashSet::new();
+        let mut ending = HashSet::new();
         for (index, job_id) in ticks {
             match job_id {
                 Some(id) if !stepped.insert(id) => {
                     conveyor.record(index, Intent::Delivered { keep_until: None });
                 }
-                Some(id) => self.tick(conveyor, index, id).await?,
+                Some(id) => {
+                    if self.tick(conveyor, index, id).await? {
+                        ending.insert(id);
+                    }
+                }
                 None => conveyor.record(
                     index,
                     Intent::Drop {
@@ -178,23 +183,38 @@ impl Station for CatchUpStation {
         let env = conveyor.context().clone();
         let ids: Vec<SignalId> = covered.iter().map(|(_, id, _)| id.clone()).collect();
         let seqs: HashMap<SignalId, i64> = env.event_seqs(&ids).await?.into_iter().collect();
-        let (mut dropped, mut parked) = (0usize, 0usize);
+        let (mut dropped, mut parked, mut held) = (0usize, 0usize, 0usize);
+        let again = conveyor.now() + env.config().poll_span();
         for (index, id, job) in covered {
-            let intent = match decide_live_row(job.cursor, seqs.get(&id).copied()) {
-                LiveRowDecision::Covered => {
+            let event_seq = seqs.get(&id).copied();
+            let decision = match &job.spread {
+                None => match decide_live_row(job.cursor, event_seq) {
+                    LiveRowDecision::Covered => SpreadLiveRow::Covered,
+                    LiveRowDecision::Park => SpreadLiveRow::Park,
+                },
+                // This stage's commit ends the job, after its parked rows are released.
+                Some(_) if ending.contains(&job.id) => SpreadLiveRow::Hold,
+                Some(spread) => spread.decide_live_row(event_seq),
+            };
+            let intent = match decision {
+                SpreadLiveRow::Covered => {
                     dropped += 1;
                     Intent::Duplicate
                 }
-                LiveRowDecision::Park => {
+                SpreadLiveRow::Park => {
                     parked += 1;
                     Intent::Hold {
                         until: parked_until(),
                     }
                 }
+                SpreadLiveRow::Hold => {
+                    held += 1;
+                    Intent::Hold { until: again }
+                }
             };
             conveyor.record(index, intent);
         }
-        tracing::debug!(dropped, parked, "live rows of targets under catch-up");
+        tracing::debug!(dropped, parked, held, "live rows of targets under catch-up");
         Ok(())
     }
 }

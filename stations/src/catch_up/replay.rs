@@ -93,22 +93,24 @@ fn page_rows(
 }
 
 impl CatchUpStation {
-    /// One replay step of job `job_id`, driven by the tick row at `index`.
+    /// One replay step of job `job_id`, driven by the tick row at `index`. Returns whether it
+    /// ended a job over several databases (this stage then holds that job's live rows: the
+    /// end releases the parked ones before the commit, so none may be parked in it).
     pub(super) async fn tick(
         &self,
         conveyor: &mut Conveyor,
         index: usize,
         job_id: i64,
-    ) -> Result<(), DeliveryError> {
+    ) -> Result<bool, DeliveryError> {
         let env = conveyor.context().clone();
         let now = conveyor.now();
-        let Some(job) = env.catch_up(job_id).await? else {
+        let Some(mut job) = env.catch_up(job_id).await? else {
             conveyor.record(index, Intent::Delivered { keep_until: None });
-            return Ok(());
+            return Ok(false);
         };
         if !job.status.is_running() {
             conveyor.record(index, Intent::Delivered { keep_until: None });
-            return Ok(());
+            return Ok(false);
         }
         let kind = job.spec.projection_kind.clone();
         let page_size = env.config().catch_up_page_size;
@@ -116,25 +118,53 @@ impl CatchUpStation {
             // History replayed, or a cancel requested: only wait for the replayed rows (and
             // the live rows the replay covered) to be settled. Needs no handler, so a job of
             // a projection no running node has can still be cancelled.
-            let pending = env
-                .has_pending_replay(
+            let pending = if job.spread.is_some() {
+                // Over several databases: the outboxes drained and every live copy of the
+                // set decided, recorded step by step with the job. A step that recorded
+                // something looks again at once; one that found nothing new waits a poll.
+                let progress = env.spread_progress(&job).await?;
+                let recorded = job.spread.as_ref() != Some(&progress.spread);
+                job.spread = Some(progress.spread);
+                if recorded && progress.pending {
+                    step_again_now(conveyor, &env, index, job);
+                    return Ok(false);
+                }
+                progress.pending
+            } else {
+                env.has_pending_replay(
                     &kind,
                     &job.spec.tenant,
                     &job.spec.affected_shards,
                     job.cursor,
                 )
-                .await?;
+                .await?
+            };
             let decision = decide_step(&job, &[], page_size, u64::from(pending));
+            let ends = job.spread.is_some() && decision.ends();
             self.finish_step(conveyor, &env, index, &job, decision, 0, now);
-            return Ok(());
+            return Ok(ends);
         }
         let Some(handler) = env.registry().handler(&kind).cloned() else {
             let poll = env.config().poll_span();
             tracing::warn!(job = job.id, %kind, "projection of a catch-up is not registered on this node; waiting for a node that has it");
             conveyor.record(index, Intent::Hold { until: now + poll });
-            return Ok(());
+            return Ok(false);
         };
-        if job.status == CatchUpStatus::Started {
+        if let Some(spread) = &job.spread {
+            if handler.in_transaction() {
+                // Its tables are in every database; a reset in the home one's transaction
+                // would leave the others' rows (see docs/clustering.md).
+                tracing::error!(job = job.id, %kind, "a projection that writes in the commit's transaction cannot be rebuilt over several databases yet; the catch-up is cancelled, nothing was reset");
+                self.finish_step(conveyor, &env, index, &job, StepDecision::Cancel, 0, now);
+                return Ok(true);
+            }
+            if !spread.prepared() {
+                // The first step: its commit resets the targets in every database and reads
+                // the set (`Databases`, around the commit); the replay starts at the next tick.
+                step_again_now(conveyor, &env, index, job);
+                return Ok(false);
+            }
+        } else if job.status == CatchUpStatus::Started {
             // A projection in the application's tables empties what the replay writes again,
             // in this first step's transaction.
             if let Some(reset) = handler.rebuild_reset(rebuild_scope(&job)) {
@@ -149,7 +179,6 @@ impl CatchUpStation {
                 });
             }
         }
-        let mut job = job;
         if job.until_seq.is_none() {
             // The store's end as the first step sees it: the replay ends there, whatever is
             // appended meanwhile (its live copies wait, parked, for the completion). Stored
@@ -172,7 +201,7 @@ impl CatchUpStation {
             page.replayed,
             now,
         );
-        Ok(())
+        Ok(false)
     }
 
     /// Replays the page of history after `job`'s cursor: the rows of its events applied
@@ -194,8 +223,14 @@ impl CatchUpStation {
             .iter()
             .map(|t| (*t).to_owned())
             .collect();
+        // Over several databases, the set the first step read (see `CatchUpSpread`).
+        let set = job
+            .spread
+            .as_ref()
+            .map(|s| s.events.as_slice())
+            .unwrap_or(&[]);
         let events = env
-            .read_events(job.cursor, &types, job.spec.since, page_size)
+            .read_events_within(job.cursor, set, &types, job.spec.since, page_size)
             .await?;
         let estimate = if needs_estimate(job) {
             Some(env.count_events(&types, job.spec.since).await?)
@@ -211,8 +246,9 @@ impl CatchUpStation {
         .instrument(span)
         .await;
         // A projection writing inside the commit's transaction is replayed through the Inbox:
-        // its writes are settled by live delivery, under the failure policy.
-        let direct = !rows.is_empty() && !handler.in_transaction();
+        // its writes are settled by live delivery, under the failure policy. So is a job over
+        // several databases: its targets' states are in theirs, not in this commit's.
+        let direct = !rows.is_empty() && !handler.in_transaction() && job.spread.is_none();
         let rows = if direct && self.may_apply_directly(conveyor, env, job).await? {
             apply_directly(conveyor, env, &self.in_flight, handler, rows, now)
                 .await?
@@ -299,6 +335,14 @@ impl CatchUpStation {
         // written in the same commit.
         conveyor.record(index, Intent::Delivered { keep_until: None });
     }
+}
+
+/// Stores `job` as it is now (its storage acts on what it finds in it, around the commit; see
+/// `CatchUpSpread`), consumes its tick row at `index` and ticks it again at once.
+fn step_again_now(conveyor: &mut Conveyor, env: &StationContext, index: usize, job: CatchUpJob) {
+    conveyor.emit_messages(vec![tick_message(env, &job, None)]);
+    conveyor.update_catch_up(job);
+    conveyor.record(index, Intent::Delivered { keep_until: None });
 }
 
 /// What job `job` rebuilds, as a projection's reset sees it.

@@ -8,7 +8,8 @@ use crate::error::Failure;
 use crate::schema::{catch_ups, entity_states, events, shard_sessions};
 use diesel::prelude::*;
 use shardbox_core::storage::{
-    CatchUpJob, CatchUpStatus, CatchUpTargets, EntityKey, EntityState, NewCatchUp, ShardSession,
+    CatchUpJob, CatchUpSpread, CatchUpStatus, CatchUpTargets, EntityKey, EntityState, NewCatchUp,
+    ShardSession,
 };
 use shardbox_core::{
     EventSource, LeaseEpoch, NewEvent, NodeId, ShardIndex, SignalId, StoredEvent, WorkerId,
@@ -203,6 +204,12 @@ impl CatchUpRow {
                 self.id, r.affected_shards
             ))
         })?;
+        let spread = r
+            .spread
+            .as_deref()
+            .map(CatchUpSpread::parse)
+            .transpose()
+            .map_err(|e| Failure::corrupt(format!("catch-up {}: {e}", self.id)))?;
         let affected_shards = shards
             .into_iter()
             .map(|s| {
@@ -222,6 +229,7 @@ impl CatchUpRow {
                 total_estimate: r.total_estimate,
                 created_at: time(r.created_at)?,
                 version_of: r.version_of,
+                databases: spread.as_ref().map_or(1, |s| s.databases),
             },
             status: parsed("catch-up status", &r.status, CatchUpStatus::parse)?,
             cursor: r.cursor_seq,
@@ -230,6 +238,7 @@ impl CatchUpRow {
             updated_at: time(r.updated_at)?,
             finished_at: opt_time(r.finished_at)?,
             cancel_requested_at: opt_time(self.cancel_requested_at)?,
+            spread,
         })
     }
 }
@@ -257,6 +266,7 @@ pub(crate) struct NewCatchUpRow {
     pub finished_at: Option<i64>,
     pub version_of: Option<String>,
     pub until_seq: Option<i64>,
+    pub spread: Option<String>,
 }
 
 impl NewCatchUpRow {
@@ -287,6 +297,7 @@ impl NewCatchUpRow {
             finished_at: opt_micros(job.finished_at),
             version_of: spec.version_of.clone(),
             until_seq: job.until_seq,
+            spread: job.spread.as_ref().map(CatchUpSpread::to_text),
         })
     }
 }

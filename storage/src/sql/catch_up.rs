@@ -36,33 +36,7 @@ macro_rules! catch_up_units {
                     }
                 }
                 // Reset the targets' states and re-fence the affected shards (see the trait).
-                {
-                    use $crate::schema::entity_states::dsl as es;
-                    let reset = es::entity_states
-                        .filter(es::kind.eq(&job.projection_kind))
-                        .filter(es::tenant.eq(&job.tenant));
-                    match &job.targets {
-                        shardbox_core::storage::CatchUpTargets::All => {
-                            diesel::delete(reset).execute(conn)?;
-                        }
-                        shardbox_core::storage::CatchUpTargets::Ids(ids) => {
-                            for chunk in ids.chunks(INSERT_CHUNK) {
-                                diesel::delete(reset.filter(es::id.eq_any(chunk))).execute(conn)?;
-                            }
-                        }
-                    }
-                    use $crate::schema::shard_sessions::dsl as ss;
-                    let mut shards: Vec<i32> =
-                        job.affected_shards.iter().map(|s| s.as_i32()).collect();
-                    shards.sort_unstable();
-                    shards.dedup();
-                    <Conn as Dialect>::lock_sessions_in_order(conn, &shards)?;
-                    for chunk in shards.chunks(INSERT_CHUNK) {
-                        diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
-                            .set((ss::epoch.eq(ss::epoch + 1), ss::lease_until.eq(None::<i64>)))
-                            .execute(conn)?;
-                    }
-                }
+                reset_targets(conn, &job, None)?;
                 let mut created = CatchUpJob {
                     id: 0,
                     updated_at: job.created_at,
@@ -73,7 +47,9 @@ macro_rules! catch_up_units {
                     replayed: 0,
                     finished_at: None,
                     cancel_requested_at: None,
+                    spread: None,
                 };
+                created.spread = CatchUpJob::spread_of(&created.spec);
                 created.id = diesel::insert_into(cu::catch_ups)
                     .values(NewCatchUpRow::from_job(&created)?)
                     .returning(cu::id)
@@ -83,6 +59,45 @@ macro_rules! catch_up_units {
                 }
                 Ok(created)
             })
+        }
+
+        /// Deletes the states of `job`'s targets and re-fences its affected shards but `own`
+        /// (epoch + 1, lease freed), inside the caller's transaction.
+        pub(crate) fn reset_targets(
+            conn: &mut Conn,
+            job: &NewCatchUp,
+            own: Option<ShardIndex>,
+        ) -> Result<(), Failure> {
+            use $crate::schema::entity_states::dsl as es;
+            use $crate::schema::shard_sessions::dsl as ss;
+            let reset = es::entity_states
+                .filter(es::kind.eq(&job.projection_kind))
+                .filter(es::tenant.eq(&job.tenant));
+            match &job.targets {
+                shardbox_core::storage::CatchUpTargets::All => {
+                    diesel::delete(reset).execute(conn)?;
+                }
+                shardbox_core::storage::CatchUpTargets::Ids(ids) => {
+                    for chunk in ids.chunks(INSERT_CHUNK) {
+                        diesel::delete(reset.filter(es::id.eq_any(chunk))).execute(conn)?;
+                    }
+                }
+            }
+            let mut shards: Vec<i32> = job
+                .affected_shards
+                .iter()
+                .filter(|s| Some(**s) != own)
+                .map(|s| s.as_i32())
+                .collect();
+            shards.sort_unstable();
+            shards.dedup();
+            <Conn as Dialect>::lock_sessions_in_order(conn, &shards)?;
+            for chunk in shards.chunks(INSERT_CHUNK) {
+                diesel::update(ss::shard_sessions.filter(ss::shard.eq_any(chunk)))
+                    .set((ss::epoch.eq(ss::epoch + 1), ss::lease_until.eq(None::<i64>)))
+                    .execute(conn)?;
+            }
+            Ok(())
         }
 
         /// `CatchUpStore::catch_up`.
@@ -178,11 +193,11 @@ macro_rules! catch_up_units {
         /// commit in flight on one of them (it holds the shard's session row) to finish, so
         /// that the rows it parked are seen here (READ COMMITTED: each statement sees what
         /// committed before it started) and none is parked after.
-        fn settle_parked(
+        pub(crate) fn settle_parked(
             conn: &mut Conn,
             job: &CatchUpJob,
             own: Option<ShardIndex>,
-        ) -> Result<(), Failure> {
+        ) -> Result<usize, Failure> {
             use $crate::schema::inbox_messages::dsl as im;
             use $crate::schema::shard_sessions::dsl as ss;
             let parked = micros(shardbox_core::catch_up::parked_until());
@@ -249,7 +264,7 @@ macro_rules! catch_up_units {
                 }
             }
             tracing::debug!(job = job.id, removed, released, "parked rows settled");
-            Ok(())
+            Ok(released)
         }
 
         /// `CatchUpStore::has_pending_replay`: per shard, indexed probes that read only

@@ -21,6 +21,7 @@
 //! `shardbox-storage`".
 
 pub(crate) mod catch_up;
+pub(crate) mod catch_up_spread;
 pub(crate) mod commit;
 pub(crate) mod dead_letters;
 pub(crate) mod entities;
@@ -255,6 +256,7 @@ macro_rules! units {
         $crate::sql::events::event_units!();
         $crate::sql::entities::entity_units!();
         $crate::sql::catch_up::catch_up_units!();
+        $crate::sql::catch_up_spread::catch_up_spread_units!();
         $crate::sql::dead_letters::dead_letter_units!();
         $crate::sql::outcomes::outcome_units!();
         $crate::sql::kind_controls::kind_control_units!();

@@ -98,6 +98,53 @@ macro_rules! catch_up_store_impl {
                     .run(move |conn| $units::retire_version(conn, model, kind))
                     .await
             }
+
+            async fn prepare_catch_up(
+                &self,
+                spec: &shardbox_core::storage::NewCatchUp,
+                own: Option<shardbox_core::ShardIndex>,
+            ) -> Result<i64, shardbox_core::StorageError> {
+                let spec = spec.clone();
+                self.db
+                    .run(move |conn| $units::prepare_catch_up(conn, spec, own))
+                    .await
+            }
+
+            async fn store_positions(
+                &self,
+            ) -> Result<shardbox_core::storage::StorePositions, shardbox_core::StorageError> {
+                self.db.run($units::store_positions).await
+            }
+
+            async fn has_unsettled_rows(
+                &self,
+                projection_kind: &str,
+                tenant: &str,
+                shards: &[shardbox_core::ShardIndex],
+                up_to_seq: i64,
+            ) -> Result<bool, shardbox_core::StorageError> {
+                let (kind, tenant, shards) = (
+                    projection_kind.to_owned(),
+                    tenant.to_owned(),
+                    shards.to_vec(),
+                );
+                self.db
+                    .run(move |conn| {
+                        $units::has_unsettled_rows(conn, kind, tenant, shards, up_to_seq)
+                    })
+                    .await
+            }
+
+            async fn release_parked(
+                &self,
+                job: &shardbox_core::storage::CatchUpJob,
+                own: Option<shardbox_core::ShardIndex>,
+            ) -> Result<usize, shardbox_core::StorageError> {
+                let job = job.clone();
+                self.db
+                    .run(move |conn| $units::release_catch_up_parked(conn, job, own))
+                    .await
+            }
         }
     };
 }

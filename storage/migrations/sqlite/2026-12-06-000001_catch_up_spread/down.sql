@@ -1,0 +1,1 @@
+ALTER TABLE catch_ups DROP COLUMN spread;
