@@ -30,7 +30,7 @@
 //! so a cancelled rebuild is partial until a new catch-up of the same targets runs.
 
 use crate::model::ids::ShardIndex;
-use crate::storage::{CatchUpJob, CatchUpStatus, CatchUpTargets};
+use crate::storage::{CatchUpJob, CatchUpSpread, CatchUpStatus, CatchUpTargets};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -263,6 +263,10 @@ pub enum LiveRowDecision {
     /// The replay has not reached its event yet: park it (hold it until [`parked_until`]),
     /// so that no page reads it again while the job runs. The job's completion releases it.
     Park,
+    /// A job over several databases whose set is not read yet, or that is ending: hold it a
+    /// poll interval and decide again (neither delivered nor parked; see
+    /// [`decide_spread_live_row`]).
+    Hold,
 }
 
 pub use crate::model::parked::{is_parked, parked_until};
@@ -272,6 +276,30 @@ pub fn decide_live_row(cursor: i64, event_seq: Option<i64>) -> LiveRowDecision {
     match event_seq {
         Some(seq) if seq <= cursor => LiveRowDecision::Covered,
         _ => LiveRowDecision::Park,
+    }
+}
+
+/// Decides a live row of a target of a job over several databases (see
+/// [`crate::storage::CatchUpSpread`]), its event having global seq `event_seq` (`None`: not
+/// found): an event of the set is covered whether the replay reached it or not (the replay
+/// applies every event of the set before the job ends), a later one is parked; until the set
+/// is read, and while the job ends, the row is held.
+pub fn decide_spread_live_row(spread: &CatchUpSpread, event_seq: Option<i64>) -> LiveRowDecision {
+    if !spread.prepared() || spread.settling {
+        return LiveRowDecision::Hold;
+    }
+    match event_seq {
+        Some(seq) if spread.in_set(seq) => LiveRowDecision::Covered,
+        _ => LiveRowDecision::Park,
+    }
+}
+
+/// Decides a live row of a target `job` rebuilds, its event having seq `event_seq`: by the
+/// job's cursor on one database, by its set over several.
+pub fn decide_job_live_row(job: &CatchUpJob, event_seq: Option<i64>) -> LiveRowDecision {
+    match &job.spread {
+        None => decide_live_row(job.cursor, event_seq),
+        Some(spread) => decide_spread_live_row(spread, event_seq),
     }
 }
 
@@ -510,6 +538,43 @@ mod tests {
         assert!(!is_parked(Some(t0())));
         // Representable by every backend (microseconds in an i64).
         assert_eq!(parked_until().timestamp_micros(), 253_402_300_799_000_000);
+    }
+
+    #[test]
+    fn spread_live_rows_are_held_until_the_set_is_read_and_while_settling() {
+        let fresh = CatchUpSpread::new(3);
+        assert_eq!(
+            decide_spread_live_row(&fresh, Some(3)),
+            LiveRowDecision::Hold
+        );
+        // Database 0 held local seqs 1..=10 (global 3..=30), database 2 local 1..=4.
+        let set = CatchUpSpread {
+            events: vec![10, 0, 4],
+            ..CatchUpSpread::new(3)
+        };
+        assert_eq!(
+            decide_spread_live_row(&set, Some(30)),
+            LiveRowDecision::Covered
+        );
+        assert_eq!(
+            decide_spread_live_row(&set, Some(33)),
+            LiveRowDecision::Park
+        );
+        assert_eq!(decide_spread_live_row(&set, Some(4)), LiveRowDecision::Park);
+        assert_eq!(decide_spread_live_row(&set, None), LiveRowDecision::Park);
+        let settling = CatchUpSpread {
+            settling: true,
+            ..set.clone()
+        };
+        assert_eq!(
+            decide_spread_live_row(&settling, Some(30)),
+            LiveRowDecision::Hold
+        );
+        // A job's rows are decided by its set, not its cursor, over several databases.
+        let mut j = job(CatchUpStatus::InProgress, 0);
+        assert_eq!(decide_job_live_row(&j, Some(30)), LiveRowDecision::Park);
+        j.spread = Some(set);
+        assert_eq!(decide_job_live_row(&j, Some(30)), LiveRowDecision::Covered);
     }
 
     #[test]

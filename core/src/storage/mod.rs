@@ -65,7 +65,7 @@ pub use registry::{
 };
 pub use row_change::{DeadLetter, HoldRelease, RowChange, RowUpdate};
 pub use schema::SchemaCheck;
-pub use spread::{CatchUpSpread, SpreadLiveRow, SpreadProgress, StorePositions};
+pub use spread::{CatchUpSpread, SpreadProgress, StorePositions};
 pub use versions::ReadModelVersion;
 pub use write::{WriteBatch, WriteReport};
 

@@ -1,5 +1,5 @@
-//! [`CatchUpSpread`]: where a catch-up over several databases stands, and what its live rows
-//! become.
+//! [`CatchUpSpread`]: where a catch-up over several databases stands (what its live rows
+//! become is decided in [`crate::catch_up::decide_spread_live_row`]).
 //!
 //! One database hands out event seqs in commit order, so one cursor tells which events a
 //! replay has applied. Several databases each have their own order, and a database with
@@ -47,19 +47,6 @@ pub struct CatchUpSpread {
     pub settling: bool,
 }
 
-/// What a stage does with a live event row of a target under a catch-up over several
-/// databases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpreadLiveRow {
-    /// Its event is in the replay's set: the replay applies it, drop this copy.
-    Covered,
-    /// Its event is after the set: park it until the job ends.
-    Park,
-    /// The set is not read yet, or the job is settling: hold it a poll interval and decide
-    /// again (neither delivered nor parked).
-    Hold,
-}
-
 /// One database's positions, as read by a catch-up's end over several databases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StorePositions {
@@ -102,17 +89,6 @@ impl CatchUpSpread {
         self.events
             .get(database as usize)
             .is_some_and(|last| local >= 1 && local <= *last)
-    }
-
-    /// Decides a live event row whose event has global seq `event_seq` (`None`: not found).
-    pub fn decide_live_row(&self, event_seq: Option<i64>) -> SpreadLiveRow {
-        if !self.prepared() || self.settling {
-            return SpreadLiveRow::Hold;
-        }
-        match event_seq {
-            Some(seq) if self.in_set(seq) => SpreadLiveRow::Covered,
-            _ => SpreadLiveRow::Park,
-        }
     }
 
     /// The set's highest global seq (0 for an empty set): the replay's end.
@@ -186,21 +162,6 @@ mod tests {
         assert!(!s.in_set(0) && !s.in_set(2), "no local seq 0");
         assert_eq!(s.until_seq(), 30);
         assert_eq!(CatchUpSpread::new(3).until_seq(), 0);
-    }
-
-    #[test]
-    fn live_rows_are_held_until_the_set_is_read_and_while_settling() {
-        let fresh = CatchUpSpread::new(2);
-        assert_eq!(fresh.decide_live_row(Some(2)), SpreadLiveRow::Hold);
-        let s = prepared();
-        assert_eq!(s.decide_live_row(Some(30)), SpreadLiveRow::Covered);
-        assert_eq!(s.decide_live_row(Some(33)), SpreadLiveRow::Park);
-        assert_eq!(s.decide_live_row(None), SpreadLiveRow::Park);
-        let settling = CatchUpSpread {
-            settling: true,
-            ..prepared()
-        };
-        assert_eq!(settling.decide_live_row(Some(30)), SpreadLiveRow::Hold);
     }
 
     #[test]

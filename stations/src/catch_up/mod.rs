@@ -13,6 +13,9 @@
 //!                          again after a poll interval : cancelled (settled as a completion)
 //!  live event row of a target J rebuilds ─► its event seq <= J's cursor ? drop (covered by the
 //!                                           replay) : park it until J completes
+//!                                           (over several databases: its event in J's set ?
+//!                                           drop : park; set not read, or J ending ? hold a
+//!                                           poll interval)
 //!  J completes (committed with the stage)  ─► parked rows the replay covered are removed, the
 //!                                           others are due at once (see `parked_until`)
 //!  replayed rows ─► left for live delivery (handled like live events, in seq order); while
@@ -38,8 +41,10 @@ mod replay;
 use crate::batches::InFlight;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use shardbox_core::catch_up::{covers, decide_live_row, parked_until, LiveRowDecision, TICK_KIND};
-use shardbox_core::storage::{CatchUpJob, SpreadLiveRow};
+use shardbox_core::catch_up::{
+    covers, decide_job_live_row, parked_until, LiveRowDecision, TICK_KIND,
+};
+use shardbox_core::storage::CatchUpJob;
 use shardbox_core::sync::lock;
 use shardbox_core::{
     Conveyor, DeliveryError, Intent, LeaseEpoch, MessageKind, MessageStatus, ShardIndex, SignalId,
@@ -186,28 +191,24 @@ impl Station for CatchUpStation {
         let (mut dropped, mut parked, mut held) = (0usize, 0usize, 0usize);
         let again = conveyor.now() + env.config().poll_span();
         for (index, id, job) in covered {
-            let event_seq = seqs.get(&id).copied();
-            let decision = match &job.spread {
-                None => match decide_live_row(job.cursor, event_seq) {
-                    LiveRowDecision::Covered => SpreadLiveRow::Covered,
-                    LiveRowDecision::Park => SpreadLiveRow::Park,
-                },
+            let decision = if ending.contains(&job.id) {
                 // This stage's commit ends the job, after its parked rows are released.
-                Some(_) if ending.contains(&job.id) => SpreadLiveRow::Hold,
-                Some(spread) => spread.decide_live_row(event_seq),
+                LiveRowDecision::Hold
+            } else {
+                decide_job_live_row(job, seqs.get(&id).copied())
             };
             let intent = match decision {
-                SpreadLiveRow::Covered => {
+                LiveRowDecision::Covered => {
                     dropped += 1;
                     Intent::Duplicate
                 }
-                SpreadLiveRow::Park => {
+                LiveRowDecision::Park => {
                     parked += 1;
                     Intent::Hold {
                         until: parked_until(),
                     }
                 }
-                SpreadLiveRow::Hold => {
+                LiveRowDecision::Hold => {
                     held += 1;
                     Intent::Hold { until: again }
                 }
