@@ -216,13 +216,6 @@ pub fn decide_step(
     }
 }
 
-impl StepDecision {
-    /// Whether the step ends the job (completed or cancelled).
-    pub fn ends(&self) -> bool {
-        matches!(self, StepDecision::Complete | StepDecision::Cancel)
-    }
-}
-
 /// Applies a step decision to the job (pure: returns the new job row).
 pub fn apply_step(
     job: &CatchUpJob,
@@ -263,10 +256,12 @@ pub enum LiveRowDecision {
     /// The replay has not reached its event yet: park it (hold it until [`parked_until`]),
     /// so that no page reads it again while the job runs. The job's completion releases it.
     Park,
-    /// A job over several databases whose set is not read yet, or that is ending: hold it a
-    /// poll interval and decide again (neither delivered nor parked; see
-    /// [`decide_spread_live_row`]).
+    /// A job over several databases whose set is not read yet: hold it a poll interval and
+    /// decide again (neither delivered nor parked; see [`decide_spread_live_row`]).
     Hold,
+    /// A job over several databases that is ending, in a database that has released its
+    /// parked rows: a live row like any other (its older parked rows are due before it).
+    Deliver,
 }
 
 pub use crate::model::parked::{is_parked, parked_until};
@@ -279,14 +274,22 @@ pub fn decide_live_row(cursor: i64, event_seq: Option<i64>) -> LiveRowDecision {
     }
 }
 
-/// Decides a live row of a target of a job over several databases (see
+/// Decides a live row in `shard` of a target of a job over several databases (see
 /// [`crate::storage::CatchUpSpread`]), its event having global seq `event_seq` (`None`: not
 /// found): an event of the set is covered whether the replay reached it or not (the replay
 /// applies every event of the set before the job ends), a later one is parked; until the set
-/// is read, and while the job ends, the row is held.
-pub fn decide_spread_live_row(spread: &CatchUpSpread, event_seq: Option<i64>) -> LiveRowDecision {
-    if !spread.prepared() || spread.settling {
+/// is read the row is held; once the job ends and the row's database has released its
+/// parked rows, it is delivered.
+pub fn decide_spread_live_row(
+    spread: &CatchUpSpread,
+    event_seq: Option<i64>,
+    shard: ShardIndex,
+) -> LiveRowDecision {
+    if !spread.prepared() {
         return LiveRowDecision::Hold;
+    }
+    if spread.settling && spread.released_in(spread.database_of_shard(shard)) {
+        return LiveRowDecision::Deliver;
     }
     match event_seq {
         Some(seq) if spread.in_set(seq) => LiveRowDecision::Covered,
@@ -294,12 +297,16 @@ pub fn decide_spread_live_row(spread: &CatchUpSpread, event_seq: Option<i64>) ->
     }
 }
 
-/// Decides a live row of a target `job` rebuilds, its event having seq `event_seq`: by the
-/// job's cursor on one database, by its set over several.
-pub fn decide_job_live_row(job: &CatchUpJob, event_seq: Option<i64>) -> LiveRowDecision {
+/// Decides a live row in `shard` of a target `job` rebuilds, its event having seq
+/// `event_seq`: by the job's cursor on one database, by its set over several.
+pub fn decide_job_live_row(
+    job: &CatchUpJob,
+    event_seq: Option<i64>,
+    shard: ShardIndex,
+) -> LiveRowDecision {
     match &job.spread {
         None => decide_live_row(job.cursor, event_seq),
-        Some(spread) => decide_spread_live_row(spread, event_seq),
+        Some(spread) => decide_spread_live_row(spread, event_seq, shard),
     }
 }
 

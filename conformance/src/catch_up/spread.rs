@@ -15,7 +15,8 @@ fn live(signal: &str, target: &str) -> shardbox_core::InboxWrite {
 /// `prepare_catch_up` re-fences the affected shards but the asking one, resets the targets and
 /// reads the events' end; `store_positions` reads the outbox's and the Inbox's ends;
 /// `has_unsettled_rows` finds a pending live row at or below a seq (not a parked one, not one
-/// above) and any replayed row; `release_parked` makes the job's parked rows due and re-fences.
+/// above) and any replayed row; `release_parked` makes the job's parked rows due, re-fences
+/// and records the release.
 pub async fn one_databases_part_of_a_catch_up_over_several<S: Storage + Inspect>(store: S) {
     let balances = |id: &str| EntityKey {
         kind: "balances".into(),
@@ -126,6 +127,11 @@ pub async fn one_databases_part_of_a_catch_up_over_several<S: Storage + Inspect>
         .await
         .expect("release");
     assert_eq!(released, 2);
+    assert_eq!(
+        store.released_catch_ups().await.expect("released"),
+        [job.id],
+        "the release is recorded"
+    );
     let page = store
         .read_page(ShardIndex(1), secs(3), 10)
         .await

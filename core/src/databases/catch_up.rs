@@ -9,8 +9,10 @@
 //!                        ─► home: the set and its end stored with the job
 //!  a step's commit with the job
 //!    Started, set not read ─► the same, if the start did not finish it; stored in the commit
-//!    Completed / Cancelled ─► home: the job stored `settling` (stages hold its live rows)
-//!                             ─► every database: release_parked ─► the home commit ends it
+//!    Completed / Cancelled ─► home: the job stored `settling` (stages read each database's
+//!                             release with it) ─► every other database: release_parked
+//!                             (re-fence, release, record it) ─► the home commit ends it and
+//!                             releases the home database's parked rows
 //!  spread_progress       ─► outboxes' ends ─► drained? Inboxes' ends ─► rows left at or
 //!                           below them? (reads; the step stores what they record)
 //! ```
@@ -104,7 +106,7 @@ impl Databases {
             self.home().update_catch_up(&marking).await?;
         }
         let mut released = 0;
-        for (d, db) in self.dbs.iter().enumerate() {
+        for (d, db) in self.dbs.iter().enumerate().skip(1) {
             let d = d as u32;
             let mut local = job.clone();
             local.spec = self.local_spec(d, &job.spec);
@@ -201,7 +203,24 @@ impl CatchUpStore for Databases {
     }
 
     async fn running_catch_ups(&self) -> Result<Vec<CatchUpJob>, StorageError> {
-        self.home().running_catch_ups().await
+        let mut jobs = self.home().running_catch_ups().await?;
+        if jobs
+            .iter()
+            .any(|j| j.spread.as_ref().is_some_and(|s| s.settling))
+        {
+            // Whether each database released them: what its stages decide live rows by.
+            let each = self.each(|_, db| db.released_catch_ups()).await?;
+            for job in &mut jobs {
+                if let Some(spread) = job.spread.as_mut().filter(|s| s.settling) {
+                    spread.released = each
+                        .iter()
+                        .enumerate()
+                        .map(|(d, ids)| d > 0 && ids.contains(&job.id))
+                        .collect();
+                }
+            }
+        }
+        Ok(jobs)
     }
 
     async fn update_catch_up(&self, job: &CatchUpJob) -> Result<(), StorageError> {
@@ -255,6 +274,10 @@ impl CatchUpStore for Databases {
         _own: Option<ShardIndex>,
     ) -> Result<usize, StorageError> {
         Err(self.per_database("release_parked"))
+    }
+
+    async fn released_catch_ups(&self) -> Result<Vec<i64>, StorageError> {
+        Err(self.per_database("released_catch_ups"))
     }
 
     async fn spread_progress(&self, job: &CatchUpJob) -> Result<SpreadProgress, StorageError> {

@@ -208,11 +208,20 @@ impl CatchUpStore for MemoryStorage {
     ) -> Result<usize, StorageError> {
         // Nothing parked is covered: every parked row of a job over several databases is
         // after its set, so a cursor of 0 releases them all.
-        let all = CatchUpJob {
+        // This database's part, as a job of one: its shards as given, every parked row
+        // released (a cursor of 0 covers nothing).
+        let here = CatchUpJob {
             cursor: 0,
+            spread: None,
             ..job.clone()
         };
-        Ok(self.lock().settle_parked(&all, own))
+        let mut state = self.lock();
+        state.released_jobs.insert(job.id);
+        Ok(state.settle_parked(&here, own))
+    }
+
+    async fn released_catch_ups(&self) -> Result<Vec<i64>, StorageError> {
+        Ok(self.lock().released_jobs.iter().copied().collect())
     }
 
     async fn retire_version(&self, model: &str, kind: &str) -> Result<u64, StorageError> {
@@ -232,6 +241,59 @@ impl CatchUpStore for MemoryStorage {
 }
 
 impl super::State {
+    /// Settles the parked rows of a completed job (see `StageCommit::catch_ups`): removes the
+    /// ones the replay covered, makes the others due, re-fences the affected shards but
+    /// `own`.
+    pub(super) fn settle_parked(&mut self, job: &CatchUpJob, own: Option<ShardIndex>) -> usize {
+        let parked = crate::catch_up::parked_until();
+        let mut covered = Vec::new();
+        let mut released = Vec::new();
+        let shards = job.affected_shards_here();
+        // Over several databases no parked row is covered: all are after the set.
+        let cursor = if job.spread.is_some() { 0 } else { job.cursor };
+        for shard in &shards {
+            let Some(pending) = self.pending.get(shard) else {
+                continue;
+            };
+            for seq in pending {
+                let m = &self.rows[seq].message;
+                if m.deliver_after != Some(parked)
+                    || m.kind != crate::model::message::MessageKind::Event
+                    || m.target_kind != job.spec.projection_kind
+                    || !crate::catch_up::covers(job, &m.tenant, &m.target_id)
+                {
+                    continue;
+                }
+                match self.event_seq.get(&m.signal_id) {
+                    Some(e) if *e <= cursor => covered.push(*seq),
+                    _ => released.push(*seq),
+                }
+            }
+        }
+        for seq in covered {
+            self.remove(seq);
+        }
+        let count = released.len();
+        for seq in released {
+            if let Some(row) = self.rows.get_mut(&seq) {
+                row.message.deliver_after = None;
+                let shard = row.shard;
+                // Due at once: back among the rows pages check.
+                self.due.entry(shard).or_default().add(seq, None);
+            }
+        }
+        for shard in &shards {
+            if Some(*shard) == own {
+                continue;
+            }
+            if let Some(s) = self.sessions.get_mut(shard) {
+                s.epoch = LeaseEpoch(s.epoch.0 + 1);
+                s.lease_until = None;
+            }
+        }
+        count
+    }
+
     /// Deletes the states of `spec`'s targets and re-fences its affected shards (epoch + 1,
     /// lease freed) but `own`, as a durable backend's start does.
     fn reset_targets(&mut self, spec: &NewCatchUp, own: Option<ShardIndex>) {

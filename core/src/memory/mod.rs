@@ -76,6 +76,8 @@ struct State {
     kind_controls: BTreeMap<String, crate::model::kind_controls::KindControl>,
     /// The outbox and the relay positions recorded here (see `outbox`).
     outbox: outbox::Outbox,
+    /// The jobs over several databases whose parked rows this database released.
+    released_jobs: BTreeSet<i64>,
 }
 
 fn target_of(m: &InboxMessage) -> EntityKey {
@@ -151,56 +153,6 @@ impl State {
             d.remove(&(k, seq));
         }
         Some(row)
-    }
-
-    /// Settles the parked rows of a completed job (see `StageCommit::catch_ups`): removes the
-    /// ones the replay covered, makes the others due, re-fences the affected shards but
-    /// `own`.
-    fn settle_parked(&mut self, job: &CatchUpJob, own: Option<ShardIndex>) -> usize {
-        let parked = crate::catch_up::parked_until();
-        let mut covered = Vec::new();
-        let mut released = Vec::new();
-        for shard in &job.spec.affected_shards {
-            let Some(pending) = self.pending.get(shard) else {
-                continue;
-            };
-            for seq in pending {
-                let m = &self.rows[seq].message;
-                if m.deliver_after != Some(parked)
-                    || m.kind != crate::model::message::MessageKind::Event
-                    || m.target_kind != job.spec.projection_kind
-                    || !crate::catch_up::covers(job, &m.tenant, &m.target_id)
-                {
-                    continue;
-                }
-                match self.event_seq.get(&m.signal_id) {
-                    Some(e) if *e <= job.cursor => covered.push(*seq),
-                    _ => released.push(*seq),
-                }
-            }
-        }
-        for seq in covered {
-            self.remove(seq);
-        }
-        let count = released.len();
-        for seq in released {
-            if let Some(row) = self.rows.get_mut(&seq) {
-                row.message.deliver_after = None;
-                let shard = row.shard;
-                // Due at once: back among the rows pages check.
-                self.due.entry(shard).or_default().add(seq, None);
-            }
-        }
-        for shard in &job.spec.affected_shards {
-            if Some(*shard) == own {
-                continue;
-            }
-            if let Some(s) = self.sessions.get_mut(shard) {
-                s.epoch = LeaseEpoch(s.epoch.0 + 1);
-                s.lease_until = None;
-            }
-        }
-        count
     }
 
     /// Parks row `seq` behind its target's blocked row (see `RowChange::BehindBlock`), or

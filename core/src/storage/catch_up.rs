@@ -156,6 +156,15 @@ impl CatchUpJob {
     pub fn spread_of(spec: &NewCatchUp) -> Option<CatchUpSpread> {
         (spec.databases > 1).then(|| CatchUpSpread::new(spec.databases))
     }
+
+    /// The affected shards in the database that stores the job, by their index there: all of
+    /// them on one database; over several, the home database's (its first).
+    pub fn affected_shards_here(&self) -> Vec<ShardIndex> {
+        match &self.spread {
+            None => self.spec.affected_shards.clone(),
+            Some(spread) => spread.shards_in(0, &self.spec.affected_shards),
+        }
+    }
 }
 
 /// The `catch_ups` table.
@@ -262,7 +271,8 @@ pub trait CatchUpStore: Send + Sync + 'static {
 
     /// Releases every parked live event row of `job`'s targets in `job.spec.affected_shards`
     /// (due at once, in `seq` order), after re-fencing those shards in the same transaction
-    /// (so none is parked after it by a stage that read the job before). Returns how many.
+    /// (so none is parked after it by a stage that read the job before), and records that
+    /// this database released `job` ([`CatchUpStore::released_catch_ups`]). Returns how many.
     /// For a job over several databases, whose parked rows are all after its set. `own`, the
     /// shard of the stage that asks, is not re-fenced (its commit would be).
     async fn release_parked(
@@ -270,6 +280,9 @@ pub trait CatchUpStore: Send + Sync + 'static {
         job: &CatchUpJob,
         own: Option<ShardIndex>,
     ) -> Result<usize, StorageError>;
+
+    /// The jobs this database released the parked rows of ([`CatchUpStore::release_parked`]).
+    async fn released_catch_ups(&self) -> Result<Vec<i64>, StorageError>;
 
     /// Where the end of `job`, a job over several databases, stands: records what is due
     /// (the outboxes' ends once the replay ended, the Inboxes' ends once those are drained)

@@ -38,6 +38,9 @@ pub struct StageCommit {
     /// at once (`deliver_after` cleared, so they keep their `seq` order); and every affected
     /// shard but this stage's own is re-fenced (epoch + 1, lease freed), so that no stage that
     /// read its page or the job list before the completion can park or deliver a row after it.
+    /// A job over several databases settles this way only the shards of the database that
+    /// stores it ([`CatchUpJob::affected_shards_here`]), and releases all its parked rows
+    /// (they are all after its set; the other databases released theirs before).
     pub catch_ups: Vec<CatchUpJob>,
     /// Delete the completed catch-up jobs that finished before this time (their retention
     /// ran out), in the same transaction.

@@ -7,16 +7,18 @@
 //! number would look replayed. So a job over several databases replays a fixed *set*:
 //!
 //! ```text
-//!  first step   every database: affected shards re-fenced, targets reset, its last event seq
+//!  start        every database: affected shards re-fenced, targets reset, its last event seq
 //!               read (one transaction each) ─► `events`, the set: seq ≤ events[d] in database d
 //!  replay       the set's events merged by global seq (local × N + database), as rows
 //!  live row     event in the set ─► dropped (the replay applies it)
 //!               event after it   ─► parked until the job ends
-//!               set not read yet, or the job settling ─► held a poll interval, decided again
+//!               set not read yet ─► held a poll interval, decided again
+//!               its database released the job's parked rows (settling) ─► delivered as any row
 //!  end          outboxes drained past `outboxes` (every copy of the set's events and every
 //!               replayed row is in its Inbox) ─► `inboxes` read ─► no live row at or below them
-//!               undecided, no replayed row left ─► `settling`: parked rows released in every
-//!               database ─► Completed / Cancelled
+//!               undecided, no replayed row left ─► `settling` stored ─► each other database:
+//!               parked rows released, shards re-fenced, its release recorded (one transaction)
+//!               ─► the home commit: its own parked rows released, Completed / Cancelled
 //! ```
 //!
 //! A cancelled job's set is not applied past its cursor: live copies of the set's events are
@@ -24,6 +26,7 @@
 //! start that a cancelled replay did not reach are not applied; a new catch-up of the targets
 //! rebuilds them). Events after the set are delivered in order once it ends.
 
+use crate::model::ids::ShardIndex;
 use serde::{Deserialize, Serialize};
 
 /// How a catch-up over several databases stands (`None` on a job of one database). Stored
@@ -42,9 +45,14 @@ pub struct CatchUpSpread {
     /// Each database's last Inbox seq once the outboxes were drained: every live copy of an
     /// event of the set is at or below it. Empty until then.
     pub inboxes: Vec<i64>,
-    /// The job is ending: its parked rows are being released in every database, and live
-    /// rows of its targets are held meanwhile (a row parked now would never be released).
+    /// The job is ending: each database but the home one releases its parked rows (and
+    /// records that it did, in the same transaction); the home database releases its own
+    /// with the commit that ends the job.
     pub settling: bool,
+    /// Which databases have released the job's parked rows, as read with the job while it
+    /// is settling (not stored with it: each database records its own release).
+    #[serde(default, skip)]
+    pub released: Vec<bool>,
 }
 
 /// One database's positions, as read by a catch-up's end over several databases.
@@ -80,6 +88,29 @@ impl CatchUpSpread {
     /// Whether the first step has read the set.
     pub fn prepared(&self) -> bool {
         !self.events.is_empty()
+    }
+
+    /// The database of a global shard.
+    pub fn database_of_shard(&self, shard: ShardIndex) -> u32 {
+        shard.0 % self.databases.max(1)
+    }
+
+    /// Whether `database` has released the job's parked rows (see [`CatchUpSpread::released`]).
+    pub fn released_in(&self, database: u32) -> bool {
+        self.released
+            .get(database as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// `shards` (global) that live in `database`, by their local index there.
+    pub fn shards_in(&self, database: u32, shards: &[ShardIndex]) -> Vec<ShardIndex> {
+        let n = self.databases.max(1);
+        shards
+            .iter()
+            .filter(|s| s.0 % n == database)
+            .map(|s| ShardIndex(s.0 / n))
+            .collect()
     }
 
     /// Whether the event of global seq `seq` (`local × N + database`) is in the set.

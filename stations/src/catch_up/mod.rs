@@ -146,17 +146,12 @@ impl Station for CatchUpStation {
         // the states if what it found waiting changed in between (issue 37, seed 2912). The
         // step taken writes the job's next tick, so the others are consumed.
         let mut stepped = HashSet::new();
-        let mut ending = HashSet::new();
         for (index, job_id) in ticks {
             match job_id {
                 Some(id) if !stepped.insert(id) => {
                     conveyor.record(index, Intent::Delivered { keep_until: None });
                 }
-                Some(id) => {
-                    if self.tick(conveyor, index, id).await? {
-                        ending.insert(id);
-                    }
-                }
+                Some(id) => self.tick(conveyor, index, id).await?,
                 None => conveyor.record(
                     index,
                     Intent::Drop {
@@ -170,7 +165,7 @@ impl Station for CatchUpStation {
         if jobs.is_empty() {
             return Ok(());
         }
-        let covered: Vec<(usize, SignalId, &CatchUpJob)> = conveyor
+        let covered: Vec<(usize, SignalId, ShardIndex, &CatchUpJob)> = conveyor
             .open_with_status(MessageStatus::ToDeliver)
             .filter(|(_, m)| m.message.kind == MessageKind::Event)
             .filter_map(|(i, m)| {
@@ -179,25 +174,19 @@ impl Station for CatchUpStation {
                         j.spec.projection_kind == m.message.target_kind
                             && covers(j, &m.message.tenant, &m.message.target_id)
                     })
-                    .map(|j| (i, m.message.signal_id.clone(), j))
+                    .map(|j| (i, m.message.signal_id.clone(), m.shard, j))
             })
             .collect();
         if covered.is_empty() {
             return Ok(());
         }
         let env = conveyor.context().clone();
-        let ids: Vec<SignalId> = covered.iter().map(|(_, id, _)| id.clone()).collect();
+        let ids: Vec<SignalId> = covered.iter().map(|(_, id, _, _)| id.clone()).collect();
         let seqs: HashMap<SignalId, i64> = env.event_seqs(&ids).await?.into_iter().collect();
         let (mut dropped, mut parked, mut held) = (0usize, 0usize, 0usize);
         let again = conveyor.now() + env.config().poll_span();
-        for (index, id, job) in covered {
-            let decision = if ending.contains(&job.id) {
-                // This stage's commit ends the job, after its parked rows are released.
-                LiveRowDecision::Hold
-            } else {
-                decide_job_live_row(job, seqs.get(&id).copied())
-            };
-            let intent = match decision {
+        for (index, id, shard, job) in covered {
+            let intent = match decide_job_live_row(job, seqs.get(&id).copied(), shard) {
                 LiveRowDecision::Covered => {
                     dropped += 1;
                     Intent::Duplicate
@@ -212,6 +201,8 @@ impl Station for CatchUpStation {
                     held += 1;
                     Intent::Hold { until: again }
                 }
+                // Live delivery, after this station, delivers it.
+                LiveRowDecision::Deliver => continue,
             };
             conveyor.record(index, intent);
         }

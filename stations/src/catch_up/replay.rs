@@ -93,24 +93,22 @@ fn page_rows(
 }
 
 impl CatchUpStation {
-    /// One replay step of job `job_id`, driven by the tick row at `index`. Returns whether it
-    /// ended a job over several databases (this stage then holds that job's live rows: the
-    /// end releases the parked ones before the commit, so none may be parked in it).
+    /// One replay step of job `job_id`, driven by the tick row at `index`.
     pub(super) async fn tick(
         &self,
         conveyor: &mut Conveyor,
         index: usize,
         job_id: i64,
-    ) -> Result<bool, DeliveryError> {
+    ) -> Result<(), DeliveryError> {
         let env = conveyor.context().clone();
         let now = conveyor.now();
         let Some(mut job) = env.catch_up(job_id).await? else {
             conveyor.record(index, Intent::Delivered { keep_until: None });
-            return Ok(false);
+            return Ok(());
         };
         if !job.status.is_running() {
             conveyor.record(index, Intent::Delivered { keep_until: None });
-            return Ok(false);
+            return Ok(());
         }
         let kind = job.spec.projection_kind.clone();
         let page_size = env.config().catch_up_page_size;
@@ -127,7 +125,7 @@ impl CatchUpStation {
                 job.spread = Some(progress.spread);
                 if recorded && progress.pending {
                     step_again_now(conveyor, &env, index, job);
-                    return Ok(false);
+                    return Ok(());
                 }
                 progress.pending
             } else {
@@ -140,15 +138,14 @@ impl CatchUpStation {
                 .await?
             };
             let decision = decide_step(&job, &[], page_size, u64::from(pending));
-            let ends = job.spread.is_some() && decision.ends();
             self.finish_step(conveyor, &env, index, &job, decision, 0, now);
-            return Ok(ends);
+            return Ok(());
         }
         let Some(handler) = env.registry().handler(&kind).cloned() else {
             let poll = env.config().poll_span();
             tracing::warn!(job = job.id, %kind, "projection of a catch-up is not registered on this node; waiting for a node that has it");
             conveyor.record(index, Intent::Hold { until: now + poll });
-            return Ok(false);
+            return Ok(());
         };
         if let Some(spread) = &job.spread {
             if handler.in_transaction() {
@@ -156,13 +153,13 @@ impl CatchUpStation {
                 // would leave the others' rows (see docs/clustering.md).
                 tracing::error!(job = job.id, %kind, "a projection that writes in the commit's transaction cannot be rebuilt over several databases yet; the catch-up is cancelled, nothing was reset");
                 self.finish_step(conveyor, &env, index, &job, StepDecision::Cancel, 0, now);
-                return Ok(true);
+                return Ok(());
             }
             if !spread.prepared() {
                 // The first step: its commit resets the targets in every database and reads
                 // the set (`Databases`, around the commit); the replay starts at the next tick.
                 step_again_now(conveyor, &env, index, job);
-                return Ok(false);
+                return Ok(());
             }
         } else if job.status == CatchUpStatus::Started {
             // A projection in the application's tables empties what the replay writes again,
@@ -201,7 +198,7 @@ impl CatchUpStation {
             page.replayed,
             now,
         );
-        Ok(false)
+        Ok(())
     }
 
     /// Replays the page of history after `job`'s cursor: the rows of its events applied

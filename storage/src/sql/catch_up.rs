@@ -202,11 +202,12 @@ macro_rules! catch_up_units {
             use $crate::schema::shard_sessions::dsl as ss;
             let parked = micros(shardbox_core::catch_up::parked_until());
             let shards: Vec<i32> = job
-                .spec
-                .affected_shards
+                .affected_shards_here()
                 .iter()
                 .map(|s| s.as_i32())
                 .collect();
+            // Over several databases no parked row is covered: all are after the set.
+            let cursor = if job.spread.is_some() { 0 } else { job.cursor };
             let others: Vec<i32> = shards
                 .iter()
                 .copied()
@@ -235,7 +236,7 @@ macro_rules! catch_up_units {
                             "EXISTS (SELECT 1 FROM events e \
                              WHERE e.id = inbox_messages.signal_id AND e.seq <= ",
                         )
-                        .bind::<BigInt, _>(job.cursor)
+                        .bind::<BigInt, _>(cursor)
                         .sql(")"),
                     ))
                     .load(conn)?;

@@ -87,16 +87,48 @@ macro_rules! catch_up_spread_units {
             Ok(false)
         }
 
-        /// `CatchUpStore::release_parked`: `settle_parked` with a cursor of 0, which covers
-        /// nothing, so every parked row of the job is released.
+        /// `CatchUpStore::release_parked`: `settle_parked` of the job as one database of one
+        /// (its shards as given, a cursor of 0, which covers nothing, so every parked row is
+        /// released), and the release recorded as a setting, in one transaction.
         pub(crate) fn release_catch_up_parked(
             conn: &mut Conn,
             job: CatchUpJob,
             own: Option<ShardIndex>,
         ) -> Result<usize, Failure> {
-            let all = CatchUpJob { cursor: 0, ..job };
-            <Conn as Dialect>::write_transaction(conn, |conn| settle_parked(conn, &all, own))
+            let marker = format!("{RELEASED}{}", job.id);
+            let here = CatchUpJob {
+                cursor: 0,
+                spread: None,
+                ..job
+            };
+            <Conn as Dialect>::write_transaction(conn, |conn| {
+                use $crate::schema::shardbox_settings::dsl as st;
+                let released = settle_parked(conn, &here, own)?;
+                diesel::insert_into(st::shardbox_settings)
+                    .values((st::name.eq(&marker), st::value.eq("released")))
+                    .on_conflict(st::name)
+                    .do_nothing()
+                    .execute(conn)?;
+                Ok(released)
+            })
         }
+
+        /// `CatchUpStore::released_catch_ups`: the jobs whose release is recorded here.
+        pub(crate) fn released_catch_ups(conn: &mut Conn) -> Result<Vec<i64>, Failure> {
+            use $crate::schema::shardbox_settings::dsl as st;
+            let names: Vec<String> = st::shardbox_settings
+                .filter(st::name.like(format!("{RELEASED}%")))
+                .select(st::name)
+                .load(conn)?;
+            Ok(names
+                .iter()
+                .filter_map(|n| n.strip_prefix(RELEASED)?.parse().ok())
+                .collect())
+        }
+
+        /// The setting a database records its release of a job's parked rows under
+        /// (followed by the job's id).
+        const RELEASED: &str = "catch-up-released/";
     };
 }
 pub(crate) use catch_up_spread_units;

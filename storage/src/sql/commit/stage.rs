@@ -224,7 +224,7 @@ pub(crate) fn sessions_to_lock(
     let mut locked: Vec<i32> = catch_ups
         .iter()
         .filter(|job| job.status.is_finished())
-        .flat_map(|job| job.spec.affected_shards.iter().map(|s| s.as_i32()))
+        .flat_map(|job| job.affected_shards_here().into_iter().map(|s| s.as_i32()))
         .collect();
     if !locked.is_empty() {
         locked.push(shard.as_i32());

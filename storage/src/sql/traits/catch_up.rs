@@ -135,6 +135,10 @@ macro_rules! catch_up_store_impl {
                     .await
             }
 
+            async fn released_catch_ups(&self) -> Result<Vec<i64>, shardbox_core::StorageError> {
+                self.db.run($units::released_catch_ups).await
+            }
+
             async fn release_parked(
                 &self,
                 job: &shardbox_core::storage::CatchUpJob,
