@@ -335,7 +335,7 @@ impl Rig {
                 applied.len()
             );
         }
-        let differ: Vec<(&String, &Vec<u64>, Option<&Vec<u64>>)> = tallies
+        let differ: Vec<_> = tallies
             .iter()
             .filter(|(id, applied)| seen.get(*id) != Some(*applied))
             .map(|(id, applied)| (id, applied, seen.get(id)))

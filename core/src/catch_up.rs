@@ -548,40 +548,41 @@ mod tests {
     }
 
     #[test]
-    fn spread_live_rows_are_held_until_the_set_is_read_and_while_settling() {
+    fn spread_live_rows_are_held_until_the_set_is_read_and_delivered_once_released() {
+        let s = ShardIndex(4); // database 1 of 3
+        let d = |spread: &CatchUpSpread, seq: Option<i64>, shard: ShardIndex| {
+            decide_spread_live_row(spread, seq, shard)
+        };
         let fresh = CatchUpSpread::new(3);
-        assert_eq!(
-            decide_spread_live_row(&fresh, Some(3)),
-            LiveRowDecision::Hold
-        );
+        assert_eq!(d(&fresh, Some(3), s), LiveRowDecision::Hold);
         // Database 0 held local seqs 1..=10 (global 3..=30), database 2 local 1..=4.
         let set = CatchUpSpread {
             events: vec![10, 0, 4],
             ..CatchUpSpread::new(3)
         };
-        assert_eq!(
-            decide_spread_live_row(&set, Some(30)),
-            LiveRowDecision::Covered
-        );
-        assert_eq!(
-            decide_spread_live_row(&set, Some(33)),
-            LiveRowDecision::Park
-        );
-        assert_eq!(decide_spread_live_row(&set, Some(4)), LiveRowDecision::Park);
-        assert_eq!(decide_spread_live_row(&set, None), LiveRowDecision::Park);
+        assert_eq!(d(&set, Some(30), s), LiveRowDecision::Covered);
+        assert_eq!(d(&set, Some(33), s), LiveRowDecision::Park);
+        assert_eq!(d(&set, Some(4), s), LiveRowDecision::Park);
+        assert_eq!(d(&set, None, s), LiveRowDecision::Park);
+        // Settling: a database that has not released yet still parks (its release re-fences
+        // the stage, or releases what it parked); one that has delivers.
         let settling = CatchUpSpread {
             settling: true,
+            released: vec![false, true, false],
             ..set.clone()
         };
-        assert_eq!(
-            decide_spread_live_row(&settling, Some(30)),
-            LiveRowDecision::Hold
-        );
+        assert_eq!(d(&settling, Some(33), s), LiveRowDecision::Deliver);
+        let home = ShardIndex(3);
+        assert_eq!(d(&settling, Some(33), home), LiveRowDecision::Park);
+        assert_eq!(d(&settling, Some(30), home), LiveRowDecision::Covered);
         // A job's rows are decided by its set, not its cursor, over several databases.
         let mut j = job(CatchUpStatus::InProgress, 0);
-        assert_eq!(decide_job_live_row(&j, Some(30)), LiveRowDecision::Park);
+        assert_eq!(decide_job_live_row(&j, Some(30), s), LiveRowDecision::Park);
         j.spread = Some(set);
-        assert_eq!(decide_job_live_row(&j, Some(30)), LiveRowDecision::Covered);
+        assert_eq!(
+            decide_job_live_row(&j, Some(30), s),
+            LiveRowDecision::Covered
+        );
     }
 
     #[test]

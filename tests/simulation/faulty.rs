@@ -928,6 +928,10 @@ impl CatchUpStore for FaultyStorage {
         )
     }
 
+    async fn released_catch_ups(&self) -> Result<Vec<i64>, StorageError> {
+        read!(self, "released_catch_ups", self.inner.released_catch_ups())
+    }
+
     async fn release_parked(
         &self,
         job: &CatchUpJob,

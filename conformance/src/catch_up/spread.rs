@@ -90,8 +90,17 @@ pub async fn one_databases_part_of_a_catch_up_over_several<S: Storage + Inspect>
     );
     assert!(unsettled(first_x).await.expect("at"), "a pending live row");
 
+    park_then_release(&store, &job, (first_x, second_x)).await;
+}
+
+/// Parks rows `seqs` of shard 1: parked rows are not unsettled, a replayed row is; released,
+/// they are due again in seq order, the shard is re-fenced and the release recorded.
+async fn park_then_release<S: Storage + Inspect>(store: &S, job: &CatchUpJob, seqs: (i64, i64)) {
+    let (first_x, second_x) = seqs;
+    let shards = [ShardIndex(1)];
+    let unsettled = |up_to: i64| store.has_unsettled_rows("balances", "", &shards, up_to);
     // Parked rows are not unsettled; released, they are due again, in seq order.
-    let lease = pick(&store, 1, "b", secs(2)).await;
+    let lease = pick(store, 1, "b", secs(2)).await;
     let park = [first_x, second_x]
         .into_iter()
         .map(|seq| RowUpdate {
@@ -123,7 +132,7 @@ pub async fn one_databases_part_of_a_catch_up_over_several<S: Storage + Inspect>
     );
 
     let released = store
-        .release_parked(&job, Some(ShardIndex(3)))
+        .release_parked(job, Some(ShardIndex(3)))
         .await
         .expect("release");
     assert_eq!(released, 2);

@@ -103,31 +103,7 @@ pub async fn several_databases_run_a_catch_up_over_all_of_them<S: Storage + Insp
     store.release(&lease).await.expect("release");
 
     // Events after the set, each with a live row of its target, parked: not replayed.
-    let mut parked = Vec::new();
-    for (n, id) in ids.iter().enumerate().take(2) {
-        let lease = pick(&store, shard_of(id).0, "c", secs(2)).await;
-        commit_of(&store, &lease, id, &format!("after-{n}"), 2).await;
-        let row = with(placed(&strategy, SHARDS, id, &format!("after-{n}")), |m| {
-            m.kind = MessageKind::Event;
-        });
-        store.write(messages(vec![row])).await.expect("live row");
-        let page = store
-            .read_page(shard_of(id), secs(3), 10)
-            .await
-            .expect("page");
-        let park = RowUpdate {
-            seq: seq_of(&page.messages, &format!("after-{n}")),
-            change: RowChange::Hold {
-                until: parked_until(),
-            },
-        };
-        store
-            .commit_stage(stage(&lease, secs(3), vec![park]))
-            .await
-            .expect("park");
-        store.release(&lease).await.expect("release");
-        parked.push((n, shard_of(id)));
-    }
+    let parked = park_after_the_set(&store, &strategy, &ids).await;
     let replay = store
         .read_events_within(0, &spread.events, &[], None, 100)
         .await
@@ -221,4 +197,40 @@ async fn end<S: Storage>(store: &S, job: CatchUpJob, lease: Lease) {
     let done = store.catch_up(job.id).await.expect("read").expect("job");
     assert_eq!(done.status, CatchUpStatus::Completed);
     assert!(done.spread.expect("spread").settling);
+}
+
+/// An event after the set for each of the first two of `ids` (databases 0 and 1), each with a
+/// live row of its target, parked as a stage does: (n, the row's shard) of each.
+async fn park_after_the_set<S: Storage>(
+    store: &S,
+    strategy: &Arc<dyn ShardStrategy>,
+    ids: &[String],
+) -> Vec<(usize, ShardIndex)> {
+    let shard_of = |id: &str| strategy.shard_of("account", id, SHARDS);
+    let mut parked = Vec::new();
+    for (n, id) in ids.iter().enumerate().take(2) {
+        let lease = pick(store, shard_of(id).0, "c", secs(2)).await;
+        commit_of(store, &lease, id, &format!("after-{n}"), 2).await;
+        let row = with(placed(strategy, SHARDS, id, &format!("after-{n}")), |m| {
+            m.kind = MessageKind::Event;
+        });
+        store.write(messages(vec![row])).await.expect("live row");
+        let page = store
+            .read_page(shard_of(id), secs(3), 10)
+            .await
+            .expect("page");
+        let park = RowUpdate {
+            seq: seq_of(&page.messages, &format!("after-{n}")),
+            change: RowChange::Hold {
+                until: parked_until(),
+            },
+        };
+        store
+            .commit_stage(stage(&lease, secs(3), vec![park]))
+            .await
+            .expect("park");
+        store.release(&lease).await.expect("release");
+        parked.push((n, shard_of(id)));
+    }
+    parked
 }

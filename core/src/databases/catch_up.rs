@@ -5,8 +5,8 @@
 //!
 //! ```text
 //!  start_catch_up        ─► home: the job (spread over N), overlap refused, home's targets reset
-//!                        ─► every database: prepare_catch_up (re-fence, reset, last seq)
-//!                        ─► home: the set and its end stored with the job
+//!                        ─► every database: prepare_catch_up (re-fence, reset), then every
+//!                           database's last event seq: the set ─► home: stored with the job
 //!  a step's commit with the job
 //!    Started, set not read ─► the same, if the start did not finish it; stored in the commit
 //!    Completed / Cancelled ─► home: the job stored `settling` (stages read each database's
@@ -76,12 +76,18 @@ impl Databases {
         job: &mut CatchUpJob,
         own: Option<ShardIndex>,
     ) -> Result<(), StorageError> {
-        let mut set = Vec::with_capacity(self.dbs.len());
+        // Every database reset before any end is read: a stage that has not seen the job yet
+        // (its shard not re-fenced yet) may deliver a live row onto a state until its own
+        // database is reset, and that row's event must be in the set the replay applies again.
+        // Reading a database's end as its reset went would leave out an event of a database
+        // read earlier whose copy was delivered, then erased, in one reset later (the node
+        // test over three clusters lost such events).
         for (d, db) in self.dbs.iter().enumerate() {
             let d = d as u32;
             let spec = self.local_spec(d, &job.spec);
-            set.push(db.prepare_catch_up(&spec, self.own_in(d, own)).await?);
+            db.prepare_catch_up(&spec, self.own_in(d, own)).await?;
         }
+        let set = self.each(|_, db| db.last_event_seq()).await?;
         if let Some(spread) = job.spread.as_mut() {
             spread.events = set;
             job.until_seq = Some(spread.until_seq());
@@ -115,7 +121,7 @@ impl Databases {
         tracing::info!(
             job = job.id,
             released,
-            "catch-up over several databases settled: parked rows released in every database"
+            "catch-up over several databases settling: parked rows released in every database but the home one, which releases its own as the job ends"
         );
         Ok(())
     }

@@ -246,8 +246,8 @@ pub trait CatchUpStore: Send + Sync + 'static {
     /// transaction: re-fences `spec.affected_shards` (epoch + 1, lease freed; a stage that read
     /// its page before cannot commit after), deletes the targets' states (as
     /// [`CatchUpStore::start_catch_up`] does), and returns the event store's last `seq` as
-    /// this transaction sees it: the database's part of the replay's set. Doing it again is
-    /// harmless. `own`, the shard of the stage that asks, is not re-fenced (its commit would be).
+    /// this transaction sees it. The storage over the databases reads the replay's set only
+    /// once every database is prepared. Doing it again is harmless. `own`, the shard of the stage that asks, is not re-fenced (its commit would be).
     async fn prepare_catch_up(
         &self,
         spec: &NewCatchUp,

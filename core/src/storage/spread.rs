@@ -7,8 +7,10 @@
 //! number would look replayed. So a job over several databases replays a fixed *set*:
 //!
 //! ```text
-//!  start        every database: affected shards re-fenced, targets reset, its last event seq
-//!               read (one transaction each) ─► `events`, the set: seq ≤ events[d] in database d
+//!  start        every database: affected shards re-fenced, targets reset; then every
+//!               database's last event seq ─► `events`, the set: seq ≤ events[d] in database d
+//!               (read after every reset: a copy delivered before its database's reset has its
+//!               event in the set)
 //!  replay       the set's events merged by global seq (local × N + database), as rows
 //!  live row     event in the set ─► dropped (the replay applies it)
 //!               event after it   ─► parked until the job ends
@@ -35,8 +37,8 @@ use serde::{Deserialize, Serialize};
 pub struct CatchUpSpread {
     /// How many databases the job spans.
     pub databases: u32,
-    /// The replay's set: each database's last (local) event seq when the first step had reset
-    /// the targets there. Empty until then.
+    /// The replay's set: each database's last (local) event seq, read once the targets were
+    /// reset in every database. Empty until then.
     pub events: Vec<i64>,
     /// Each database's last outbox id once the replay had ended: when every outbox is drained
     /// past these, every live copy of an event of the set and every replayed row is in its

@@ -113,33 +113,7 @@ impl CatchUpStation {
         let kind = job.spec.projection_kind.clone();
         let page_size = env.config().catch_up_page_size;
         if !replays(&job) {
-            // History replayed, or a cancel requested: only wait for the replayed rows (and
-            // the live rows the replay covered) to be settled. Needs no handler, so a job of
-            // a projection no running node has can still be cancelled.
-            let pending = if job.spread.is_some() {
-                // Over several databases: the outboxes drained and every live copy of the
-                // set decided, recorded step by step with the job. A step that recorded
-                // something looks again at once; one that found nothing new waits a poll.
-                let progress = env.spread_progress(&job).await?;
-                let recorded = job.spread.as_ref() != Some(&progress.spread);
-                job.spread = Some(progress.spread);
-                if recorded && progress.pending {
-                    step_again_now(conveyor, &env, index, job);
-                    return Ok(());
-                }
-                progress.pending
-            } else {
-                env.has_pending_replay(
-                    &kind,
-                    &job.spec.tenant,
-                    &job.spec.affected_shards,
-                    job.cursor,
-                )
-                .await?
-            };
-            let decision = decide_step(&job, &[], page_size, u64::from(pending));
-            self.finish_step(conveyor, &env, index, &job, decision, 0, now);
-            return Ok(());
+            return self.await_end(conveyor, &env, index, job, now).await;
         }
         let Some(handler) = env.registry().handler(&kind).cloned() else {
             let poll = env.config().poll_span();
@@ -198,6 +172,45 @@ impl CatchUpStation {
             page.replayed,
             now,
         );
+        Ok(())
+    }
+
+    /// A step of `job` once its history is replayed or a cancel was requested: only waits for
+    /// the replayed rows (and the live rows the replay covered) to be settled, then ends it.
+    /// Needs no handler, so a job of a projection no running node has can still be cancelled.
+    async fn await_end(
+        &self,
+        conveyor: &mut Conveyor,
+        env: &Arc<StationContext>,
+        index: usize,
+        mut job: CatchUpJob,
+        now: DateTime<Utc>,
+    ) -> Result<(), DeliveryError> {
+        let page_size = env.config().catch_up_page_size;
+        let kind = job.spec.projection_kind.clone();
+        let pending = if job.spread.is_some() {
+            // Over several databases: the outboxes drained and every live copy of the
+            // set decided, recorded step by step with the job. A step that recorded
+            // something looks again at once; one that found nothing new waits a poll.
+            let progress = env.spread_progress(&job).await?;
+            let recorded = job.spread.as_ref() != Some(&progress.spread);
+            job.spread = Some(progress.spread);
+            if recorded && progress.pending {
+                step_again_now(conveyor, env, index, job);
+                return Ok(());
+            }
+            progress.pending
+        } else {
+            env.has_pending_replay(
+                &kind,
+                &job.spec.tenant,
+                &job.spec.affected_shards,
+                job.cursor,
+            )
+            .await?
+        };
+        let decision = decide_step(&job, &[], page_size, u64::from(pending));
+        self.finish_step(conveyor, env, index, &job, decision, 0, now);
         Ok(())
     }
 
