@@ -3,7 +3,7 @@
 /// How to run the benchmark.
 pub const USAGE: &str =
     "usage: cargo bench --bench delivery -- [--backend memory|sqlite|postgres] \
-[--workload live|latency|scale|catch-up|cluster|jobs|reshard|soak|read-model|relay|databases] [--n N] [--targets T] [--shards S] \
+[--workload live|latency|scale|catch-up|cluster|jobs|reshard|soak|read-model|relay|databases|databases-catch-up] [--n N] [--targets T] [--shards S] \
 [--dbs N --cross-db-fraction F (databases: N of SHARDBOX_PG_DATABASES' URLs, default 3; the fraction of messages copied to another database, default 0)] [--page-size P] [--nodes K] [--rate R] [--secs D] [--warmup W (latency: seconds at the rate \
 before measuring, default 1)] [--rounds R (cluster: 1-node and K-node runs, alternating, \
 default 2)] [--batch B (default: page size)] \
@@ -47,6 +47,7 @@ pub enum Workload {
     ReadModel,
     Relay,
     Databases,
+    DatabasesCatchUp,
 }
 
 impl Workload {
@@ -63,6 +64,7 @@ impl Workload {
             Workload::ReadModel => "read-model",
             Workload::Relay => "relay",
             Workload::Databases => "databases",
+            Workload::DatabasesCatchUp => "databases-catch-up",
         }
     }
 }
@@ -279,6 +281,7 @@ impl Workload {
             Some("read-model") => Ok(Workload::ReadModel),
             Some("relay") => Ok(Workload::Relay),
             Some("databases") => Ok(Workload::Databases),
+            Some("databases-catch-up") => Ok(Workload::DatabasesCatchUp),
             other => Err(format!("--workload: unknown workload {other:?}")),
         }
     }

@@ -10,6 +10,8 @@
 //!     --workload relay [--n 100000] [--batch 500]   (outbox commits and the relay's copy)
 //!     --workload databases [--dbs 3] [--cross-db-fraction 0.1] [--rounds 2]   (PostgreSQL:
 //!         one database against several, and messages between them; SHARDBOX_PG_DATABASES)
+//!     --workload databases-catch-up [--dbs 3] [--n 20000] [--rounds 2]   (PostgreSQL: a
+//!         catch-up over several databases against one; SHARDBOX_PG_DATABASES)
 //! ```
 //!
 //! Prints a table, and as its last line one JSON object with at least `workload`, `backend`,
@@ -80,6 +82,7 @@ fn main() {
             Workload::ReadModel => read_model::read_model(&args).await,
             Workload::Relay => relay::relay(&args).await,
             Workload::Databases => databases::databases(&args).await,
+            Workload::DatabasesCatchUp => databases::databases_catch_up(&args).await,
         }
     });
     match result {

@@ -18,18 +18,22 @@
 //! share, and statements per message N ÷ one.
 //!
 //! ```text
-//!  mod    the rounds and the report
-//!  run    one run: node, sends, the wait, the audit
-//!  model  the account and mirror kinds, and the plan of deposits
+//!  mod       the rounds and the report
+//!  run       one run: node, sends, the wait, the audit
+//!  model     the account and mirror kinds, and the plan of deposits
+//!  catch_up  the databases-catch-up workload: a catch-up over N databases against one
 //! ```
 
+mod catch_up;
 mod model;
 mod run;
+
+pub use catch_up::databases_catch_up;
 
 use crate::args::Args;
 use crate::report::Report;
 use crate::statements;
-use run::{run, Run};
+use run::{drop_schemas, run, Run};
 
 /// The variable that lists the databases' URLs, home first, space-separated.
 pub const URLS_ENV: &str = "SHARDBOX_PG_DATABASES";
@@ -43,9 +47,15 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-pub async fn databases(a: &Args) -> Result<Report, String> {
+/// The URLs of `SHARDBOX_PG_DATABASES`, at least `--dbs` of them.
+fn urls(a: &Args) -> Result<Vec<String>, String> {
     let urls: Vec<String> = std::env::var(URLS_ENV)
-        .map_err(|_| format!("--workload databases needs {URLS_ENV} (the URLs of `scripts/pg-databases.sh urls`)"))?
+        .map_err(|_| {
+            format!(
+                "--workload {} needs {URLS_ENV} (the URLs of `scripts/pg-databases.sh urls`)",
+                a.workload.name()
+            )
+        })?
         .split_whitespace()
         .map(str::to_owned)
         .collect();
@@ -56,6 +66,11 @@ pub async fn databases(a: &Args) -> Result<Report, String> {
             urls.len()
         ));
     }
+    Ok(urls)
+}
+
+pub async fn databases(a: &Args) -> Result<Report, String> {
+    let urls = urls(a)?;
     let several = &urls[..a.dbs];
     let one = &urls[..1];
     statements::watch(several);

@@ -24,7 +24,7 @@ pub struct Run {
 }
 
 /// The deposit `i` of a run: its account and, for the chosen fraction, its mirror.
-async fn drop_schemas(urls: &[String], schema: &str) {
+pub(super) async fn drop_schemas(urls: &[String], schema: &str) {
     use diesel::connection::SimpleConnection;
     use diesel::Connection;
     for url in urls {
