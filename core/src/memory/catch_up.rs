@@ -76,23 +76,11 @@ impl CatchUpStore for MemoryStorage {
         cursor: i64,
     ) -> Result<bool, StorageError> {
         let state = self.lock();
-        Ok(shards.iter().any(|shard| {
-            state.pending.get(shard).is_some_and(|p| {
-                p.iter().any(|seq| {
-                    let r = &state.rows[seq];
-                    let m = &r.message;
-                    if m.target_kind != projection_kind || m.tenant != tenant {
-                        return false;
-                    }
-                    r.status == MessageStatus::ToCatchUp
-                        || (m.kind == MessageKind::Event
-                            && !crate::catch_up::is_parked(m.deliver_after)
-                            && state
-                                .event_seq
-                                .get(&m.signal_id)
-                                .is_some_and(|e| *e <= cursor))
-                })
-            })
+        Ok(state.unsettled(projection_kind, tenant, shards, |_, m| {
+            state
+                .event_seq
+                .get(&m.message.signal_id)
+                .is_some_and(|e| *e <= cursor)
         }))
     }
 
@@ -185,20 +173,7 @@ impl CatchUpStore for MemoryStorage {
         up_to_seq: i64,
     ) -> Result<bool, StorageError> {
         let state = self.lock();
-        Ok(shards.iter().any(|shard| {
-            state.pending.get(shard).is_some_and(|p| {
-                p.iter().any(|seq| {
-                    let r = &state.rows[seq];
-                    let m = &r.message;
-                    m.target_kind == projection_kind
-                        && m.tenant == tenant
-                        && (r.status == MessageStatus::ToCatchUp
-                            || (m.kind == MessageKind::Event
-                                && *seq <= up_to_seq
-                                && !crate::catch_up::is_parked(m.deliver_after)))
-                })
-            })
-        }))
+        Ok(state.unsettled(projection_kind, tenant, shards, |seq, _| seq <= up_to_seq))
     }
 
     async fn release_parked(
@@ -241,6 +216,31 @@ impl CatchUpStore for MemoryStorage {
 }
 
 impl super::State {
+    /// Whether, in `shards`, a replayed row of `projection_kind`/`tenant` is pending, or a
+    /// live event row of them that is not parked and that `live` (given its seq) picks.
+    fn unsettled(
+        &self,
+        projection_kind: &str,
+        tenant: &str,
+        shards: &[ShardIndex],
+        live: impl Fn(i64, &crate::model::message::InboxMessage) -> bool,
+    ) -> bool {
+        shards.iter().any(|shard| {
+            self.pending.get(shard).is_some_and(|p| {
+                p.iter().any(|seq| {
+                    let r = &self.rows[seq];
+                    let m = &r.message;
+                    m.target_kind == projection_kind
+                        && m.tenant == tenant
+                        && (r.status == MessageStatus::ToCatchUp
+                            || (m.kind == MessageKind::Event
+                                && !crate::catch_up::is_parked(m.deliver_after)
+                                && live(*seq, r)))
+                })
+            })
+        })
+    }
+
     /// Settles the parked rows of a completed job (see `StageCommit::catch_ups`): removes the
     /// ones the replay covered, makes the others due, re-fences the affected shards but
     /// `own`.

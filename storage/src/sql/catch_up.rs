@@ -310,19 +310,31 @@ macro_rules! catch_up_units {
                         return Ok(true);
                     }
                 }
-                let found: Option<i64> = im::inbox_messages
-                    .filter(im::shard.eq(shard.as_i32()))
-                    .filter(CATCHING_UP)
-                    .filter(im::target_kind.eq(&projection_kind))
-                    .filter(im::tenant.eq(&tenant))
-                    .select(im::seq)
-                    .first(conn)
-                    .optional()?;
-                if found.is_some() {
+                if has_replayed_rows(conn, shard, &projection_kind, &tenant)? {
                     return Ok(true);
                 }
             }
             Ok(false)
+        }
+
+        /// Whether `shard` holds a replayed row (`to_catch_up`) of `projection_kind`/`tenant`
+        /// (the to_catch_up index).
+        pub(crate) fn has_replayed_rows(
+            conn: &mut Conn,
+            shard: ShardIndex,
+            projection_kind: &str,
+            tenant: &str,
+        ) -> Result<bool, Failure> {
+            use $crate::schema::inbox_messages::dsl as im;
+            let found: Option<i64> = im::inbox_messages
+                .filter(im::shard.eq(shard.as_i32()))
+                .filter(CATCHING_UP)
+                .filter(im::target_kind.eq(projection_kind))
+                .filter(im::tenant.eq(tenant))
+                .select(im::seq)
+                .first(conn)
+                .optional()?;
+            Ok(found.is_some())
         }
 
         /// `CatchUpStore::purge_catch_ups`: finished jobs finished before `before`.

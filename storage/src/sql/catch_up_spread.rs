@@ -72,15 +72,7 @@ macro_rules! catch_up_spread_units {
                         return Ok(true);
                     }
                 }
-                let replayed: Option<i64> = im::inbox_messages
-                    .filter(im::shard.eq(shard.as_i32()))
-                    .filter(CATCHING_UP)
-                    .filter(im::target_kind.eq(&projection_kind))
-                    .filter(im::tenant.eq(&tenant))
-                    .select(im::seq)
-                    .first(conn)
-                    .optional()?;
-                if replayed.is_some() {
+                if has_replayed_rows(conn, shard, &projection_kind, &tenant)? {
                     return Ok(true);
                 }
             }
