@@ -572,21 +572,10 @@ async fn rebuild_subset_under_load(storage: Arc<dyn Storage>) {
     rebuild_under_load(storage, true, false).await;
 }
 
-common::on_every_backend!(file = "catch_up", threads = 4, connections = 8;
-    rebuild_all_under_load,
-    rebuild_all_with_history_pending,
-    rebuild_subset_under_load,
-    two_kinds_at_once_with_new_targets,
-    poison_event_in_replay_follows_the_failure_policy,
-    equal_timestamps_across_pages,
-    zero_targets_and_overlap,
-    crash_mid_catch_up,
-);
-
-// The same cases over three databases: the replay reads the set each database's events held
-// at the first step, merged; targets and sources are spread over the databases, so most live
-// copies and replayed rows cross between them through the outboxes.
-common::on_several_databases!(file = "catch_up", threads = 4, connections = 4;
+// Every case also over three databases: the replay reads the set each database's events
+// held once all were reset, merged; targets and sources are spread over the databases, so
+// most live copies and replayed rows cross between them through the outboxes.
+common::on_every_backend!(file = "catch_up", threads = 4, connections = 8, several = 4;
     rebuild_all_under_load,
     rebuild_all_with_history_pending,
     rebuild_subset_under_load,

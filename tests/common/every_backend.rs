@@ -11,9 +11,20 @@
 /// ```
 ///
 /// `file` names the PostgreSQL test (`file::case`) and its schema; `threads` is the worker
-/// count of each test's runtime; `connections` the PostgreSQL pool size.
+/// count of each test's runtime; `connections` the PostgreSQL pool size. With `several = C`
+/// after them, the cases run over three databases of each backend too (`several_memory::case`
+/// and so on, `C` connections per database; see [`on_several_databases`]).
 #[allow(unused_macros)] // each test crate uses a part of common
 macro_rules! on_every_backend {
+    // The same cases on every backend and over three databases of each (see
+    // `on_several_databases`), the latter with `several` connections per database.
+    (file = $file:literal, threads = $threads:tt, connections = $connections:tt,
+     several = $several:tt; $($cases:tt)*) => {
+        $crate::common::on_every_backend!(
+            file = $file, threads = $threads, connections = $connections; $($cases)*);
+        $crate::common::on_several_databases!(
+            file = $file, threads = $threads, connections = $several; $($cases)*);
+    };
     (file = $file:literal, threads = $threads:tt, connections = $connections:tt;
      $($case:ident $(($arg:expr))?),* $(,)?) => {
         mod memory {

@@ -249,8 +249,7 @@ impl super::State {
         let mut covered = Vec::new();
         let mut released = Vec::new();
         let shards = job.affected_shards_here();
-        // Over several databases no parked row is covered: all are after the set.
-        let cursor = if job.spread.is_some() { 0 } else { job.cursor };
+        let cursor = job.settled_cursor();
         for shard in &shards {
             let Some(pending) = self.pending.get(shard) else {
                 continue;

@@ -157,6 +157,17 @@ impl CatchUpJob {
         (spec.databases > 1).then(|| CatchUpSpread::new(spec.databases))
     }
 
+    /// The cursor the settlement of its parked rows judges them by (a row whose event `seq`
+    /// is at most this was applied by the replay and is removed): the job's cursor on one
+    /// database; 0 over several, where every parked row is after the set.
+    pub fn settled_cursor(&self) -> i64 {
+        if self.spread.is_some() {
+            0
+        } else {
+            self.cursor
+        }
+    }
+
     /// The affected shards in the database that stores the job, by their index there: all of
     /// them on one database; over several, the home database's (its first).
     pub fn affected_shards_here(&self) -> Vec<ShardIndex> {

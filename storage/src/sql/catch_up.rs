@@ -206,8 +206,7 @@ macro_rules! catch_up_units {
                 .iter()
                 .map(|s| s.as_i32())
                 .collect();
-            // Over several databases no parked row is covered: all are after the set.
-            let cursor = if job.spread.is_some() { 0 } else { job.cursor };
+            let cursor = job.settled_cursor();
             let others: Vec<i32> = shards
                 .iter()
                 .copied()
